@@ -1,0 +1,36 @@
+# Two entry points for a newcomer: `make serve` and `make test`.
+# Both create .venv on first use; torch is pinned to the CPU build (2.13.0) here,
+# a GPU box uses the Docker image instead (see README "Deploy on a GPU server").
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup serve test lint bench demo-build
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/hedgespec serve
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy core gateway drafter_registry
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy core gateway drafter_registry
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/hedgespec bench --quick
+
+demo-build: $(STAMP)
+	$(BIN)/hedgespec demo build

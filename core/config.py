@@ -1,0 +1,86 @@
+"""Frozen configuration objects for the engine.
+
+Symbols used across `core` (defined once here):
+  p      target distribution over the target vocabulary (after temperature/top-p/top-k: p̃)
+  q_d    drafter d's one-step distribution over its draft vocabulary
+  K      tree depth = number of draft levels below the root (max accepted draft tokens/round)
+  γ_d(m) probability that drafter d's top_k candidates at position m contain the accepted token
+  ÂL_d   HedgeSpec's acceptance-length estimate for drafter d, in [1, K+1]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+LearnerName = Literal["normalhedge", "adanormalhedge", "hedge", "ucbspec", "exp3spec"]
+LEARNER_NAMES: tuple[str, ...] = ("normalhedge", "adanormalhedge", "hedge", "ucbspec", "exp3spec")
+LossName = Literal["length", "prob"]
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """EAGLE-2/3 dynamic draft tree. `top_k=1` gives a chain of `depth` tokens.
+
+    depth = K, the number of draft levels below the root; total_tokens = drafted nodes kept
+    after reranking (the root is extra). EAGLE-3's GPU defaults are 10/7/60 (depth counts
+    levels here, so their depth=7 is depth 8 levels incl. the first: see docs in README).
+    CPU defaults were picked by measurement on the demo pool (bench/results/tree_sweep.md).
+    """
+
+    top_k: int = 4
+    depth: int = 5
+    total_tokens: int = 20
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1 or self.depth < 1 or self.total_tokens < 1:
+            raise ValueError("TreeConfig fields must be >= 1")
+        if self.total_tokens > self.top_k * self.depth:
+            object.__setattr__(self, "total_tokens", self.top_k * self.depth)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request decoding parameters. temperature == 0 means greedy."""
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    # None: no logprobs; 0: logprob of the chosen token only; n > 0: also the n most likely.
+    logprobs: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class SelectorConfig:
+    """How drafters are chosen per round.
+
+    policy: "auto" (use the server default), "none" (plain decoding), "fixed:<drafter id>",
+    or a learner name from LEARNER_NAMES.
+    """
+
+    policy: str = "normalhedge"
+    loss: LossName = "length"
+    select: Literal["sample", "argmax"] = "sample"
+    hedge_eta: float = 2.0
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    device: str = "cpu"
+    dtype: str = "float32"
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    selector: SelectorConfig = field(default_factory=SelectorConfig)
+    max_context: int = 2048
+    # Low/mid/high capture layers (input of decoder layer idx). None = EAGLE-3 default
+    # (2, L//2, L-3) made distinct, or the drafters' eagle_config when they carry one.
+    aux_layers: tuple[int, int, int] | None = None
+    # Run every drafter's catch-up each round (needed for counterfactual evaluation).
+    evaluate_all: bool = True

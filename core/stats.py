@@ -1,0 +1,118 @@
+"""Per-round and per-request statistics, exposed by the engine for the gateway and admin page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """Target log-probability of one committed token, plus the `top` most likely alternatives."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """One speculative round (one target verification pass) of one request."""
+
+    round_index: int
+    drafter: str | None  # None in plain mode
+    drafted: int  # draft tokens sent to the target (tree nodes, root excluded)
+    accepted: int  # draft tokens accepted (bonus excluded)
+    committed: int  # tokens committed this round (accepted + bonus, after stop truncation)
+    draft_s: float
+    verify_s: float
+    evaluate_s: float
+    bookkeeping_s: float
+    weights: dict[str, float] = field(default_factory=dict)  # learner distribution used this round
+
+
+@dataclass
+class RequestStats:
+    """Running statistics of one request. `regret_curve[t]` is the cumulative regret in tokens
+    against the best single drafter in hindsight after the t-th completed feedback window,
+    computed from the ÂL estimates of every drafter (chosen drafter included)."""
+
+    policy: str
+    drafter_ids: tuple[str, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    rounds: int = 0
+    target_forwards: int = 0  # prefill included
+    num_draft_tokens: int = 0
+    num_accepted_draft_tokens: int = 0
+    accepted_per_round: list[int] = field(default_factory=list)
+    drafter_per_round: list[str | None] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)  # count accepted at depth k+1
+    weights: dict[str, float] = field(default_factory=dict)
+    est_len_sum: dict[str, float] = field(default_factory=dict)  # Σ_t ÂL_d(t) per drafter
+    chosen_est_len_sum: float = 0.0  # Σ_t ÂL_{i_t}(t)
+    regret_curve: list[float] = field(default_factory=list)
+    estimates: list[tuple[float, int]] = field(default_factory=list)  # (ÂL chosen, realised)
+    time_draft_s: float = 0.0
+    time_verify_s: float = 0.0
+    time_evaluate_s: float = 0.0
+    time_bookkeeping_s: float = 0.0
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        """MAT: tokens committed per verification pass, bonus included."""
+        return self.completion_tokens / self.rounds if self.rounds else 0.0
+
+    @property
+    def regret_tokens(self) -> float:
+        return self.regret_curve[-1] if self.regret_curve else 0.0
+
+    def record_round(self, rs: RoundStats) -> None:
+        self.rounds += 1
+        self.target_forwards += 1
+        self.num_draft_tokens += rs.drafted
+        self.num_accepted_draft_tokens += rs.accepted
+        self.completion_tokens += rs.committed
+        self.accepted_per_round.append(rs.accepted)
+        self.drafter_per_round.append(rs.drafter)
+        while len(self.accepted_by_position) < rs.accepted:
+            self.accepted_by_position.append(0)
+        for k in range(rs.accepted):
+            self.accepted_by_position[k] += 1
+        self.time_draft_s += rs.draft_s
+        self.time_verify_s += rs.verify_s
+        self.time_evaluate_s += rs.evaluate_s
+        self.time_bookkeeping_s += rs.bookkeeping_s
+
+    def record_window(self, est: dict[str, float], chosen: str | None, realised: int) -> None:
+        """Add one completed feedback window: ÂL_d for every drafter, and the chosen one's."""
+        for d, v in est.items():
+            self.est_len_sum[d] = self.est_len_sum.get(d, 0.0) + v
+        if chosen is not None and chosen in est:
+            self.chosen_est_len_sum += est[chosen]
+            self.estimates.append((est[chosen], realised))
+        best = max(self.est_len_sum.values()) if self.est_len_sum else 0.0
+        self.regret_curve.append(best - self.chosen_est_len_sum)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-friendly summary (the gateway maps it to `metrics.speculative_decoding`)."""
+        return {
+            "policy": self.policy,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "rounds": self.rounds,
+            "target_forwards": self.target_forwards,
+            "mean_acceptance_length": self.mean_accepted_tokens,
+            "num_spec_steps": self.rounds,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_draft_tokens": self.num_accepted_draft_tokens,
+            "acceptance_by_position": list(self.accepted_by_position),
+            "accepted_per_round": list(self.accepted_per_round),
+            "drafter_choices": list(self.drafter_per_round),
+            "regret_tokens": self.regret_tokens,
+            "regret_curve": list(self.regret_curve),
+            "final_weights": dict(self.weights),
+            "time_draft_s": self.time_draft_s,
+            "time_verify_s": self.time_verify_s,
+            "time_evaluate_s": self.time_evaluate_s,
+            "time_bookkeeping_s": self.time_bookkeeping_s,
+        }

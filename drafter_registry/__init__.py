@@ -1,0 +1,1 @@
+"""Drafter registry: SQLAlchemy models, keyword-only CRUD and Hugging Face downloads (no torch)."""

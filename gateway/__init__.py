@@ -1,0 +1,1 @@
+"""OpenAI-compatible HTTP gateway: wires settings, the engine worker, the registry and metrics."""
