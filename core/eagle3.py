@@ -1,0 +1,510 @@
+"""The EAGLE-3 drafter: module, and load/save of the official checkpoint format.
+
+Official format (as published by yuhuili/EAGLE3-*, SpecForge exports, the HedgeSpec paper):
+  config.json   architectures LlamaForCausalLM | LlamaForCausalLMEagle3, hidden_size H,
+                vocab_size V (target vocab), draft_vocab_size Vd, no rope_theta => 10000,
+                optional target_hidden_size Ht, optional eagle_config.eagle_aux_hidden_state_layer_ids
+  weights       model.safetensors or pytorch_model.bin (torch.load(weights_only=True)):
+                fc.weight [H, 3Ht]; midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight [H];
+                midlayer.self_attn.{q,k,v}_proj.weight [*, 2H]; o_proj [H, nh*hd];
+                midlayer.mlp.{gate,up,down}_proj.weight; norm.weight [H]; lm_head.weight [Vd, H];
+                d2t [Vd] int64 offsets (target id = draft id + d2t[draft id]); t2d [V] bool mask;
+                embed_tokens.weight [V, H] usually absent (shared from the target).
+
+Aux layer convention: inside `core` an aux layer index `idx` means "the input of decoder layer
+idx" (= Hugging Face `output_hidden_states[idx]`). In config.json we write and read
+`eagle_aux_hidden_state_layer_ids` in the SGLang/SpecForge convention, "output of layer id",
+so config id j <=> our idx j + 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ARCHITECTURES = ("LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+LAYER_KEYS = (
+    "midlayer.hidden_norm.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.post_attention_layernorm.weight",
+    "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+)
+REQUIRED_KEYS = ("fc.weight", *LAYER_KEYS, "norm.weight", "lm_head.weight")
+OPTIONAL_KEYS = ("d2t", "t2d", "embed_tokens.weight")
+
+
+class DrafterLoadError(ValueError):
+    """A drafter cannot be used. `readable` is False when the files themselves are unreadable."""
+
+    def __init__(self, message: str, *, readable: bool = True) -> None:
+        super().__init__(message)
+        self.readable = readable
+
+
+@dataclass(frozen=True)
+class Eagle3Config:
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    draft_vocab_size: int
+    target_hidden_size: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    aux_layers: tuple[int, int, int] | None = None  # input-of-layer convention
+    architectures: tuple[str, ...] = ("LlamaForCausalLMEagle3",)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Eagle3Config:
+        try:
+            hidden = int(raw["hidden_size"])
+            heads = int(raw["num_attention_heads"])
+            eagle = raw.get("eagle_config") or {}
+            ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+            aux = tuple(int(i) + 1 for i in ids) if ids else None
+            return cls(
+                hidden_size=hidden,
+                intermediate_size=int(raw["intermediate_size"]),
+                num_attention_heads=heads,
+                num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
+                head_dim=int(raw.get("head_dim") or hidden // heads),
+                vocab_size=int(raw["vocab_size"]),
+                draft_vocab_size=int(raw.get("draft_vocab_size") or raw["vocab_size"]),
+                target_hidden_size=int(raw.get("target_hidden_size") or hidden),
+                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+                rope_theta=float(raw.get("rope_theta") or 10000.0),
+                aux_layers=aux if aux is None or len(aux) == 3 else None,  # type: ignore[arg-type]
+                architectures=tuple(raw.get("architectures") or ()),
+                extra=dict(raw),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DrafterLoadError(f"config.json is missing or has a bad field: {exc}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "architectures": list(self.architectures),
+            "model_type": "llama",
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": 1,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "vocab_size": self.vocab_size,
+            "draft_vocab_size": self.draft_vocab_size,
+            "tie_word_embeddings": False,
+            "bias": False,
+        }
+        if self.target_hidden_size != self.hidden_size:
+            out["target_hidden_size"] = self.target_hidden_size
+        if self.aux_layers is not None:
+            out["eagle_config"] = {
+                "eagle_aux_hidden_state_layer_ids": [i - 1 for i in self.aux_layers],
+                "use_aux_hidden_state": True,
+                "layer_id_convention": "output of decoder layer id (SGLang/SpecForge)",
+            }
+        return out
+
+    @classmethod
+    def for_target(
+        cls,
+        target_config: Any,
+        *,
+        draft_vocab_size: int,
+        aux_layers: tuple[int, int, int],
+        intermediate_size: int | None = None,
+    ) -> Eagle3Config:
+        """A drafter shaped for `target_config` (a transformers PretrainedConfig)."""
+        hidden = int(target_config.hidden_size)
+        heads = int(target_config.num_attention_heads)
+        return cls(
+            hidden_size=hidden,
+            intermediate_size=int(intermediate_size or target_config.intermediate_size),
+            num_attention_heads=heads,
+            num_key_value_heads=int(getattr(target_config, "num_key_value_heads", None) or heads),
+            head_dim=int(getattr(target_config, "head_dim", None) or hidden // heads),
+            vocab_size=int(target_config.vocab_size),
+            draft_vocab_size=int(draft_vocab_size),
+            target_hidden_size=hidden,
+            rms_norm_eps=float(getattr(target_config, "rms_norm_eps", 1e-5)),
+            aux_layers=tuple(aux_layers),  # type: ignore[arg-type]
+        )
+
+    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
+        h, ht, i = self.hidden_size, self.target_hidden_size, self.intermediate_size
+        q, kv = self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        return {
+            "fc.weight": (h, 3 * ht),
+            "midlayer.hidden_norm.weight": (h,),
+            "midlayer.input_layernorm.weight": (h,),
+            "midlayer.post_attention_layernorm.weight": (h,),
+            "midlayer.self_attn.q_proj.weight": (q, 2 * h),
+            "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
+            "midlayer.self_attn.v_proj.weight": (kv, 2 * h),
+            "midlayer.self_attn.o_proj.weight": (h, q),
+            "midlayer.mlp.gate_proj.weight": (i, h),
+            "midlayer.mlp.up_proj.weight": (i, h),
+            "midlayer.mlp.down_proj.weight": (h, i),
+            "norm.weight": (h,),
+            "lm_head.weight": (self.draft_vocab_size, h),
+            "d2t": (self.draft_vocab_size,),
+            "t2d": (self.vocab_size,),
+            "embed_tokens.weight": (self.vocab_size, h),
+        }
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm computed in fp32 (as Llama), returned in x's dtype."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def rope_cos_sin(
+    position_ids: Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """cos/sin [..., T, head_dim] for integer positions (Llama's half-rotation layout)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=position_ids.device).float() / head_dim))
+    ang = position_ids.float().unsqueeze(-1) * inv  # [..., T, hd/2]
+    emb = torch.cat([ang, ang], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class _Attention(nn.Module):
+    def __init__(self, cfg: Eagle3Config) -> None:
+        super().__init__()
+        h2, q, kv = 2 * cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+        self.q_proj = nn.Linear(h2, q, bias=False)
+        self.k_proj = nn.Linear(h2, kv, bias=False)
+        self.v_proj = nn.Linear(h2, kv, bias=False)
+        self.o_proj = nn.Linear(q, cfg.hidden_size, bias=False)
+
+
+class _MLP(nn.Module):
+    def __init__(self, cfg: Eagle3Config) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class _MidLayer(nn.Module):
+    def __init__(self, cfg: Eagle3Config) -> None:
+        super().__init__()
+        self.hidden_norm = nn.Parameter(torch.ones(cfg.hidden_size))
+        self.input_layernorm = nn.Parameter(torch.ones(cfg.hidden_size))
+        self.post_attention_layernorm = nn.Parameter(torch.ones(cfg.hidden_size))
+        self.self_attn = _Attention(cfg)
+        self.mlp = _MLP(cfg)
+
+
+KV = tuple[Tensor, Tensor]
+
+
+class Eagle3Drafter(nn.Module):
+    """One EAGLE-3 decoder layer over [embedding(token) ; hidden], hidden = fc(3 target features)
+    at step 0 or the drafter's own pre-norm output at later steps."""
+
+    def __init__(self, cfg: Eagle3Config, embed_tokens: nn.Embedding | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.fc = nn.Linear(3 * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        self.midlayer = _MidLayer(cfg)
+        self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(cfg.vocab_size, dtype=torch.bool))
+        self.own_embed: nn.Embedding | None = None
+        # The shared target embedding is held outside the module's parameters so that it is
+        # never saved with the drafter nor trained; a checkpoint with its own table owns it.
+        self._shared_embed = [embed_tokens] if embed_tokens is not None else []
+
+    # -- vocabulary ------------------------------------------------------------------------
+    def set_vocab_mapping(self, d2t: Tensor, t2d: Tensor) -> None:
+        self.d2t.copy_(d2t.to(torch.long))
+        self.t2d.copy_(t2d.to(torch.bool))
+
+    def draft_to_target(self, draft_ids: Tensor) -> Tensor:
+        return draft_ids + self.d2t[draft_ids]
+
+    def set_shared_embedding(self, embed_tokens: nn.Embedding) -> None:
+        self._shared_embed = [embed_tokens]
+
+    def embed(self, input_ids: Tensor) -> Tensor:
+        table = self.own_embed if self.own_embed is not None else (self._shared_embed or [None])[0]
+        if table is None:
+            raise RuntimeError("drafter has no embedding: pass the target's embed_tokens")
+        return table(input_ids).to(self.fc.weight.dtype)
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward(
+        self,
+        hidden: Tensor,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        past_kv: KV | None = None,
+        attn_mask: Tensor | None = None,
+    ) -> tuple[Tensor, KV]:
+        """hidden [B,T,3Ht] (fc applied) or [B,T,H]; returns pre-norm h [B,T,H] and the full KV."""
+        cfg, layer = self.cfg, self.midlayer
+        if hidden.shape[-1] != cfg.hidden_size:
+            hidden = self.fc(hidden)
+        x = torch.cat(
+            [
+                rms_norm(self.embed(input_ids), layer.input_layernorm, cfg.rms_norm_eps),
+                rms_norm(hidden, layer.hidden_norm, cfg.rms_norm_eps),
+            ],
+            dim=-1,
+        )
+        attn, kv = self._attend(x, position_ids, past_kv, attn_mask)
+        h = hidden + attn
+        h = h + layer.mlp(rms_norm(h, layer.post_attention_layernorm, cfg.rms_norm_eps))
+        return h, kv
+
+    def _attend(
+        self, x: Tensor, position_ids: Tensor, past_kv: KV | None, attn_mask: Tensor | None
+    ) -> tuple[Tensor, KV]:
+        cfg, a = self.cfg, self.midlayer.self_attn
+        b, t, _ = x.shape
+        q = a.q_proj(x).view(b, t, cfg.num_attention_heads, cfg.head_dim).transpose(1, 2)
+        k = a.k_proj(x).view(b, t, cfg.num_key_value_heads, cfg.head_dim).transpose(1, 2)
+        v = a.v_proj(x).view(b, t, cfg.num_key_value_heads, cfg.head_dim).transpose(1, 2)
+        cos, sin = rope_cos_sin(position_ids, cfg.head_dim, cfg.rope_theta, q.dtype)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [B,1,T,hd]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if past_kv is not None:
+            k = torch.cat([past_kv[0], k], dim=2)
+            v = torch.cat([past_kv[1], v], dim=2)
+        out = attention(q, k, v, attn_mask)
+        out = out.transpose(1, 2).reshape(b, t, cfg.num_attention_heads * cfg.head_dim)
+        return a.o_proj(out), (k, v)
+
+    def logits(self, h: Tensor) -> Tensor:
+        """Draft-vocabulary logits lm_head(norm(h))."""
+        return self.lm_head(rms_norm(h, self.norm, self.cfg.rms_norm_eps))
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> Tensor:
+    """GQA attention; with no mask the T new queries are causal over themselves and see all of
+    the S past keys. q [B,nh,T,hd], k/v [B,nkv,S+T,hd]."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    if attn_mask is None:
+        t, total = q.shape[2], k.shape[2]
+        attn_mask = causal_mask(t, total, q.device, q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype))
+
+
+def causal_mask(t: int, total: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Additive mask [1,1,t,total]: query i sees keys <= total - t + i."""
+    past = total - t
+    allowed = torch.ones(t, total, dtype=torch.bool, device=device).tril(diagonal=past)
+    return torch.zeros(t, total, dtype=dtype, device=device).masked_fill(~allowed, -math.inf)[None, None]
+
+
+def build_vocab_mapping(token_counts: Tensor, draft_vocab_size: int) -> tuple[Tensor, Tensor]:
+    """Official d2t/t2d from target-token frequencies: the Vd most frequent ids, sorted
+    ascending; d2t[i] = used[i] - i (offset); t2d = membership mask. Zero-count ids fill
+    up (lowest ids first) when fewer than Vd distinct tokens occur, as SpecForge does."""
+    vocab = token_counts.numel()
+    if not 0 < draft_vocab_size <= vocab:
+        raise ValueError(f"draft_vocab_size {draft_vocab_size} not in [1, {vocab}]")
+    # Stable ordering: by count descending, ties by lower id first.
+    order = sorted(range(vocab), key=lambda i: (-int(token_counts[i]), i))
+    used = torch.tensor(sorted(order[:draft_vocab_size]), dtype=torch.long)
+    d2t = used - torch.arange(draft_vocab_size, dtype=torch.long)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[used] = True
+    return d2t, t2d
+
+
+# -- checkpoint I/O -----------------------------------------------------------------------
+
+
+def _state_dict_for_save(drafter: Eagle3Drafter) -> dict[str, Tensor]:
+    layer = drafter.midlayer
+    sd: dict[str, Tensor] = {
+        "fc.weight": drafter.fc.weight,
+        "midlayer.hidden_norm.weight": layer.hidden_norm,
+        "midlayer.input_layernorm.weight": layer.input_layernorm,
+        "midlayer.post_attention_layernorm.weight": layer.post_attention_layernorm,
+        "norm.weight": drafter.norm,
+        "lm_head.weight": drafter.lm_head.weight,
+    }
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        sd[f"midlayer.self_attn.{name}.weight"] = getattr(layer.self_attn, name).weight
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        sd[f"midlayer.mlp.{name}.weight"] = getattr(layer.mlp, name).weight
+    if drafter.own_embed is not None:
+        sd["embed_tokens.weight"] = drafter.own_embed.weight
+    return sd
+
+
+def save_drafter(
+    drafter: Eagle3Drafter, out_dir: str | Path, *, dtype: torch.dtype = torch.float16, fmt: str = "safetensors"
+) -> Path:
+    """Write config.json + model.safetensors (or pytorch_model.bin) in the official format."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in _state_dict_for_save(drafter).items()}
+    tensors["d2t"] = drafter.d2t.detach().cpu().clone()
+    tensors["t2d"] = drafter.t2d.detach().cpu().clone()
+    cfg = drafter.cfg.to_dict()
+    cfg["torch_dtype"] = str(dtype).removeprefix("torch.")
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    if fmt == "safetensors":
+        from safetensors.torch import save_file
+
+        save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    elif fmt == "bin":
+        torch.save(tensors, out / "pytorch_model.bin")
+    else:
+        raise ValueError(f"unknown format {fmt!r}: use 'safetensors' or 'bin'")
+    return out
+
+
+def resolve_dir(path: str | Path, subfolder: str | None = None) -> Path:
+    root = Path(path)
+    if subfolder:
+        if Path(subfolder).is_absolute() or ".." in Path(subfolder).parts:
+            raise DrafterLoadError(f"invalid subfolder {subfolder!r}", readable=False)
+        root = root / subfolder
+    if not root.is_dir():
+        raise DrafterLoadError(f"drafter directory not found: {root}", readable=False)
+    return root
+
+
+def read_config(path: str | Path, subfolder: str | None = None) -> Eagle3Config:
+    root = resolve_dir(path, subfolder)
+    try:
+        raw = json.loads((root / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DrafterLoadError(f"cannot read {root / 'config.json'}: {exc}", readable=False) from exc
+    if not isinstance(raw, dict):
+        raise DrafterLoadError("config.json is not a JSON object", readable=False)
+    cfg = Eagle3Config.from_dict(raw)
+    if cfg.architectures and not set(cfg.architectures) & set(ARCHITECTURES):
+        raise DrafterLoadError(
+            f"architecture {list(cfg.architectures)} is not an EAGLE-3 drafter (expected one of {list(ARCHITECTURES)})"
+        )
+    return cfg
+
+
+def weight_file(root: Path) -> Path:
+    for name in WEIGHT_FILES:
+        if (root / name).is_file():
+            return root / name
+    raise DrafterLoadError(f"no weights in {root}: expected one of {list(WEIGHT_FILES)}", readable=False)
+
+
+def read_weights(root: Path) -> dict[str, Tensor]:
+    file = weight_file(root)
+    try:
+        if file.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return dict(load_file(str(file)))
+        loaded = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # any decoding failure of a corrupt file is "unreadable"
+        raise DrafterLoadError(f"cannot read weights {file.name}: {exc}", readable=False) from exc
+    if not isinstance(loaded, dict):
+        raise DrafterLoadError(f"{file.name} does not hold a state dict", readable=False)
+    return dict(loaded)
+
+
+def check_state_dict(cfg: Eagle3Config, sd: dict[str, Tensor]) -> None:
+    """Raise one DrafterLoadError naming every missing/extra key and wrong shape."""
+    problems: list[str] = []
+    missing = [k for k in REQUIRED_KEYS if k not in sd]
+    if cfg.draft_vocab_size != cfg.vocab_size:
+        missing += [k for k in ("d2t", "t2d") if k not in sd]
+    extra = [k for k in sd if k not in REQUIRED_KEYS and k not in OPTIONAL_KEYS]
+    if missing:
+        problems.append(f"missing keys {missing}")
+    if extra:
+        problems.append(f"unexpected keys {extra}")
+    shapes = cfg.expected_shapes()
+    for key, tensor in sd.items():
+        want = shapes.get(key)
+        if want is not None and tuple(tensor.shape) != want:
+            problems.append(f"{key} has shape {list(tensor.shape)}, expected {list(want)}")
+    if "d2t" in sd and "d2t" not in [p for p in problems]:
+        ids = sd["d2t"].long() + torch.arange(sd["d2t"].numel())
+        if sd["d2t"].shape == (cfg.draft_vocab_size,) and (ids.min() < 0 or ids.max() >= cfg.vocab_size):
+            problems.append("d2t maps draft ids outside the target vocabulary")
+    if problems:
+        raise DrafterLoadError("incompatible drafter checkpoint: " + "; ".join(problems))
+
+
+def load_drafter(
+    path: str | Path,
+    *,
+    subfolder: str | None = None,
+    embed_tokens: nn.Embedding | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+) -> Eagle3Drafter:
+    """Load an official-format checkpoint; the target embedding is shared when absent."""
+    root = resolve_dir(path, subfolder)
+    cfg = read_config(root)
+    sd = read_weights(root)
+    check_state_dict(cfg, sd)
+    drafter = Eagle3Drafter(cfg, embed_tokens)
+    with torch.no_grad():
+        for key, value in _state_dict_for_save(drafter).items():
+            if key in sd:
+                value.copy_(sd[key].to(value.dtype))
+        if "embed_tokens.weight" in sd:
+            drafter.own_embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+            drafter.own_embed.weight.copy_(sd["embed_tokens.weight"].float())
+            drafter.own_embed.weight.requires_grad_(False)
+        if "d2t" in sd:
+            drafter.set_vocab_mapping(sd["d2t"], sd["t2d"])
+        else:  # full vocabulary: identity mapping
+            drafter.t2d.fill_(True)
+    if embed_tokens is None and drafter.own_embed is None:
+        pass  # caller attaches the target embedding later (set_shared_embedding)
+    return drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+def inspect_drafter(
+    drafter_dir: str | Path,
+    target_dir: str | Path,
+    subfolder: str | None = None,
+    aux_layers: tuple[int, int, int] | None = None,
+) -> dict[str, Any]:
+    """Re-exported from core.drafter_check (kept here so callers need one import)."""
+    from core.drafter_check import inspect_drafter as _inspect
+
+    return _inspect(drafter_dir, target_dir, subfolder, aux_layers)
