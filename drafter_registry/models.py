@@ -1,0 +1,180 @@
+"""SQLAlchemy 2 tables of the drafter registry.
+
+- `drafters`: one row per drafter the operator registered, with its source (Hugging Face repo or
+  local directory), download progress and lifecycle status.
+- `audit_events`: who changed what and when; every mutation in `crud` writes one row.
+- `registry_state`: a single row holding `pool_version`, bumped in the same transaction as every
+  change that can alter the serving pool. Gateway replicas poll it (one indexed read) and
+  re-sync their engine pool when it moves; see `db.pool_version`.
+- `request_logs`: per-request speculative-decoding statistics, written off the hot path by
+  `request_log.RequestLogWriter`.
+
+Status lifecycle of a drafter:
+
+    pending ──▶ downloading ──▶ validating ──▶ ready
+       ▲             │               │
+       └── retry ◀── failed ◀────────┘          (any state) ──▶ disabled ──▶ pending | ready
+
+Constraint names follow a fixed convention so Alembic migrations stay stable across backends.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments an `INTEGER PRIMARY KEY`; PostgreSQL gets a 64-bit identity.
+BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class DrafterSource(str, Enum):
+    HF = "hf"
+    LOCAL = "local"
+
+
+class DrafterStatus(str, Enum):
+    PENDING = "pending"
+    DOWNLOADING = "downloading"
+    VALIDATING = "validating"
+    READY = "ready"
+    FAILED = "failed"
+    DISABLED = "disabled"
+
+
+# Work still to do for a fetcher: resumed after a crash or restart.
+UNFINISHED_STATUSES = frozenset(
+    {DrafterStatus.PENDING, DrafterStatus.DOWNLOADING, DrafterStatus.VALIDATING}
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC timestamps on every backend (SQLite drops the offset on storage)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(timezone.utc)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def _check_in(column: str, values: type[Enum]) -> str:
+    return f"{column} IN ({', '.join(repr(v.value) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Drafter(Base):
+    __tablename__ = "drafters"
+    __table_args__ = (
+        CheckConstraint(_check_in("source", DrafterSource), name="source"),
+        CheckConstraint(_check_in("status", DrafterStatus), name="status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    source: Mapped[str] = mapped_column(String(8))
+    repo_id: Mapped[str | None] = mapped_column(String(256))
+    revision: Mapped[str | None] = mapped_column(String(255))
+    subfolder: Mapped[str | None] = mapped_column(String(512))
+    # Filled by the fetcher: the commit `revision` resolved to, and the directory with the weights.
+    commit_sha: Mapped[str | None] = mapped_column(String(64))
+    local_path: Mapped[str | None] = mapped_column(Text)
+    target_model: Mapped[str | None] = mapped_column(String(512))
+    domain: Mapped[str | None] = mapped_column(String(64))
+    tags: Mapped[list[str]] = mapped_column(JSON, default=list)
+    status: Mapped[str] = mapped_column(String(16), default=DrafterStatus.PENDING.value, index=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_total: Mapped[int | None] = mapped_column(BigInteger)
+    # Result of the last successful validation (shapes, vocab sizes, ...), shown by the admin API.
+    inspection: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+    # Set when the drafter first became ready: re-enabling skips the download only if it has.
+    ready_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class AuditEvent(Base):
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str | None] = mapped_column(String(128), index=True)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class RegistryState(Base):
+    __tablename__ = "registry_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    pool_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+REGISTRY_STATE_ID = 1
+
+
+class RequestLog(Base):
+    __tablename__ = "request_logs"
+    __table_args__ = (Index("ix_request_logs_created_at", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    model: Mapped[str | None] = mapped_column(String(256))
+    policy: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="ok")
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    rounds: Mapped[int] = mapped_column(Integer, default=0)
+    # MAT: tokens committed per verification pass, the bonus token included.
+    mat: Mapped[float | None] = mapped_column(Float)
+    regret_tokens: Mapped[float | None] = mapped_column(Float)
+    latency_ms: Mapped[float | None] = mapped_column(Float)
+    ttft_ms: Mapped[float | None] = mapped_column(Float)
+    drafter_choices: Mapped[list[str] | None] = mapped_column(JSON)
+    # Only written when the operator enabled prompt logging.
+    prompt: Mapped[str | None] = mapped_column(Text)
+    extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)

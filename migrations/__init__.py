@@ -1,0 +1,1 @@
+"""Alembic migrations of the drafter registry (run with `drafter_registry.db.upgrade(url)`)."""

@@ -1,0 +1,1 @@
+"""Revision scripts; the file name starts with the readable revision id."""
