@@ -40,6 +40,7 @@ class RequestStats:
     drafter_ids: tuple[str, ...] = ()
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prefill_tokens: int = 0  # the first token, sampled from the prefill pass (not a round)
     rounds: int = 0
     target_forwards: int = 0  # prefill included
     num_draft_tokens: int = 0
@@ -60,7 +61,8 @@ class RequestStats:
     @property
     def mean_accepted_tokens(self) -> float:
         """MAT: tokens committed per verification pass, bonus included."""
-        return self.completion_tokens / self.rounds if self.rounds else 0.0
+        spec = self.completion_tokens - self.prefill_tokens
+        return spec / self.rounds if self.rounds else 0.0
 
     @property
     def regret_tokens(self) -> float:

@@ -1,0 +1,216 @@
+"""SpecEngine: runs requests round by round. One round of one request (DESIGN.md section 3):
+
+  1. the request's learner picks drafter i_t            (policy)
+  2. i_t grows a draft tree from the root               (draft)
+  3. the target verifies the tree in one forward pass   (verify)
+  4. lossless acceptance, KV compaction                 (verify)
+  5. every drafter catches up on the verified pairs and yields γ; completed feedback windows
+     update the learner                                  (evaluate)
+
+Requests interleave round by round (`step()` runs one round of the next request), so every
+stream makes progress. The engine is not thread-safe: one worker thread owns it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
+from core.drafter_pool import PoolSnapshot
+from core.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
+from core.drafter_check import compatibility_problems
+from core.request import RequestState, parse_policy
+from core.rounds import prefill, speculative_round
+from core.stats import RequestStats, RoundStats, TokenLogprob
+from core.target import Target
+
+
+class ContextLengthError(ValueError):
+    """Prompt plus max_new_tokens does not fit the context window."""
+
+
+class PolicyError(ValueError):
+    """Unknown policy or drafter id."""
+
+
+@dataclass
+class RoundOutput:
+    request_id: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprob] | None
+    finished: bool
+    finish_reason: str | None
+    round: RoundStats | None
+    stats: RequestStats
+
+
+class SpecEngine:
+    def __init__(self, target: Target, drafters: dict[str, Eagle3Drafter], config: EngineConfig,
+                 model_name: str | None = None) -> None:
+        self.target = target
+        self.config = config
+        self.tokenizer = target.tokenizer
+        self.model_name = model_name or "target"
+        self.snapshot = PoolSnapshot({})
+        for did, d in drafters.items():
+            self._check(did, d)
+        self.snapshot = PoolSnapshot(dict(drafters))
+        limit = target.max_positions - config.tree.depth - 2
+        self.max_context = min(config.max_context, limit)
+        self._requests: dict[str, RequestState] = {}
+        self._order: list[str] = []
+        self._next = 0
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_dirs(cls, target_dir: Path, drafters: list[tuple[str, Path]], config: EngineConfig,
+                  model_name: str | None = None) -> SpecEngine:
+        aux = config.aux_layers or _aux_from_drafters([p for _, p in drafters])
+        target = Target.load(target_dir, device=config.device, dtype=config.dtype, aux_layers=aux)
+        engine = cls(target, {}, config, model_name or Path(target_dir).name)
+        for did, path in drafters:
+            engine.add_drafter(did, path)
+        return engine
+
+    @classmethod
+    def from_pool_file(cls, pool_json: Path, config: EngineConfig, model_name: str | None = None) -> SpecEngine:
+        spec = json.loads(Path(pool_json).read_text())
+        base = Path(pool_json).parent
+        drafters = [(d["id"], base / d["path"]) for d in spec.get("drafters", [])]
+        name = model_name or spec.get("model_name") or Path(spec["target"]).name
+        return cls.from_dirs(base / spec["target"], drafters, config, name)
+
+    def load_drafter(self, path: Path, subfolder: str | None = None) -> Eagle3Drafter:
+        dtype = self.target.dtype
+        return load_drafter(path, subfolder=subfolder, embed_tokens=self.target.model.get_input_embeddings(),
+                            dtype=dtype, device=self.target.device)
+
+    def _check(self, drafter_id: str, d: Eagle3Drafter) -> None:
+        cfg = {"hidden_size": self.target.hidden_size, "vocab_size": self.target.vocab_size,
+               "num_hidden_layers": self.target.num_layers}
+        problems = compatibility_problems(d.cfg, cfg, self.target.aux_layers)
+        if problems:
+            raise DrafterLoadError(f"drafter {drafter_id!r} is incompatible: " + "; ".join(problems))
+
+    # -- pool ----------------------------------------------------------------------------------
+    def drafter_ids(self) -> list[str]:
+        return list(self.snapshot.ids)
+
+    def add_drafter(self, drafter_id: str, path: Path, subfolder: str | None = None) -> None:
+        """Load, check and add a drafter; requests already running keep their snapshot."""
+        drafter = self.load_drafter(Path(path), subfolder)
+        self.add_loaded_drafter(drafter_id, drafter)
+
+    def add_loaded_drafter(self, drafter_id: str, drafter: Eagle3Drafter) -> None:
+        self._check(drafter_id, drafter)
+        self.snapshot = self.snapshot.with_drafter(drafter_id, drafter)
+
+    def remove_drafter(self, drafter_id: str) -> None:
+        if drafter_id in self.snapshot.ids:
+            self.snapshot = self.snapshot.without(drafter_id)
+
+    # -- requests --------------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                    policy: str = "auto") -> None:
+        if request_id in self._requests:
+            raise ValueError(f"duplicate request id {request_id!r}")
+        if not prompt_ids:
+            raise ValueError("prompt must contain at least one token")
+        if params.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        total = len(prompt_ids) + params.max_new_tokens
+        if total > self.max_context:
+            raise ContextLengthError(
+                f"This model's maximum context length is {self.max_context} tokens. However, you requested "
+                f"{total} tokens ({len(prompt_ids)} in the messages, {params.max_new_tokens} in the completion)."
+            )
+        if any(not 0 <= t < self.target.vocab_size for t in prompt_ids):
+            raise ValueError("prompt contains token ids outside the vocabulary")
+        try:
+            resolved = parse_policy(policy, self.config.selector.policy, self.snapshot.ids)
+        except ValueError as exc:
+            raise PolicyError(str(exc)) from exc
+        state = RequestState.create(request_id, list(prompt_ids), params, resolved, self.snapshot, self.config,
+                                    cache=self.target.new_cache(), eos_ids=self.target.eos_token_ids)
+        self._requests[request_id] = state
+        self._order.append(request_id)
+
+    def abort(self, request_id: str) -> None:
+        if self._requests.pop(request_id, None) is not None:
+            self._order.remove(request_id)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._requests)
+
+    def num_active(self) -> int:
+        return len(self._requests)
+
+    def step(self) -> list[RoundOutput]:
+        """Run one round of the next request in round-robin order."""
+        if not self._order:
+            return []
+        self._next %= len(self._order)
+        rid = self._order[self._next]
+        state = self._requests[rid]
+        out = self._run_round(state)
+        if out.finished:
+            self.abort(rid)
+        else:
+            self._next += 1
+        return [out]
+
+    def _run_round(self, state: RequestState) -> RoundOutput:
+        if not state.prefilled:
+            tokens, rstats = prefill(self.target, state, self.config), None
+        else:
+            tokens, rstats = speculative_round(self.target, state, self.config)
+        logprobs = state.take_logprobs()
+        return RoundOutput(state.request_id, tokens, logprobs, state.finished, state.finish_reason,
+                           rstats, state.stats)
+
+    # -- convenience -----------------------------------------------------------------------------
+    def generate(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto",
+                 request_id: str | None = None) -> Iterator[RoundOutput]:
+        """Run one request to completion (no other requests interleaved)."""
+        rid = request_id or f"gen-{time.monotonic_ns()}"
+        self.add_request(rid, prompt_ids, params, policy)
+        state = self._requests[rid]
+        while True:
+            out = self._run_round(state)
+            if out.finished:
+                self.abort(rid)
+            yield out
+            if out.finished:
+                return
+
+    def generate_ids(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto") -> tuple[list[int], RequestStats]:
+        ids: list[int] = []
+        stats = None
+        for out in self.generate(prompt_ids, params, policy):
+            ids.extend(out.token_ids)
+            stats = out.stats
+        assert stats is not None
+        return ids, stats
+
+
+def _aux_from_drafters(paths: list[Path]) -> tuple[int, int, int] | None:
+    """Honour the aux layers a drafter checkpoint records (all drafters must agree)."""
+    from core.eagle3 import read_config
+
+    for p in paths:
+        try:
+            cfg = read_config(p)
+        except DrafterLoadError:
+            continue
+        if cfg.aux_layers is not None:
+            return cfg.aux_layers
+    return None
+
+
+__all__ = ["LEARNER_NAMES", "ContextLengthError", "PolicyError", "RoundOutput", "SpecEngine"]

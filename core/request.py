@@ -1,0 +1,133 @@
+"""Per-request state: committed tokens, target KV cache, drafter caches, learner, feedback
+queue, statistics, RNGs, and the stop rules that decide what a round may commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
+from core.drafter_pool import DrafterState, PoolSnapshot
+from core.feedback import FeedbackQueue, Window
+from core.learners import Learner, make_learner
+from core.stats import RequestStats, TokenLogprob
+
+
+@dataclass(frozen=True)
+class Policy:
+    kind: str  # "none" | "fixed" | "learner"
+    name: str  # learner name or drafter id ("" for none)
+
+    @property
+    def label(self) -> str:
+        return {"none": "none", "fixed": f"fixed:{self.name}"}.get(self.kind, self.name)
+
+
+def parse_policy(policy: str, default: str, drafter_ids: tuple[str, ...]) -> Policy:
+    """auto -> server default; none; fixed:<drafter id>; a learner name. An empty pool means
+    plain decoding for auto and learners (there is nothing to choose from)."""
+    p = (policy or "auto").strip()
+    if p == "auto":
+        p = default if default != "auto" else "normalhedge"
+    if p == "none":
+        return Policy("none", "")
+    if p.startswith("fixed:"):
+        did = p.removeprefix("fixed:")
+        if did not in drafter_ids:
+            raise ValueError(f"unknown drafter {did!r} in policy; available: {list(drafter_ids)}")
+        return Policy("fixed", did)
+    if p in LEARNER_NAMES:
+        return Policy("learner", p) if drafter_ids else Policy("none", "")
+    raise ValueError(f"unknown policy {p!r}: use auto, none, fixed:<drafter id> or one of {list(LEARNER_NAMES)}")
+
+
+@dataclass
+class RequestState:
+    request_id: str
+    params: SamplingParams
+    policy: Policy
+    snapshot: PoolSnapshot
+    token_ids: list[int]
+    prompt_len: int
+    cache: Any
+    stats: RequestStats
+    generator: torch.Generator
+    rng: np.random.Generator
+    eos_ids: frozenset[int]
+    learner: Learner | None = None
+    feedback: FeedbackQueue | None = None
+    dstate: DrafterState | None = None
+    prefilled: bool = False
+    finished: bool = False
+    finish_reason: str | None = None
+    _logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    @staticmethod
+    def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
+               snapshot: PoolSnapshot, config: EngineConfig, cache: Any = None,
+               eos_ids: tuple[int, ...] = ()) -> RequestState:
+        seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
+        gen = torch.Generator().manual_seed(seed)
+        n = len(snapshot)
+        learner = feedback = None
+        if policy.kind != "none" and n:
+            sel = config.selector
+            fixed = snapshot.index(policy.name) if policy.kind == "fixed" else None
+            name = "fixed" if policy.kind == "fixed" else policy.name
+            learner = make_learner(name, n, hedge_eta=sel.hedge_eta, max_len=config.tree.depth + 1,
+                                   fixed_index=fixed)
+            feedback = FeedbackQueue(n, config.tree.depth, loss=sel.loss, greedy=params.greedy)
+        stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
+                             prompt_tokens=len(prompt))
+        return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt), cache, stats,
+                            gen, np.random.default_rng(seed + 1), frozenset(eos_ids), learner, feedback)
+
+    @property
+    def generated(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+    def select(self, argmax: bool) -> int | None:
+        if self.learner is None:
+            return None
+        return self.learner.select(self.rng, argmax=argmax)
+
+    def weights(self) -> dict[str, float]:
+        if self.learner is None:
+            return {}
+        return {d: float(w) for d, w in zip(self.snapshot.ids, self.learner.distribution())}
+
+    def commit(self, tokens: list[int], logprobs: list[TokenLogprob] | None = None) -> list[int]:
+        """Append tokens up to the first stop token (excluded) or the token budget."""
+        out: list[int] = []
+        stops = set(self.params.stop_token_ids) | (set() if self.params.ignore_eos else set(self.eos_ids))
+        for j, tok in enumerate(tokens):
+            if tok in stops:
+                self.finished, self.finish_reason = True, "stop"
+                break
+            out.append(tok)
+            self.token_ids.append(tok)
+            if logprobs is not None:
+                self._logprobs.append(logprobs[j])
+            if self.generated >= self.params.max_new_tokens:
+                self.finished, self.finish_reason = True, "length"
+                break
+        return out
+
+    def learn(self, windows: list[Window]) -> None:
+        """Apply completed feedback windows in order (full-information learners) and record
+        the ÂL estimates for regret statistics."""
+        for w in windows:
+            if self.learner is not None and self.learner.full_information:
+                self.learner.update(w.loss)
+            chosen = self.snapshot.ids[w.chosen] if w.chosen is not None else None
+            est = {d: float(v) for d, v in zip(self.snapshot.ids, w.est_len)}
+            self.stats.record_window(est, chosen, w.realised)
+
+    def take_logprobs(self) -> list[TokenLogprob] | None:
+        if self.params.logprobs is None:
+            return None
+        out, self._logprobs = self._logprobs, []
+        return out

@@ -1,0 +1,125 @@
+"""One prefill and one speculative round of one request (the algorithm of DESIGN.md section 3)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from core.config import EngineConfig
+from core.counterfactual import gamma_greedy, gamma_sampling
+from core.drafter_pool import DrafterState
+from core.drafting import grow_tree
+from core.request import RequestState
+from core.sampling import log_probs, process_logits
+from core.stats import RoundStats, TokenLogprob
+from core.target import Target, TargetOutput, compact_cache
+from core.tree import DraftTree, chain_tree
+from core.verify import verify_greedy, verify_sampling
+
+
+def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[int]:
+    """Prompt forward (counted as the prefill pass), first token, drafters' first catch-up."""
+    ids = torch.tensor(state.token_ids, dtype=torch.long)
+    out = target.forward(state.cache, ids, torch.arange(ids.numel()))
+    state.stats.target_forwards += 1
+    last = out.logits[-1:]
+    if state.params.greedy:
+        tok = int(last[0].argmax())
+    else:
+        probs = _processed(last, state)
+        tok = int(torch.multinomial(probs[0], 1, generator=state.generator).item())
+    state.prefilled = True
+    committed = state.commit([tok], _maybe_logprobs(state, last, [tok]))
+    state.stats.prefill_tokens = len(committed)
+    state.stats.completion_tokens += len(committed)
+    if state.learner is not None and not state.finished:
+        tokens = torch.cat([ids[1:], torch.tensor([tok])])
+        state.dstate, _ = DrafterState.start(state.snapshot, out.features, tokens, torch.arange(ids.numel()),
+                                             config.tree.top_k)
+    return committed
+
+
+def speculative_round(target: Target, state: RequestState, config: EngineConfig) -> tuple[list[int], RoundStats]:
+    t0 = time.perf_counter()
+    weights = state.weights()
+    chosen = state.select(argmax=config.selector.select == "argmax")
+    n = len(state.token_ids) - 1  # committed tokens in the target KV cache; the root is next
+    tree = _draft(state, chosen, n, config)
+    t1 = time.perf_counter()
+    out = target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask)
+    probs = None if state.params.greedy else _processed(out.logits, state)
+    if probs is None:
+        path, bonus = verify_greedy(tree, out.logits)
+    else:
+        path, bonus = verify_sampling(tree, probs, state.generator)
+    compact_cache(state.cache, n, torch.tensor(path))
+    new = [int(t) for t in tree.tokens[path[1:]].tolist()] + [bonus]
+    committed = state.commit(new, _maybe_logprobs(state, out.logits[path], new))
+    t2 = time.perf_counter()
+    if state.dstate is not None and not state.finished:
+        _evaluate(state, out, path, new, probs, chosen, n, config)
+    t3 = time.perf_counter()
+    drafter = state.snapshot.ids[chosen] if chosen is not None else None
+    rs = RoundStats(
+        round_index=state.stats.rounds, drafter=drafter, drafted=tree.num_drafted, accepted=len(path) - 1,
+        committed=len(committed), draft_s=t1 - t0, verify_s=t2 - t1, evaluate_s=t3 - t2,
+        bookkeeping_s=0.0, weights=weights,
+    )
+    state.stats.record_round(rs)
+    state.stats.weights = state.weights()
+    return committed, rs
+
+
+def _draft(state: RequestState, chosen: int | None, n: int, config: EngineConfig) -> DraftTree:
+    root = state.token_ids[-1]
+    if chosen is None or state.dstate is None:
+        return chain_tree([root])
+    drafter = state.snapshot.drafters[state.snapshot.ids[chosen]]
+    kv = state.dstate.drafter_kv(state.snapshot, chosen)
+    return grow_tree(drafter, kv, state.dstate.h_last[chosen], root, n, config.tree)
+
+
+def _evaluate(state: RequestState, out: TargetOutput, path: list[int], new: list[int], probs: Tensor | None,
+              chosen: int | None, n: int, config: EngineConfig) -> None:
+    """Evaluation phase: all drafters catch up on the L+1 verified pairs (one batched pass per
+    group), then γ_d(m) for m = n..n+L and the learner update. No target call."""
+    assert state.dstate is not None and state.feedback is not None
+    steps = len(new)
+    prev = state.dstate.pending_topk  # top-k at position n, from the previous catch-up
+    topk = state.dstate.advance(state.snapshot, out.features[path], torch.tensor(new),
+                                torch.arange(n, n + steps), config.tree.top_k)
+    q_topk = torch.cat([prev[:, None], topk[:, : steps - 1]], dim=1).cpu().numpy()  # [N, L+1, k]
+    if probs is None:
+        argmax = out.logits[path].argmax(dim=-1).cpu().numpy()
+        gammas = gamma_greedy(argmax, q_topk)
+    else:
+        gammas = gamma_sampling(probs[path].cpu().numpy().astype(np.float64), q_topk)
+    state.feedback.open_window(n, chosen, steps)
+    state.feedback.add_gammas(n, gammas)
+    state.learn(state.feedback.pop_completed())
+    if state.learner is not None and not state.learner.full_information and chosen is not None:
+        state.learner.update_bandit(chosen, float(steps), config.tree.depth + 1)
+
+
+def _processed(logits: Tensor, state: RequestState) -> Tensor:
+    p = state.params
+    return process_logits(logits, p.temperature, p.top_p, p.top_k)
+
+
+def _maybe_logprobs(state: RequestState, logits: Tensor, tokens: list[int]) -> list[TokenLogprob] | None:
+    """Target log-probabilities of `tokens`, row j of `logits` being the distribution of token j."""
+    k = state.params.logprobs
+    if k is None:
+        return None
+    lp = log_probs(logits)
+    out = []
+    for j, tok in enumerate(tokens):
+        top: tuple[tuple[int, float], ...] = ()
+        if k > 0:
+            vals, idx = torch.topk(lp[j], min(k, lp.shape[-1]))
+            top = tuple((int(i), float(v)) for i, v in zip(idx.tolist(), vals.tolist()))
+        out.append(TokenLogprob(tok, float(lp[j, tok]), top))
+    return out

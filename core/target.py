@@ -1,0 +1,153 @@
+"""The target LM: load a local Hugging Face causal LM, run a draft tree in one forward pass on
+top of the KV cache, capture the three EAGLE-3 auxiliary hidden states, compact the cache.
+
+Supported families: Llama, Qwen2, Qwen3, Mistral (any decoder-only model whose transformers
+implementation accepts a 4D additive attention mask and explicit position ids). Never
+`trust_remote_code`: a checkpoint that needs custom code is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from core.drafter_check import default_aux_layers
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class TargetLoadError(ValueError):
+    """The target directory cannot be served."""
+
+
+@dataclass(frozen=True)
+class TargetOutput:
+    logits: Tensor  # [T, V] float32
+    features: Tensor  # [T, 3H] fused (low, mid, high) inputs of the aux decoder layers
+
+
+def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}: use one of {sorted(DTYPES)}")
+    return DTYPES[name]
+
+
+class Target:
+    """A causal LM plus the bookkeeping speculative decoding needs. Not thread-safe."""
+
+    def __init__(self, model: Any, tokenizer: Any, aux_layers: tuple[int, int, int] | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        cfg = model.config
+        self.num_layers = int(cfg.num_hidden_layers)
+        self.hidden_size = int(cfg.hidden_size)
+        self.vocab_size = int(cfg.vocab_size)
+        self.aux_layers = tuple(aux_layers) if aux_layers else default_aux_layers(self.num_layers)
+        if any(not 0 <= i < self.num_layers for i in self.aux_layers):
+            raise TargetLoadError(f"aux layers {self.aux_layers} outside 0..{self.num_layers - 1}")
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.forward_count = 0  # every target forward pass (prefill, verification, plain step)
+        self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        device: str = "cpu",
+        dtype: str | torch.dtype = "float32",
+        aux_layers: tuple[int, int, int] | None = None,
+        device_map: str | None = None,
+    ) -> Target:
+        path = Path(path)
+        model_type = _model_type(path)
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise TargetLoadError(f"model_type {model_type!r} not supported (use {SUPPORTED_MODEL_TYPES})")
+        kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype), "trust_remote_code": False}
+        if device_map:  # spread a target that does not fit one GPU over the box's GPUs
+            kwargs["device_map"] = device_map
+        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kwargs)
+        if not device_map:
+            model = model.to(device)
+        model.eval().requires_grad_(False)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+        return cls(model, tokenizer, aux_layers)
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        ids: set[int] = set()
+        for src in (self.model.config.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None),
+                    self.tokenizer.eos_token_id):
+            if isinstance(src, int):
+                ids.add(src)
+            elif isinstance(src, (list, tuple)):
+                ids.update(int(i) for i in src)
+        return tuple(sorted(ids))
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.model.config)
+
+    @torch.no_grad()
+    def forward(
+        self, cache: DynamicCache, input_ids: Tensor, positions: Tensor, tree_mask: Tensor | None = None
+    ) -> TargetOutput:
+        """Run T new tokens on top of `cache` (which grows by T).
+
+        input_ids/positions: [T]; tree_mask: [T, T] bool (node i may attend node j), None =
+        causal. The committed prefix in the cache is visible to every new token.
+        """
+        n, t = cache.get_seq_length(), input_ids.numel()
+        if tree_mask is None:
+            tree_mask = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()
+        mask = additive_mask(n, tree_mask.to(self.device), self.dtype)
+        out = self.model(
+            input_ids=input_ids.view(1, t).to(self.device),
+            position_ids=positions.view(1, t).to(self.device),
+            attention_mask=mask,
+            past_key_values=cache,
+            use_cache=True,
+            output_hidden_states=True,
+        )
+        self.forward_count += 1
+        feats = torch.cat([out.hidden_states[i][0] for i in self.aux_layers], dim=-1)
+        return TargetOutput(logits=out.logits[0].float(), features=feats)
+
+    def features_dtype(self) -> torch.dtype:
+        return self.dtype
+
+
+def additive_mask(past: int, tree_mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """[1,1,T,past+T] additive mask: full view of the past, `tree_mask` over the new tokens."""
+    t = tree_mask.shape[0]
+    allowed = torch.cat([torch.ones(t, past, dtype=torch.bool, device=tree_mask.device), tree_mask], dim=1)
+    mask = torch.zeros(t, past + t, dtype=dtype, device=tree_mask.device)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min if dtype != torch.float32 else -math.inf)[None, None]
+
+
+def compact_cache(cache: DynamicCache, committed: int, keep: Tensor) -> None:
+    """Keep the first `committed` entries plus the new entries at offsets `keep` (accepted path)."""
+    for layer in cache.layers:
+        idx = torch.cat([torch.arange(committed, device=layer.keys.device), committed + keep.to(layer.keys.device)])
+        layer.keys = layer.keys.index_select(-2, idx)
+        layer.values = layer.values.index_select(-2, idx)
+
+
+def _model_type(path: Path) -> str:
+    try:
+        raw = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TargetLoadError(f"cannot read target config {path / 'config.json'}: {exc}") from exc
+    if raw.get("auto_map"):
+        raise TargetLoadError("target requires remote code (auto_map); refused: no trust_remote_code")
+    return str(raw.get("model_type", ""))
