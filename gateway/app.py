@@ -1,0 +1,96 @@
+"""`create_app(settings, engine=None)`: the FastAPI application and its lifespan.
+
+Start-up order: the engine worker thread starts loading and warming the engine in the
+background (so `/health` answers at once and `/ready` says 503 until it is done), while the
+registry database is migrated to head. Shutdown drains in-flight requests (up to
+`drain_timeout_s`) before the worker stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from gateway.auth import KeySet
+from gateway.config import Settings
+from gateway.errors import install_error_handlers
+from gateway.events import EventBus
+from gateway.metrics import GatewayMetrics
+from gateway.middleware import ArrivalClock, BodySizeLimit
+from gateway.registry_link import RegistryLink
+from gateway.routes import health, openai
+from gateway.runner import Engine, EngineRunner
+from gateway.serving import Serving
+
+log = logging.getLogger(__name__)
+
+
+def load_engine(settings: Settings) -> Engine:
+    """Build the engine the settings describe (runs on the worker thread)."""
+    from core.engine import SpecEngine
+
+    config = settings.engine_config()
+    if settings.target is not None:
+        return SpecEngine.from_dirs(
+            settings.target, settings.drafter_dirs(), config, model_name=settings.model_name
+        )
+    if settings.pool is None:
+        raise ValueError("no model to serve: set --pool or --target")
+    return SpecEngine.from_pool_file(settings.pool, config, model_name=settings.model_name)
+
+
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+    settings = settings or Settings()
+    metrics = GatewayMetrics()
+    events = EventBus()
+    loader = (lambda: engine) if engine is not None else partial(load_engine, settings)
+    runner = EngineRunner(
+        loader,
+        max_running=settings.max_running,
+        max_queue=settings.max_queue,
+        request_timeout_s=settings.request_timeout_s,
+        metrics=metrics,
+        events=events,
+        config_repr=repr(settings.engine_config()),
+        warmup=settings.warmup,
+    )
+    registry = RegistryLink(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        events.bind(asyncio.get_running_loop())
+        runner.start()
+        await asyncio.to_thread(registry.open)
+        yield
+        log.info("draining %d in-flight requests", runner.in_flight)
+        await runner.stop(settings.drain_timeout_s)
+        registry.close()
+
+    app = FastAPI(title="HedgeSpec Gateway", version="0.1.0", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.runner = runner
+    app.state.serving = Serving(runner, settings, metrics)
+    app.state.metrics = metrics
+    app.state.events = events
+    app.state.registry = registry
+    app.state.api_keys = KeySet(settings.api_keys)
+    app.state.admin_keys = KeySet([settings.admin_key] if settings.admin_key else [])
+    install_error_handlers(app)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(ArrivalClock)
+    app.include_router(health.router)
+    app.include_router(openai.router)
+    return app

@@ -1,0 +1,180 @@
+"""The `hedgespec` console script.
+
+Each subcommand lives in a module with `register(subparsers) -> None`, which adds its parser
+and sets `handler=<function(args) -> int>`. To add a command group (e.g. `bench`), write such a
+module and list it in `COMMAND_MODULES`; `drafter` subcommands are registered the same way in
+`gateway/cli_drafter.py` (`DRAFTER_COMMAND_MODULES`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gateway.config import REPO_ROOT
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "gateway.cli",  # serve, demo (below)
+    "gateway.cli_drafter",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hedgespec",
+        description="OpenAI-compatible gateway with no-regret EAGLE-3 drafter selection.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+def register(sub: Any) -> None:
+    _register_serve(sub)
+    _register_demo(sub)
+
+
+# ---- serve ------------------------------------------------------------------------------------
+
+# CLI flag -> Settings field. Flags left unset fall through to HEDGESPEC_* / .env / defaults.
+SERVE_FLAGS: dict[str, str] = {
+    "host": "host",
+    "port": "port",
+    "pool": "pool",
+    "target": "target",
+    "drafter": "drafters",
+    "model_name": "model_name",
+    "database_url": "database_url",
+    "api_key": "api_keys",
+    "admin_key": "admin_key",
+    "cors_origin": "cors_origins",
+    "policy": "default_policy",
+    "device": "device",
+    "dtype": "dtype",
+    "max_context": "max_context",
+    "max_running": "max_running",
+    "max_queue": "max_queue",
+    "request_timeout": "request_timeout_s",
+    "drain_timeout": "drain_timeout_s",
+    "log_level": "log_level",
+}
+
+
+def _register_serve(sub: Any) -> None:
+    p = sub.add_parser("serve", help="start the OpenAI-compatible server")
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--pool", type=Path, help="pool.json (default: the shipped demo pool)")
+    p.add_argument("--target", type=Path, help="a target model directory (instead of --pool)")
+    p.add_argument("--drafter", action="append", metavar="ID=PATH", help="drafter for --target")
+    p.add_argument("--model-name", help="served model id (default: the target's name)")
+    p.add_argument("--database-url", help="registry database URL (default: var/hedgespec.db)")
+    p.add_argument("--api-key", action="append", help="accepted client key (repeatable)")
+    p.add_argument("--admin-key", help="key for /admin/*")
+    p.add_argument("--cors-origin", action="append", help="allowed CORS origin (repeatable)")
+    p.add_argument("--policy", help="what `auto` means: a learner name, none or fixed:<id>")
+    p.add_argument("--device", help="torch device (default cpu)")
+    p.add_argument("--dtype", help="float32, bfloat16 or float16")
+    p.add_argument("--max-context", type=int, help="context window cap in tokens")
+    p.add_argument("--max-running", type=int, help="requests interleaved at once")
+    p.add_argument("--max-queue", type=int, help="requests waiting before 429")
+    p.add_argument("--request-timeout", type=float, help="per-request deadline, seconds")
+    p.add_argument("--drain-timeout", type=float, help="graceful shutdown budget, seconds")
+    p.add_argument("--log-level", help="debug, info, warning, error")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
+    p.set_defaults(handler=serve)
+
+
+def serve_settings(args: argparse.Namespace) -> Any:
+    from gateway.config import Settings
+
+    overrides = {
+        field: getattr(args, flag)
+        for flag, field in SERVE_FLAGS.items()
+        if getattr(args, flag, None) is not None
+    }
+    if getattr(args, "no_warmup", False):
+        overrides["warmup"] = False
+    return Settings(**overrides)
+
+
+def serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+    from pydantic import ValidationError
+
+    from gateway.app import create_app
+
+    try:
+        settings = serve_settings(args)
+    except ValidationError as exc:
+        print(f"hedgespec serve: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    problem = _missing_model(settings)
+    if problem:
+        print(f"hedgespec serve: {problem}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=int(settings.drain_timeout_s) + 5,
+        lifespan="on",
+    )
+    uvicorn.Server(config).run()
+    return 0
+
+
+def _missing_model(settings: Any) -> str | None:
+    if settings.target is not None:
+        if not Path(settings.target).is_dir():
+            return f"target directory not found: {settings.target}"
+        return None
+    if settings.pool is None or not Path(settings.pool).is_file():
+        return (
+            f"pool file not found: {settings.pool}. Build the demo pool with "
+            "`hedgespec demo build`, or pass --pool / --target."
+        )
+    return None
+
+
+# ---- demo -------------------------------------------------------------------------------------
+
+
+def _register_demo(sub: Any) -> None:
+    demo = sub.add_parser("demo", help="the shipped demo pool")
+    demo_sub = demo.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
+    build = demo_sub.add_parser("build", help="train the demo target and drafters")
+    build.add_argument("--out", type=Path, default=REPO_ROOT / "demo" / "pool")
+    build.add_argument("--quick", action="store_true", help="a fast, smaller build")
+    build.set_defaults(handler=demo_build)
+
+
+def demo_build(args: argparse.Namespace) -> int:
+    try:
+        from demo.pipeline import build
+    except ImportError as exc:
+        print(f"hedgespec demo build: the demo pipeline is unavailable: {exc}", file=sys.stderr)
+        return 2
+    build(args.out, quick=args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

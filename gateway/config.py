@@ -1,0 +1,119 @@
+"""The gateway's one settings object.
+
+Every knob comes from, in order of precedence: keyword arguments (the CLI passes its flags
+this way), `HEDGESPEC_*` environment variables, a `.env` file in the working directory, and the
+defaults below. Nothing is read at import time: `create_app` builds `Settings()` once.
+
+List settings (`HEDGESPEC_API_KEYS`, `HEDGESPEC_CORS_ORIGINS`, `HEDGESPEC_DRAFTERS`) accept
+either a JSON list or a comma-separated string, because `k1,k2` is what operators type.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from core.config import LEARNER_NAMES, EngineConfig, SelectorConfig, TreeConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_POOL = REPO_ROOT / "demo" / "pool" / "pool.json"
+DEFAULT_DATABASE_URL = f"sqlite:///{REPO_ROOT / 'var' / 'hedgespec.db'}"
+
+
+def _split_list(value: Any) -> Any:
+    """Accept `a,b` or `["a","b"]` for list settings coming from the environment."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [item.strip() for item in text.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Runtime configuration of `hedgespec serve`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="HEDGESPEC_", env_file=".env", env_ignore_empty=True, extra="ignore"
+    )
+
+    # --- HTTP -------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    log_level: str = "info"
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    sse_ping_s: float = Field(default=15.0, ge=0.0)  # keep-alive comment frames; 0 disables
+
+    # --- security (SecretStr keeps keys out of reprs and logs) -----------------------------
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    admin_key: SecretStr | None = None
+
+    # --- model pool ---------------------------------------------------------------------------
+    pool: Path | None = DEFAULT_POOL  # pool.json; ignored when `target` is set
+    target: Path | None = None  # a target directory, served with `drafters`
+    drafters: Annotated[list[str], NoDecode] = Field(default_factory=list)  # "id=path"
+    model_name: str | None = None  # served model id; default: the engine's name
+    database_url: str = DEFAULT_DATABASE_URL
+
+    # --- engine ------------------------------------------------------------------------------
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_context: int | None = Field(default=None, ge=16)
+    tree_top_k: int | None = Field(default=None, ge=1)
+    tree_depth: int | None = Field(default=None, ge=1)
+    tree_total_tokens: int | None = Field(default=None, ge=1)
+    default_policy: str = "normalhedge"  # what `hedgespec.policy: auto` means
+
+    # --- scheduling ----------------------------------------------------------------------------
+    max_running: int = Field(default=16, ge=1)  # requests interleaved in the engine at once
+    max_queue: int = Field(default=64, ge=0)  # admitted requests waiting for a running slot
+    max_n: int = Field(default=16, ge=1)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    warmup: bool = True
+
+    @field_validator("api_keys", "cors_origins", "drafters", mode="before")
+    @classmethod
+    def _parse_list(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("default_policy")
+    @classmethod
+    def _check_policy(cls, value: str) -> str:
+        if value not in LEARNER_NAMES and value != "none" and not value.startswith("fixed:"):
+            raise ValueError(f"default_policy must be one of {LEARNER_NAMES}, none or fixed:<id>")
+        return value
+
+    def drafter_dirs(self) -> list[tuple[str, Path]]:
+        """`drafters` as (id, path) pairs; `id=path`, or a bare path whose name is the id."""
+        pairs = []
+        for item in self.drafters:
+            drafter_id, sep, path = item.partition("=")
+            if not sep:
+                path, drafter_id = drafter_id, Path(drafter_id).name
+            pairs.append((drafter_id.strip(), Path(path.strip())))
+        return pairs
+
+    def engine_config(self) -> EngineConfig:
+        """Frozen engine configuration; unset knobs keep the core's measured defaults."""
+        tree_defaults = TreeConfig()
+        tree = TreeConfig(
+            top_k=self.tree_top_k or tree_defaults.top_k,
+            depth=self.tree_depth or tree_defaults.depth,
+            total_tokens=self.tree_total_tokens or tree_defaults.total_tokens,
+        )
+        extra: dict[str, Any] = {}
+        if self.max_context is not None:
+            extra["max_context"] = self.max_context
+        return EngineConfig(
+            device=self.device,
+            dtype=self.dtype,
+            tree=tree,
+            selector=SelectorConfig(policy=self.default_policy),
+            **extra,
+        )

@@ -1,0 +1,157 @@
+"""Prometheus metrics, one `CollectorRegistry` per app (tests and replicas never share state).
+
+Counters mirror vLLM's speculative-decoding semantics (`vllm/v1/spec_decode/metrics.py`) with
+a `drafter` label, so the usual PromQL carries over per drafter:
+
+  acceptance rate        rate(hedgespec_spec_decode_num_accepted_tokens_total[5m])
+                         / rate(hedgespec_spec_decode_num_draft_tokens_total[5m])
+  mean acceptance length 1 + rate(..._num_accepted_tokens_total) / rate(..._num_drafts_total)
+  per-position rate      rate(..._num_accepted_tokens_per_pos_total) / rate(..._num_drafts_total)
+
+Plain rounds (policy `none`) are counted under `drafter="none"` with zero draft tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from core.stats import RoundStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20)
+LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 10)
+REGRET_BUCKETS = (-10, -1, 0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
+
+
+class GatewayMetrics:
+    """Every metric the gateway exports; methods are safe to call from any thread."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self._spec_metrics()
+        self._request_metrics()
+
+    def _spec_metrics(self) -> None:
+        r, d = self.registry, ["drafter"]
+        self.num_drafts = Counter(
+            "hedgespec_spec_decode_num_drafts",
+            "Speculative rounds (one target pass each).",
+            d,
+            registry=r,
+        )
+        self.num_draft_tokens = Counter(
+            "hedgespec_spec_decode_num_draft_tokens",
+            "Draft tokens sent to verification.",
+            d,
+            registry=r,
+        )
+        self.num_accepted_tokens = Counter(
+            "hedgespec_spec_decode_num_accepted_tokens", "Draft tokens accepted.", d, registry=r
+        )
+        self.accepted_per_pos = Counter(
+            "hedgespec_spec_decode_num_accepted_tokens_per_pos",
+            "Accepted draft tokens by depth (position 0 = first draft token).",
+            ["drafter", "position"],
+            registry=r,
+        )
+        self.drafter_selected = Counter(
+            "hedgespec_drafter_selected",
+            "Rounds in which a policy selected a drafter.",
+            ["drafter", "policy"],
+            registry=r,
+        )
+        self.acceptance_length = Histogram(
+            "hedgespec_request_mean_acceptance_length",
+            "Per-request mean tokens committed per target pass.",
+            ["policy"],
+            buckets=LENGTH_BUCKETS,
+            registry=r,
+        )
+        self.regret = Histogram(
+            "hedgespec_request_regret_tokens",
+            "Per-request regret in tokens against the best single drafter in hindsight.",
+            ["policy"],
+            buckets=REGRET_BUCKETS,
+            registry=r,
+        )
+
+    def _request_metrics(self) -> None:
+        r = self.registry
+        self.requests = Counter(
+            "hedgespec_requests",
+            "Finished HTTP generation requests.",
+            ["endpoint", "finish_reason"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "hedgespec_requests_rejected",
+            "Requests refused before generation.",
+            ["reason"],
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "hedgespec_prompt_tokens", "Prompt tokens processed.", registry=r
+        )
+        self.generation_tokens = Counter(
+            "hedgespec_generation_tokens", "Completion tokens generated.", registry=r
+        )
+        self.latency = Histogram(
+            "hedgespec_e2e_request_latency_seconds",
+            "Request latency as the client sees it.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "hedgespec_time_to_first_token_seconds",
+            "Time from request arrival to first token.",
+            ["endpoint"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.queue_time = Histogram(
+            "hedgespec_request_queue_time_seconds",
+            "Time waiting for a running slot.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.running = Gauge(
+            "hedgespec_num_requests_running", "Requests interleaved in the engine.", registry=r
+        )
+        self.waiting = Gauge(
+            "hedgespec_num_requests_waiting", "Requests waiting for a running slot.", registry=r
+        )
+
+    def observe_round(self, rs: RoundStats, *, policy: str) -> None:
+        drafter = rs.drafter or "none"
+        self.num_drafts.labels(drafter).inc()
+        self.num_draft_tokens.labels(drafter).inc(rs.drafted)
+        self.num_accepted_tokens.labels(drafter).inc(rs.accepted)
+        for position in range(rs.accepted):
+            self.accepted_per_pos.labels(drafter, str(position)).inc()
+        if rs.drafter is not None:
+            self.drafter_selected.labels(drafter, policy).inc()
+
+    def observe_request_stats(self, stats: dict[str, Any]) -> None:
+        policy = str(stats.get("policy", "unknown"))
+        if stats.get("num_spec_steps"):
+            self.acceptance_length.labels(policy).observe(float(stats["mean_acceptance_length"]))
+            self.regret.labels(policy).observe(float(stats.get("regret_tokens", 0.0)))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

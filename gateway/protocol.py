@@ -1,0 +1,255 @@
+"""OpenAI request models (field names exactly as in openai-openapi) and response shapes.
+
+Unknown request fields are accepted and ignored (`extra="allow"`, as vLLM does) and logged at
+debug level. Known OpenAI fields this server cannot honour (`tools`, non-text
+`response_format`, penalties, `logit_bias`, `suffix`, `best_of > 1`) are refused with a 400
+that names the parameter when they carry a non-default value: silently ignoring a parameter
+that changes the output is worse than an error (tgi#2914).
+
+Extensions, both vLLM-compatible: `top_k`, `ignore_eos`; ours: a `hedgespec` object.
+Responses are plain dicts built in `gateway/serving.py`; their shapes are pinned by tests
+against the `openai` SDK's own types.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.errors import invalid_request
+
+log = logging.getLogger(__name__)
+
+MAX_STOP_SEQUENCES = 4
+MAX_CHAT_TOP_LOGPROBS = 20
+MAX_COMPLETION_LOGPROBS = 5
+INT64 = 2**63
+
+
+class OpenAIBaseModel(BaseModel):
+    """Accepts unknown fields (clients send newer or vendor fields) and ignores them."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="after")
+    def _log_ignored(self) -> OpenAIBaseModel:
+        if self.model_extra:
+            log.debug("ignoring unknown fields %s", sorted(self.model_extra))
+        return self
+
+
+class StreamOptions(OpenAIBaseModel):
+    include_usage: bool | None = False
+
+
+class HedgeSpecOptions(OpenAIBaseModel):
+    """Our request extension: `auto`, `none`, `fixed:<drafter id>` or a learner name."""
+
+    policy: str = Field(default="auto", min_length=1, max_length=200)
+
+
+def _text_of(content: Any) -> str:
+    """A message's `content` as plain text: a string, or a list of `{"type":"text"}` parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ValueError("must be a string or a list of content parts")
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "text":
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise ValueError(f"only text content parts are supported, got {kind!r}")
+        if not isinstance(part.get("text"), str):
+            raise ValueError("a text content part needs a string `text`")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+class ChatMessage(OpenAIBaseModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Any = None
+    name: str | None = None
+
+    @field_validator("content", mode="after")
+    @classmethod
+    def _flatten(cls, value: Any) -> str:
+        return _text_of(value)
+
+    def template_dict(self) -> dict[str, str]:
+        # Chat templates predate the `developer` role; it means `system` to them.
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": str(self.content)}
+
+
+def _normalise_stop(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise ValueError("must be a string or a list of strings")
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences are supported")
+    if any(s == "" for s in stops):
+        raise ValueError("stop sequences must not be empty")
+    return stops or None
+
+
+class SamplingFields(OpenAIBaseModel):
+    """Fields shared by chat and completions requests."""
+
+    model: str
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    n: int = Field(default=1, ge=1, le=128)
+    seed: int | None = Field(default=None, ge=-INT64, lt=INT64)
+    stop: Any = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    hedgespec: HedgeSpecOptions | None = None
+    top_k: int | None = Field(default=None, ge=0)  # vLLM extension; 0 = off
+    ignore_eos: bool = False  # vLLM extension; fixed-length generation for benchmarks
+
+    @field_validator("stop", mode="after")
+    @classmethod
+    def _check_stop(cls, value: Any) -> list[str] | None:
+        return _normalise_stop(value)
+
+    @field_validator("presence_penalty", "frequency_penalty", mode="after")
+    @classmethod
+    def _no_penalties(cls, value: float | None) -> float | None:
+        if value:
+            raise ValueError("penalties are not supported by this server; send 0 or omit it")
+        return value
+
+    @field_validator("logit_bias", mode="after")
+    @classmethod
+    def _no_logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value:
+            raise ValueError("logit_bias is not supported by this server")
+        return value
+
+    def check(self) -> None:
+        """Cross-field rules, raised with the offending `param` named (overridden below)."""
+
+    @property
+    def stop_strings(self) -> list[str]:
+        return list(self.stop or [])
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def policy(self) -> str:
+        return self.hedgespec.policy if self.hedgespec else "auto"
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_CHAT_TOP_LOGPROBS)
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    @field_validator("tools", "functions", mode="after")
+    @classmethod
+    def _no_tools(cls, value: list[Any] | None) -> list[Any] | None:
+        if value:
+            raise ValueError("tool calling is not supported by this server")
+        return value
+
+    @field_validator("response_format", mode="after")
+    @classmethod
+    def _text_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value and value.get("type", "text") != "text":
+            raise ValueError("only response_format {'type': 'text'} is supported")
+        return value
+
+    def check(self) -> None:
+        """Cross-field rules, raised with the offending `param` named."""
+        if self.top_logprobs and not self.logprobs:
+            raise invalid_request("top_logprobs requires logprobs to be true", param="top_logprobs")
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        # `max_tokens` is deprecated in chat in favour of `max_completion_tokens`.
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def num_logprobs(self) -> int | None:
+        """Engine `SamplingParams.logprobs`: None, or how many alternatives per token."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+PromptInput = list[str | list[int]]
+
+
+def _normalise_prompt(value: Any) -> PromptInput:
+    """str | list[str] | list[int] | list[list[int]] -> a list of prompts (text or ids)."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not value:
+        raise ValueError("must be a non-empty string, list of strings, or list of token ids")
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        return [list(value)]
+    prompts: PromptInput = []
+    for item in value:
+        if isinstance(item, str):
+            prompts.append(item)
+        elif isinstance(item, list) and item and all(isinstance(x, int) for x in item):
+            prompts.append(list(item))
+        else:
+            raise ValueError("each prompt must be a string or a non-empty list of token ids")
+    return prompts
+
+
+class CompletionRequest(SamplingFields):
+    prompt: Any
+    max_tokens: int | None = Field(default=16, ge=1)
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_COMPLETION_LOGPROBS)
+    echo: bool | None = False
+    suffix: str | None = None
+    best_of: int | None = Field(default=None, ge=1)
+
+    @field_validator("prompt", mode="after")
+    @classmethod
+    def _check_prompt(cls, value: Any) -> PromptInput:
+        return _normalise_prompt(value)
+
+    @field_validator("suffix", mode="after")
+    @classmethod
+    def _no_suffix(cls, value: str | None) -> str | None:
+        if value:
+            raise ValueError("suffix is not supported by this server")
+        return value
+
+    def check(self) -> None:
+        """Cross-field rules, raised with the offending `param` named."""
+        if self.best_of is not None and self.best_of != self.n:
+            raise invalid_request(
+                "best_of is not supported by this server; omit it or set it to n", param="best_of"
+            )
+
+    @property
+    def prompts(self) -> PromptInput:
+        return list(self.prompt)
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self.max_tokens
+
+    @property
+    def num_logprobs(self) -> int | None:
+        return self.logprobs

@@ -1,0 +1,191 @@
+"""Response bodies in exact OpenAI shapes (chat, completions, their stream chunks, models),
+plus the `metrics.speculative_decoding` extension and the SSE frame encoder.
+
+Shapes follow openai-openapi (`CreateChatCompletionResponse`, `CreateChatCompletionStream
+Response`, `CreateCompletionResponse`, `ChatCompletionTokenLogprob`); tests validate every body
+against the `openai` SDK's own pydantic types.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.stats import TokenLogprob
+from gateway.service import TokenText
+
+DONE_FRAME = b"data: [DONE]\n\n"
+SPEC_KEYS = (
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+    "num_spec_steps",
+    "num_draft_tokens",
+    "num_accepted_draft_tokens",
+    "acceptance_by_position",
+    "policy",
+    "drafter_choices",
+    "regret_tokens",
+    "final_weights",
+)
+
+
+def sse_frame(payload: dict[str, Any]) -> bytes:
+    """One SSE event, exactly `data: {json}\\n\\n` (JSON never contains a raw newline)."""
+    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return b"data: " + body.encode("utf-8") + b"\n\n"
+
+
+# ---- logprobs ---------------------------------------------------------------------------------
+
+
+def chat_logprob(token_text: TokenText, lp: TokenLogprob) -> dict[str, Any]:
+    token, raw = token_text(lp.token_id)
+    return {
+        "token": token,
+        "logprob": _finite(lp.logprob),
+        "bytes": raw,
+        "top_logprobs": [
+            {"token": t, "logprob": _finite(v), "bytes": b}
+            for t, b, v in ((*token_text(tid), v) for tid, v in lp.top)
+        ],
+    }
+
+
+def completion_logprobs(
+    token_text: TokenText, lps: list[TokenLogprob], offsets: list[int]
+) -> dict[str, Any]:
+    tokens, token_lps, tops = [], [], []
+    for lp in lps:
+        token = token_text(lp.token_id)[0]
+        tokens.append(token)
+        token_lps.append(_finite(lp.logprob))
+        top = {token_text(tid)[0]: _finite(v) for tid, v in lp.top}
+        top.setdefault(token, _finite(lp.logprob))
+        tops.append(top)
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_lps,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+
+
+def _finite(value: float) -> float:
+    # OpenAI documents -9999.0 for "very unlikely"; JSON has no -inf.
+    return value if value > -9999.0 else -9999.0
+
+
+# ---- speculative-decoding metrics ---------------------------------------------------------------
+
+
+def spec_metrics(stats: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """`metrics.speculative_decoding`: one choice's stats, or the aggregate of n choices.
+
+    With n > 1 the counts and `regret_tokens` are summed, `mean_acceptance_length` is recomputed
+    over all rounds, `acceptance_by_position` is summed per depth, `drafter_choices` lists the
+    rounds of every choice in choice order and `final_weights` is the mean distribution; each
+    choice's own object is under `per_choice` (vLLM returns null for n > 1 instead).
+    """
+    present = [s for s in stats if s is not None]
+    if not present:
+        return None
+    if len(stats) == 1:
+        return _one(present[0])
+    per_choice = [_one(s) if s is not None else None for s in stats]
+    return {**_aggregate(present), "per_choice": per_choice}
+
+
+def _one(s: dict[str, Any]) -> dict[str, Any]:
+    drafted = int(s.get("num_draft_tokens", 0))
+    accepted = int(s.get("num_accepted_draft_tokens", 0))
+    out = {k: s.get(k) for k in SPEC_KEYS if k != "draft_acceptance_rate"}
+    out["draft_acceptance_rate"] = accepted / drafted if drafted else 0.0
+    return {k: out[k] for k in SPEC_KEYS}
+
+
+def _aggregate(stats: list[dict[str, Any]]) -> dict[str, Any]:
+    steps = sum(int(s.get("num_spec_steps", 0)) for s in stats)
+    tokens = sum(
+        float(s.get("mean_acceptance_length", 0.0)) * int(s.get("num_spec_steps", 0)) for s in stats
+    )
+    drafted = sum(int(s.get("num_draft_tokens", 0)) for s in stats)
+    accepted = sum(int(s.get("num_accepted_draft_tokens", 0)) for s in stats)
+    by_pos = _sum_positions([list(s.get("acceptance_by_position") or []) for s in stats])
+    weights: dict[str, float] = {}
+    for s in stats:
+        for d, w in (s.get("final_weights") or {}).items():
+            weights[d] = weights.get(d, 0.0) + float(w) / len(stats)
+    return {
+        "mean_acceptance_length": tokens / steps if steps else 0.0,
+        "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
+        "num_spec_steps": steps,
+        "num_draft_tokens": drafted,
+        "num_accepted_draft_tokens": accepted,
+        "acceptance_by_position": by_pos,
+        "policy": stats[0].get("policy"),
+        "drafter_choices": [d for s in stats for d in (s.get("drafter_choices") or [])],
+        "regret_tokens": sum(float(s.get("regret_tokens", 0.0)) for s in stats),
+        "final_weights": weights,
+    }
+
+
+def _sum_positions(lists: list[list[int]]) -> list[int]:
+    depth = max((len(values) for values in lists), default=0)
+    return [sum(int(v[k]) for v in lists if k < len(v)) for k in range(depth)]
+
+
+# ---- bodies -----------------------------------------------------------------------------------
+
+
+def envelope(*, id: str, object: str, created: int, model: str, fingerprint: str) -> dict[str, Any]:
+    return {
+        "id": id,
+        "object": object,
+        "created": created,
+        "model": model,
+        "system_fingerprint": fingerprint,
+    }
+
+
+def chat_choice(
+    index: int, text: str, finish_reason: str | None, logprobs: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    return {
+        "index": index,
+        "message": {"role": "assistant", "content": text, "refusal": None},
+        "logprobs": {"content": logprobs, "refusal": None} if logprobs is not None else None,
+        "finish_reason": finish_reason,
+    }
+
+
+def chat_delta_choice(
+    index: int,
+    delta: dict[str, Any],
+    finish_reason: str | None = None,
+    logprobs: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "index": index,
+        "delta": delta,
+        "logprobs": {"content": logprobs, "refusal": None} if logprobs is not None else None,
+        "finish_reason": finish_reason,
+    }
+
+
+def completion_choice(
+    index: int, text: str, finish_reason: str | None, logprobs: dict[str, Any] | None
+) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def model_card(
+    model_id: str, *, created: int, max_context: int, drafters: list[str]
+) -> dict[str, Any]:
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": created,
+        "owned_by": "hedgespec",
+        "max_model_len": max_context,
+        "spec": {"method": "eagle3", "drafters": drafters},
+    }

@@ -1,0 +1,1 @@
+"""Thin HTTP routes: validate (pydantic), fetch the service from `app.state`, call one method."""

@@ -1,0 +1,450 @@
+"""The one engine worker thread: the only place that calls the (non-thread-safe) engine.
+
+Cancellation design (the one async/sync boundary, style rule 10):
+
+    event loop (HTTP handlers)                 worker thread (owns the engine)
+    ---------------------------                ------------------------------
+    submit(specs, sink) ── commands deque ──▶  admit: waiting → engine.add_request
+    abort(request_id)   ── commands deque ──▶  engine.abort (frees KV caches)
+    sink: asyncio.Queue ◀── call_soon_threadsafe ── Update per round (tokens, stats)
+
+- Fairness: `engine.step()` runs one round for the next active request in round-robin order,
+  so every running request advances once per `num_active()` steps.
+- Admission: at most `max_running` requests are in the engine; up to `max_queue` more wait
+  in order. Beyond that `submit` raises 429 at once rather than building an unbounded queue
+  (TGI's semaphore behaviour).
+- Deadlines are checked between rounds; an expired request is aborted and told why.
+- A client that goes away calls `abort`; the request is removed before the next round.
+- `stop()` drains: new work gets 503, in-flight requests run to completion until the drain
+  timeout, then the rest are aborted with an error so no client hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from core.config import SamplingParams
+from core.stats import RoundStats, TokenLogprob
+from gateway.errors import APIError, not_ready, overloaded, request_timeout
+from gateway.events import EventBus
+from gateway.metrics import GatewayMetrics
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Engine(Protocol):
+    """The subset of `core.engine.SpecEngine` the runner relies on."""
+
+    tokenizer: Any
+    model_name: str
+    max_context: int
+
+    def drafter_ids(self) -> list[str]: ...
+    def add_request(
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams, policy: str = ...
+    ) -> None: ...
+    def step(self) -> list[Any]: ...
+    def abort(self, request_id: str) -> None: ...
+    def has_unfinished(self) -> bool: ...
+    def num_active(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    policy: str = "auto"
+
+
+@dataclass(frozen=True)
+class Update:
+    """What one engine round produced for one request, as the event loop sees it.
+
+    `stats` is a snapshot (`RequestStats.to_dict()`) taken on the worker thread when the
+    request finishes, so no live engine object ever crosses the thread boundary.
+    """
+
+    request_id: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
+    finished: bool = False
+    finish_reason: str | None = None
+    stats: dict[str, Any] | None = None
+    error: APIError | None = None
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """A snapshot of engine facts the event loop may read without touching the engine."""
+
+    model_name: str
+    max_context: int
+    drafter_ids: tuple[str, ...]
+    vocab_size: int
+    fingerprint: str
+
+
+@dataclass
+class _Tracked:
+    spec: RequestSpec
+    sink: asyncio.Queue[Update]
+    loop: asyncio.AbstractEventLoop
+    deadline: float
+    submitted_at: float
+    started_at: float = 0.0
+    events_started: bool = False
+    last_stats: Any = None  # the engine's live RequestStats; read on the worker thread only
+
+
+def fingerprint(engine: Engine, config: Any) -> str:
+    """`system_fingerprint`: stable for a given model, pool and engine configuration."""
+    raw = f"{engine.model_name}|{sorted(engine.drafter_ids())}|{config!r}"
+    return "fp_" + hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+class EngineRunner:
+    """Owns the worker thread; every public method is safe to call from the event loop."""
+
+    def __init__(
+        self,
+        load_engine: Callable[[], Engine],
+        *,
+        max_running: int,
+        max_queue: int,
+        request_timeout_s: float,
+        metrics: GatewayMetrics | None = None,
+        events: EventBus | None = None,
+        config_repr: str = "",
+        warmup: bool = True,
+    ) -> None:
+        self._load_engine = load_engine
+        self.max_running = max_running
+        self.max_queue = max_queue
+        self.request_timeout_s = request_timeout_s
+        self.metrics = metrics
+        self.events = events
+        self._config_repr = config_repr
+        self._warmup_enabled = warmup
+        self._engine: Engine | None = None
+        self.info: EngineInfo | None = None
+        self.tokenizer: Any = None  # the engine's tokenizer, set once loaded (thread-safe reads)
+        self.started_at = time.time()
+        self.load_error: str | None = None
+        self._lock = threading.Lock()
+        self._commands: collections.deque[tuple[str, Any]] = collections.deque()
+        self._wakeup = threading.Event()
+        self._ready = threading.Event()
+        self._draining = False
+        self._stopping = False
+        self._in_flight = 0  # submitted and not yet finished/aborted (guarded by _lock)
+        self._waiting: collections.deque[_Tracked] = collections.deque()
+        self._running: dict[str, _Tracked] = {}
+        self._thread = threading.Thread(target=self._main, name="engine-worker", daemon=True)
+
+    # ---- lifecycle (event loop side) ---------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set() and not self._draining
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        return await asyncio.to_thread(self._ready.wait, timeout_s)
+
+    async def stop(self, drain_timeout_s: float) -> None:
+        """Refuse new work, let in-flight requests finish (up to the timeout), then stop."""
+        self._draining = True
+        deadline = time.monotonic() + drain_timeout_s
+        while self._in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self._stopping = True
+        self._wakeup.set()
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join, 30.0)
+
+    # ---- requests (event loop side) ----------------------------------------------------------
+
+    def submit(self, specs: list[RequestSpec], sink: asyncio.Queue[Update]) -> None:
+        """Queue all of `specs` (the n choices of one HTTP request) or none of them."""
+        self.check_ready()
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        with self._lock:
+            if self._in_flight + len(specs) > self.max_running + self.max_queue:
+                if self.metrics:
+                    self.metrics.rejected.labels(reason="overloaded").inc()
+                raise overloaded()
+            self._in_flight += len(specs)
+            for spec in specs:
+                tracked = _Tracked(spec, sink, loop, now + self.request_timeout_s, now)
+                self._commands.append(("add", tracked))
+        self._wakeup.set()
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request (client gone, stop string found); a no-op when already finished."""
+        with self._lock:
+            self._commands.append(("abort", request_id))
+        self._wakeup.set()
+
+    def call(self, fn: Callable[[Engine], T]) -> concurrent.futures.Future[T]:
+        """Run `fn(engine)` on the worker thread between rounds (pool changes, inspection)."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            self._commands.append(("call", (fn, future)))
+        self._wakeup.set()
+        return future
+
+    def check_ready(self) -> None:
+        if self.load_error is not None:
+            raise not_ready(f"the engine failed to load: {self.load_error}")
+        if self._draining:
+            raise not_ready("the server is shutting down")
+        if not self._ready.is_set():
+            raise not_ready("the engine is still loading")
+
+    # ---- worker thread -----------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            engine = self._load_engine()
+            self._engine = engine
+            self.tokenizer = engine.tokenizer
+            self.info = self._snapshot(engine)
+            if self._warmup_enabled:
+                self._warmup(engine)
+        except Exception as exc:
+            log.exception("engine failed to load")
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            return
+        self._ready.set()
+        log.info("engine ready: model %s, drafters %s", self.info.model_name, self.info.drafter_ids)
+        while True:
+            self._apply_commands(engine)
+            self._expire(engine)
+            self._admit(engine)
+            if self._stopping:
+                self._abort_all(engine, not_ready("the server shut down"))
+                return
+            if engine.has_unfinished():
+                self._step(engine)
+            else:
+                self._wakeup.wait(timeout=0.1)
+                self._wakeup.clear()
+
+    def _snapshot(self, engine: Engine) -> EngineInfo:
+        return EngineInfo(
+            model_name=engine.model_name,
+            max_context=int(engine.max_context),
+            drafter_ids=tuple(engine.drafter_ids()),
+            vocab_size=len(engine.tokenizer),
+            fingerprint=fingerprint(engine, self._config_repr),
+        )
+
+    def _warmup(self, engine: Engine) -> None:
+        """One short greedy request, so the first client does not pay for lazy setup."""
+        ids = list(engine.tokenizer("Hello")["input_ids"]) or [0]
+        engine.add_request("warmup", ids, SamplingParams(max_new_tokens=4, ignore_eos=True))
+        started = time.monotonic()
+        while engine.has_unfinished() and time.monotonic() - started < 300:
+            engine.step()
+        engine.abort("warmup")
+
+    def _apply_commands(self, engine: Engine) -> None:
+        while True:
+            with self._lock:
+                if not self._commands:
+                    return
+                kind, arg = self._commands.popleft()
+            if kind == "add":
+                self._waiting.append(arg)
+            elif kind == "abort":
+                self._abort(engine, arg, None)
+            else:
+                self._run_call(engine, *arg)
+
+    def _run_call(self, engine: Engine, fn: Callable[[Engine], Any], future: Any) -> None:
+        try:
+            future.set_result(fn(engine))
+        except Exception as exc:
+            future.set_exception(exc)
+        self.info = self._snapshot(engine)
+
+    def _expire(self, engine: Engine) -> None:
+        now = time.monotonic()
+        expired = [t for t in (*self._waiting, *self._running.values()) if t.deadline <= now]
+        for tracked in expired:
+            self._abort(engine, tracked.spec.request_id, request_timeout(self.request_timeout_s))
+
+    def _admit(self, engine: Engine) -> None:
+        while self._waiting and len(self._running) < self.max_running:
+            tracked = self._waiting.popleft()
+            spec = tracked.spec
+            try:
+                engine.add_request(spec.request_id, spec.prompt_ids, spec.params, spec.policy)
+            except ValueError as exc:  # ContextLengthError, PolicyError: the client's fault
+                self._finish(tracked, Update(spec.request_id, error=_engine_error(exc)))
+                continue
+            tracked.started_at = time.monotonic()
+            self._running[spec.request_id] = tracked
+            if self.metrics:
+                self.metrics.queue_time.observe(tracked.started_at - tracked.submitted_at)
+        self._observe_load()
+
+    def _step(self, engine: Engine) -> None:
+        try:
+            outputs = engine.step()
+        except Exception:
+            # A bug in a round must not kill the worker or leave clients hanging: fail the
+            # requests that were running (one of them triggered it) and keep serving.
+            log.exception("engine step failed")
+            err = APIError("The engine failed while generating.", status=500, type="server_error")
+            self._abort_all(engine, err)
+            return
+        for out in outputs:
+            self._deliver(out)
+
+    def _deliver(self, out: Any) -> None:
+        tracked = self._running.get(out.request_id)
+        if tracked is None:
+            return  # aborted while its round ran
+        tracked.last_stats = out.stats
+        if out.round is not None:
+            self._record_round(tracked, out.round, out.stats)
+        stats = out.stats.to_dict() if out.finished else None
+        update = Update(
+            out.request_id,
+            list(out.token_ids),
+            out.logprobs,
+            out.finished,
+            out.finish_reason,
+            stats,
+        )
+        if out.finished:
+            del self._running[out.request_id]
+            self._finish(tracked, update)
+            self._publish_finished(tracked, update)
+        else:
+            _put(tracked, update)
+
+    def _abort(self, engine: Engine, request_id: str, error: APIError | None) -> None:
+        tracked = self._running.pop(request_id, None)
+        if tracked is not None:
+            engine.abort(request_id)
+        else:
+            tracked = next((t for t in self._waiting if t.spec.request_id == request_id), None)
+            if tracked is None:
+                return
+            self._waiting.remove(tracked)
+        # Stats so far ride on the abort acknowledgement: a request ended by a stop string
+        # still reports its speculative-decoding metrics.
+        stats = tracked.last_stats.to_dict() if tracked.last_stats is not None else None
+        update = Update(request_id, finished=True, stats=stats, error=error)
+        self._finish(tracked, update)
+        self._publish_finished(tracked, update)
+        self._observe_load()
+
+    def _abort_all(self, engine: Engine, error: APIError) -> None:
+        for request_id in [*self._running, *(t.spec.request_id for t in self._waiting)]:
+            self._abort(engine, request_id, error)
+
+    def _finish(self, tracked: _Tracked, update: Update) -> None:
+        with self._lock:
+            self._in_flight -= 1
+        _put(tracked, update)
+
+    # ---- observability (worker thread) -------------------------------------------------------
+
+    def _observe_load(self) -> None:
+        if self.metrics:
+            self.metrics.running.set(len(self._running))
+            self.metrics.waiting.set(len(self._waiting))
+
+    def _record_round(self, tracked: _Tracked, rs: RoundStats, stats: Any) -> None:
+        if self.metrics:
+            self.metrics.observe_round(rs, policy=str(stats.policy))
+        if self.events is not None and self.events.has_subscribers:
+            if not tracked.events_started:
+                tracked.events_started = True
+                self.events.publish(_started_event(tracked, stats))
+            self.events.publish(_round_event(tracked, rs, stats))
+
+    def _publish_finished(self, tracked: _Tracked, update: Update) -> None:
+        if self.metrics and update.stats is not None:
+            self.metrics.observe_request_stats(update.stats)
+        if self.events is not None and self.events.has_subscribers:
+            self.events.publish(
+                {
+                    "type": "request_finished",
+                    "request_id": tracked.spec.request_id,
+                    "finish_reason": update.finish_reason,
+                    "error": update.error.message if update.error else None,
+                    "elapsed_s": time.monotonic() - tracked.submitted_at,
+                    "stats": update.stats,
+                }
+            )
+
+
+def _put(tracked: _Tracked, update: Update) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens any more
+        tracked.loop.call_soon_threadsafe(tracked.sink.put_nowait, update)
+
+
+def _engine_error(exc: ValueError) -> APIError:
+    name = type(exc).__name__
+    if name == "ContextLengthError":
+        return APIError(str(exc), code="context_length_exceeded")
+    if name == "PolicyError":
+        return APIError(str(exc), param="hedgespec.policy", code="invalid_policy")
+    return APIError(str(exc), code="invalid_value")
+
+
+def _started_event(tracked: _Tracked, stats: Any) -> dict[str, Any]:
+    return {
+        "type": "request_started",
+        "request_id": tracked.spec.request_id,
+        "policy": stats.policy,
+        "drafters": list(stats.drafter_ids),
+        "prompt_tokens": stats.prompt_tokens,
+        "max_tokens": tracked.spec.params.max_new_tokens,
+        "temperature": tracked.spec.params.temperature,
+    }
+
+
+def _round_event(tracked: _Tracked, rs: RoundStats, stats: Any) -> dict[str, Any]:
+    elapsed = max(time.monotonic() - tracked.started_at, 1e-9)
+    return {
+        "type": "round",
+        "request_id": tracked.spec.request_id,
+        "round": rs.round_index,
+        "policy": stats.policy,
+        "drafter": rs.drafter,
+        "drafted": rs.drafted,
+        "accepted": rs.accepted,
+        "committed": rs.committed,
+        "completion_tokens": stats.completion_tokens,
+        "mean_acceptance_length": stats.mean_accepted_tokens,
+        "tokens_per_s": stats.completion_tokens / elapsed,
+        "weights": dict(rs.weights),
+        # The latest point only: subscribers build the curve; the full one rides on
+        # request_finished, so a long request does not cost O(rounds²) to stream.
+        "regret_tokens": stats.regret_tokens,
+        "feedback_windows": len(stats.regret_curve),
+    }

@@ -1,0 +1,475 @@
+"""One generation request end to end (vLLM's `serving_chat` role): validate and tokenize, submit
+n engine requests, turn their rounds into text and logprobs, and build the OpenAI body or
+the SSE frames.
+
+Vocabulary: a *job* is one HTTP request; it has n *choices* (n per prompt for completions),
+each one engine request with its own seed (`seed + choice index` when a seed is given). A
+choice is *done* when it will produce no more text (EOS, max tokens, or a stop string found
+here) and *acked* once the engine has released it; a stop string makes the gateway abort the
+engine request at once, and the job ends when every choice is acked, so the engine's memory
+is free before the response completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.config import LEARNER_NAMES, SamplingParams
+from core.stats import TokenLogprob
+from gateway import responses as R
+from gateway.config import Settings
+from gateway.errors import APIError, context_length_exceeded, invalid_request, model_not_found
+from gateway.metrics import GatewayMetrics
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from gateway.runner import EngineInfo, EngineRunner, RequestSpec, Update
+from gateway.service import (
+    IncrementalDetokenizer,
+    StopMatcher,
+    TokenText,
+    encode_prompt,
+    render_chat,
+    usage,
+)
+
+log = logging.getLogger(__name__)
+SEED_MODULUS = 2**63
+
+
+@dataclass
+class Choice:
+    index: int
+    request_id: str
+    detok: IncrementalDetokenizer
+    stop: StopMatcher
+    prefix: str = ""  # completions `echo`: the prompt text
+    completion_tokens: int = 0
+    text: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    done: bool = False
+    acked: bool = False
+    stats: dict[str, Any] | None = None
+
+
+@dataclass
+class Delta:
+    """What one engine round added to one choice."""
+
+    choice: Choice
+    text: str
+    logprobs: list[TokenLogprob]
+    offsets: list[int]
+    finished: bool
+
+
+@dataclass
+class Job:
+    kind: str  # "chat" | "completion"
+    id: str
+    created: int
+    model: str
+    fingerprint: str
+    request: SamplingFields
+    choices: list[Choice]
+    specs: list[RequestSpec]
+    prompt_tokens: int
+    token_text: TokenText
+    arrival: float
+    sink: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
+    first_token_at: float | None = None
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.request.stream)
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.request_logprobs is not None
+
+    @property
+    def request_logprobs(self) -> int | None:
+        num: int | None = getattr(self.request, "num_logprobs", None)
+        return num
+
+    def envelope(self, chunk: bool) -> dict[str, Any]:
+        if self.kind == "chat":
+            obj = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            obj = "text_completion"
+        return R.envelope(
+            id=self.id, object=obj, created=self.created, model=self.model,
+            fingerprint=self.fingerprint,
+        )  # fmt: skip
+
+    def usage(self) -> dict[str, int]:
+        return usage(self.prompt_tokens, sum(c.completion_tokens for c in self.choices))
+
+    def spec_metrics(self) -> dict[str, Any]:
+        return {"speculative_decoding": R.spec_metrics([c.stats for c in self.choices])}
+
+
+class Serving:
+    """Builds jobs from validated requests and runs them on the engine runner."""
+
+    def __init__(
+        self, runner: EngineRunner, settings: Settings, metrics: GatewayMetrics | None
+    ) -> None:
+        self.runner = runner
+        self.settings = settings
+        self.metrics = metrics
+        self._token_text: TokenText | None = None
+
+    # ---- engine facts ------------------------------------------------------------------------
+
+    def engine_info(self) -> EngineInfo:
+        self.runner.check_ready()
+        assert self.runner.info is not None
+        return self.runner.info
+
+    def served_model(self, info: EngineInfo) -> str:
+        return self.settings.model_name or info.model_name
+
+    def models(self) -> dict[str, Any]:
+        info = self.engine_info()
+        return {"object": "list", "data": [self._card(info)]}
+
+    def model(self, model_id: str) -> dict[str, Any]:
+        info = self.engine_info()
+        if model_id != self.served_model(info):
+            raise model_not_found(model_id)
+        return self._card(info)
+
+    def _card(self, info: EngineInfo) -> dict[str, Any]:
+        return R.model_card(
+            self.served_model(info),
+            created=int(self.runner.started_at),
+            max_context=info.max_context,
+            drafters=list(info.drafter_ids),
+        )
+
+    def _tokenizer(self) -> Any:
+        return self.runner.tokenizer
+
+    def _tokens(self) -> TokenText:
+        if self._token_text is None:
+            self._token_text = TokenText(self._tokenizer())
+        return self._token_text
+
+    # ---- validation --------------------------------------------------------------------------
+
+    def _check_common(self, req: SamplingFields, info: EngineInfo) -> None:
+        req.check()
+        if req.model != self.served_model(info):
+            raise model_not_found(req.model)
+        if req.n > self.settings.max_n:
+            raise invalid_request(f"n must be at most {self.settings.max_n}", param="n")
+        check_policy(req.policy, info)
+
+    def _max_new_tokens(
+        self, req: SamplingFields, prompt_len: int, info: EngineInfo, param: str
+    ) -> int:
+        requested: int | None = getattr(req, "max_new_tokens", None)
+        room = info.max_context - prompt_len
+        max_new = requested if requested is not None else room
+        if max_new < 1 or prompt_len + max_new > info.max_context:
+            raise context_length_exceeded(
+                max_context=info.max_context,
+                prompt_tokens=prompt_len,
+                max_tokens=max(requested or 1, 1),
+                param=param,
+            )
+        return max_new
+
+    # ---- job construction --------------------------------------------------------------------
+
+    def prepare_chat(self, req: ChatCompletionRequest, arrival: float) -> Job:
+        info = self.engine_info()
+        self._check_common(req, info)
+        prompt_ids = render_chat(self._tokenizer(), [m.template_dict() for m in req.messages])
+        max_new = self._max_new_tokens(req, len(prompt_ids), info, "messages")
+        job = self._new_job("chat", "chatcmpl", req, info, arrival)
+        for i in range(req.n):
+            self._add_choice(job, prompt_ids, max_new, index=i)
+        job.prompt_tokens = len(prompt_ids)
+        return job
+
+    def prepare_completion(self, req: CompletionRequest, arrival: float) -> Job:
+        info = self.engine_info()
+        self._check_common(req, info)
+        if req.echo and req.logprobs is not None:
+            raise invalid_request("echo together with logprobs is not supported", param="echo")
+        prompts = req.prompts
+        if len(prompts) * req.n > self.settings.max_n:
+            raise invalid_request(
+                f"number of prompts × n must be at most {self.settings.max_n}", param="prompt"
+            )
+        job = self._new_job("completion", "cmpl", req, info, arrival)
+        for p, prompt in enumerate(prompts):
+            ids = encode_prompt(self._tokenizer(), prompt, param="prompt")
+            max_new = self._max_new_tokens(req, len(ids), info, "prompt")
+            prefix = self._echo_text(prompt) if req.echo else ""
+            for j in range(req.n):
+                self._add_choice(job, ids, max_new, index=p * req.n + j, prefix=prefix)
+            job.prompt_tokens += len(ids)
+        return job
+
+    def _echo_text(self, prompt: str | list[int]) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        return str(self._tokenizer().decode(prompt, skip_special_tokens=False))
+
+    def _new_job(
+        self, kind: str, prefix: str, req: SamplingFields, info: EngineInfo, arrival: float
+    ) -> Job:
+        return Job(
+            kind=kind,
+            id=f"{prefix}-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=self.served_model(info),
+            fingerprint=info.fingerprint,
+            request=req,
+            choices=[],
+            specs=[],
+            prompt_tokens=0,
+            token_text=self._tokens(),
+            arrival=arrival,
+        )
+
+    def _add_choice(
+        self, job: Job, prompt_ids: list[int], max_new: int, *, index: int, prefix: str = ""
+    ) -> None:
+        req = job.request
+        request_id = f"{job.id}-{index}"
+        params = SamplingParams(
+            max_new_tokens=max_new,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            top_k=req.top_k or 0,
+            seed=None if req.seed is None else (req.seed + index) % SEED_MODULUS,
+            ignore_eos=req.ignore_eos,
+            logprobs=job.request_logprobs,
+        )
+        job.specs.append(RequestSpec(request_id, list(prompt_ids), params, req.policy))
+        tokenizer = self._tokenizer()
+        job.choices.append(
+            Choice(
+                index, request_id, IncrementalDetokenizer(tokenizer), StopMatcher(req.stop_strings),
+                prefix=prefix,
+            )
+        )  # fmt: skip
+
+    # ---- running -----------------------------------------------------------------------------
+
+    def start(self, job: Job) -> None:
+        """Submit every choice (raises 429/503 before any response byte is sent)."""
+        self.runner.submit(job.specs, job.sink)
+
+    def release(self, job: Job) -> None:
+        """Abort whatever the engine still runs for this job (idempotent)."""
+        for choice in job.choices:
+            if not choice.acked:
+                self.runner.abort(choice.request_id)
+
+    async def _deltas(self, job: Job) -> AsyncGenerator[Delta, None]:
+        by_id = {c.request_id: c for c in job.choices}
+        try:
+            while not all(c.acked for c in job.choices):
+                update = await job.sink.get()
+                if update.error is not None:
+                    raise update.error
+                delta = self._consume(job, by_id[update.request_id], update)
+                if delta is not None:
+                    yield delta
+        finally:
+            self.release(job)
+
+    def _consume(self, job: Job, choice: Choice, update: Update) -> Delta | None:
+        if update.finished:
+            choice.acked = True
+            choice.stats = update.stats or choice.stats
+        if choice.done:
+            return None  # ended by a stop string; this is the engine's late round or its ack
+        if update.token_ids and job.first_token_at is None:
+            job.first_token_at = time.monotonic()
+        pieces: list[str] = []
+        lps: list[TokenLogprob] = []
+        offsets: list[int] = []
+        for i, token_id in enumerate(update.token_ids):
+            choice.completion_tokens += 1
+            offsets.append(len(choice.prefix) + choice.detok.text_len)
+            if update.logprobs is not None and i < len(update.logprobs):
+                lps.append(update.logprobs[i])
+            text, stopped = choice.stop.push(choice.detok.push(token_id))
+            pieces.append(text)
+            if stopped:
+                self._end(choice, "stop")
+                break
+        if update.finished and not choice.done:
+            text, stopped = choice.stop.push(choice.detok.flush())
+            pieces.append(text if stopped else text + choice.stop.flush())
+            self._end(choice, "stop" if stopped else (update.finish_reason or "stop"))
+        return Delta(choice, "".join(pieces), lps, offsets, choice.done)
+
+    def _end(self, choice: Choice, reason: str) -> None:
+        choice.done = True
+        choice.finish_reason = reason
+        if not choice.acked:
+            self.runner.abort(choice.request_id)  # stop string: free the engine now
+
+    # ---- non-streaming -----------------------------------------------------------------------
+
+    async def complete(self, job: Job) -> dict[str, Any]:
+        ok = False
+        try:
+            async with contextlib.aclosing(self._deltas(job)) as deltas:
+                async for delta in deltas:
+                    c = delta.choice
+                    c.text.append(delta.text)
+                    c.logprobs.extend(delta.logprobs)
+                    c.offsets.extend(delta.offsets)
+            ok = True
+        finally:
+            self._observe(job, ok)
+        body = job.envelope(chunk=False)
+        body["choices"] = [self._final_choice(job, c) for c in job.choices]
+        body["usage"] = job.usage()
+        body["metrics"] = job.spec_metrics()
+        return body
+
+    def _final_choice(self, job: Job, c: Choice) -> dict[str, Any]:
+        text = c.prefix + "".join(c.text)
+        if job.kind == "chat":
+            lps = [R.chat_logprob(job.token_text, lp) for lp in c.logprobs]
+            return R.chat_choice(
+                c.index, text, c.finish_reason, lps if job.wants_logprobs else None
+            )
+        comp_lps = (
+            R.completion_logprobs(job.token_text, c.logprobs, c.offsets)
+            if job.wants_logprobs
+            else None
+        )
+        return R.completion_choice(c.index, text, c.finish_reason, comp_lps)
+
+    # ---- streaming ---------------------------------------------------------------------------
+
+    async def stream(self, job: Job) -> AsyncIterator[bytes]:
+        """SSE frames; an error after the 200 is sent in-band, then `[DONE]` (vLLM, SGLang)."""
+        ok = False
+        try:
+            for frame in self._opening_frames(job):
+                yield frame
+            last: dict[str, Any] | None = None
+            async with contextlib.aclosing(self._deltas(job)) as deltas:
+                async for delta in deltas:
+                    if delta.text or delta.logprobs:
+                        yield R.sse_frame(self._content_chunk(job, delta))
+                    if delta.finished:
+                        if last is not None:
+                            yield R.sse_frame(last)
+                        last = self._finish_chunk(job, delta.choice)
+            for chunk in self._closing_chunks(job, last):
+                yield R.sse_frame(chunk)
+            ok = True
+        except APIError as err:
+            yield R.sse_frame(err.body())
+        except Exception:
+            log.exception("stream %s failed", job.id)
+            yield R.sse_frame(APIError("Internal server error.", type="server_error").body())
+        finally:
+            self._observe(job, ok)
+        yield R.DONE_FRAME
+
+    def _chunk(self, job: Job, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        chunk = job.envelope(chunk=True)
+        chunk["choices"] = choices
+        if job.request.include_usage:
+            chunk["usage"] = None  # per spec: null on every chunk but the trailing one
+        return chunk
+
+    def _opening_frames(self, job: Job) -> list[bytes]:
+        if job.kind == "chat":
+            delta = {"role": "assistant", "content": ""}
+            return [
+                R.sse_frame(self._chunk(job, [R.chat_delta_choice(c.index, delta)]))
+                for c in job.choices
+            ]
+        return [
+            R.sse_frame(self._chunk(job, [R.completion_choice(c.index, c.prefix, None, None)]))
+            for c in job.choices
+            if c.prefix
+        ]
+
+    def _content_chunk(self, job: Job, delta: Delta) -> dict[str, Any]:
+        index = delta.choice.index
+        if job.kind == "chat":
+            lps = [R.chat_logprob(job.token_text, lp) for lp in delta.logprobs]
+            choice = R.chat_delta_choice(
+                index, {"content": delta.text}, logprobs=lps if job.wants_logprobs else None
+            )
+        else:
+            comp = R.completion_logprobs(job.token_text, delta.logprobs, delta.offsets)
+            choice = R.completion_choice(
+                index, delta.text, None, comp if job.wants_logprobs else None
+            )
+        return self._chunk(job, [choice])
+
+    def _finish_chunk(self, job: Job, c: Choice) -> dict[str, Any]:
+        if job.kind == "chat":
+            return self._chunk(job, [R.chat_delta_choice(c.index, {}, c.finish_reason)])
+        return self._chunk(job, [R.completion_choice(c.index, "", c.finish_reason, None)])
+
+    def _closing_chunks(self, job: Job, last: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """The last finish chunk carries `metrics`, or the trailing usage chunk does."""
+        chunks = [last] if last is not None else []
+        if job.request.include_usage:
+            usage_chunk = self._chunk(job, [])
+            usage_chunk["usage"] = job.usage()
+            chunks.append(usage_chunk)
+        if chunks:
+            chunks[-1]["metrics"] = job.spec_metrics()
+        return chunks
+
+    # ---- metrics -----------------------------------------------------------------------------
+
+    def _observe(self, job: Job, ok: bool) -> None:
+        if self.metrics is None:
+            return
+        endpoint = job.kind
+        now = time.monotonic()
+        self.metrics.latency.labels(endpoint).observe(now - job.arrival)
+        if job.first_token_at is not None:
+            self.metrics.ttft.labels(endpoint).observe(job.first_token_at - job.arrival)
+        self.metrics.prompt_tokens.inc(job.prompt_tokens)
+        self.metrics.generation_tokens.inc(sum(c.completion_tokens for c in job.choices))
+        for c in job.choices:
+            reason = c.finish_reason if ok and c.finish_reason else "abort"
+            self.metrics.requests.labels(endpoint, reason).inc()
+
+
+def check_policy(policy: str, info: EngineInfo) -> None:
+    """`auto`, `none`, a learner name, or `fixed:<drafter id>` of a served drafter."""
+    policy = policy.strip()  # as the engine's parser does
+    if policy in ("auto", "none") or policy in LEARNER_NAMES:
+        return
+    if policy.startswith("fixed:"):
+        if policy.removeprefix("fixed:") in info.drafter_ids:
+            return
+        raise invalid_request(
+            f"unknown drafter in policy {policy!r}; served drafters: {list(info.drafter_ids)}",
+            param="hedgespec.policy",
+            code="invalid_policy",
+        )
+    raise invalid_request(
+        f"unknown policy {policy!r}: use auto, none, fixed:<drafter id> or one of "
+        f"{list(LEARNER_NAMES)}",
+        param="hedgespec.policy",
+        code="invalid_policy",
+    )
