@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from drafter_registry.errors import InvalidDrafter, InvalidIdentifier
+
 DRAFTER_ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)
 # One part of `owner/name`: the Hub allows letters, digits, `.`, `_`, `-`, at most 96 characters.
 REPO_PART_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}", re.ASCII)
@@ -21,10 +23,6 @@ COMMIT_SHA_RE = re.compile(r"[0-9a-f]{40}", re.ASCII)
 
 MAX_SUBFOLDER_DEPTH = 8
 MAX_LOCAL_PATH_CHARS = 4096
-
-
-class InvalidIdentifier(ValueError):
-    """A drafter id, repo id, revision, sub-folder or tag that must not be used."""
 
 
 def validate_drafter_id(value: str) -> str:
@@ -107,3 +105,26 @@ def slugify_drafter_id(name: str) -> str:
     slug = re.sub(r"[^a-z0-9._-]+", "-", name.strip().lower())
     slug = re.sub(r"\.{2,}", ".", slug).strip("-._")[:64].rstrip("-._")
     return slug or "drafter"
+
+
+def validate_source_fields(
+    *,
+    source: str,
+    repo_id: str | None,
+    revision: str | None,
+    subfolder: str | None,
+    path: str | None,
+) -> None:
+    """`hf` drafters name a repo and never a local path; `local` drafters the reverse."""
+    if source == "hf":
+        if not repo_id:
+            raise InvalidDrafter("source 'hf' requires repo_id")
+        if path:
+            raise InvalidDrafter("source 'hf' takes repo_id/revision/subfolder, not path")
+    elif source == "local":
+        if not path:
+            raise InvalidDrafter("source 'local' requires path")
+        if repo_id or revision or subfolder:
+            raise InvalidDrafter("source 'local' takes path, not repo_id/revision/subfolder")
+    else:
+        raise InvalidDrafter(f"unknown source {source!r}: expected 'hf' or 'local'")

@@ -1,0 +1,126 @@
+"""Pydantic DTOs of the admin API (template naming: `XCreate`, `XUpdate`, `XPublic`, `XsPublic`).
+
+Input DTOs validate with the same functions as `crud`, so a request that passes here is accepted
+there; `crud` still validates on its own for callers that bypass the API (CLI, seed pools).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, model_validator
+
+from drafter_registry.identifiers import (
+    validate_domain,
+    validate_drafter_id,
+    validate_local_path,
+    validate_repo_id,
+    validate_revision,
+    validate_source_fields,
+    validate_subfolder,
+)
+
+DrafterId = Annotated[str, AfterValidator(validate_drafter_id)]
+RepoId = Annotated[str, AfterValidator(validate_repo_id)]
+Revision = Annotated[str, AfterValidator(validate_revision)]
+Subfolder = Annotated[str | None, AfterValidator(validate_subfolder)]
+LocalPath = Annotated[str, AfterValidator(validate_local_path)]
+DomainTag = Annotated[str, AfterValidator(validate_domain)]
+
+
+class DrafterCreate(BaseModel):
+    """A drafter to register: a Hugging Face repo (+ revision, sub-folder) or a local directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: DrafterId | None = Field(
+        default=None, description="Slug used in `fixed:<id>`; derived from the name if absent"
+    )
+    name: str = Field(min_length=1, max_length=128)
+    source: Literal["hf", "local"]
+    repo_id: RepoId | None = None
+    revision: Revision | None = Field(default=None, description="Branch, tag or commit; hf default main")
+    subfolder: Subfolder = None
+    path: LocalPath | None = None
+    domain: DomainTag | None = None
+    tags: list[DomainTag] = Field(default_factory=list)
+    target_model: str | None = Field(default=None, max_length=512)
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> DrafterCreate:
+        if self.source == "hf" and self.revision is None:
+            self.revision = "main"
+        validate_source_fields(
+            source=self.source,
+            repo_id=self.repo_id,
+            revision=self.revision,
+            subfolder=self.subfolder,
+            path=self.path,
+        )
+        return self
+
+
+class DrafterUpdate(BaseModel):
+    """Descriptive fields an operator may edit; send only what changes (`exclude_unset`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=128)
+    domain: DomainTag | None = None
+    tags: list[DomainTag] | None = None
+    target_model: str | None = Field(default=None, max_length=512)
+
+
+class DrafterPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    name: str
+    source: str
+    repo_id: str | None
+    revision: str | None
+    subfolder: str | None
+    commit_sha: str | None
+    local_path: str | None
+    target_model: str | None
+    domain: str | None
+    tags: list[str]
+    status: str
+    error: str | None
+    bytes_done: int
+    bytes_total: int | None
+    inspection: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    ready_at: datetime | None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def progress(self) -> float | None:
+        """Downloaded fraction in [0, 1]; `None` while the total size is unknown."""
+        if not self.bytes_total:
+            return 1.0 if self.status == "ready" else None
+        return min(1.0, self.bytes_done / self.bytes_total)
+
+
+class DraftersPublic(BaseModel):
+    data: list[DrafterPublic]
+    count: int
+    pool_version: int
+
+
+class AuditEventPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str | None
+    detail: dict[str, Any] | None
+
+
+class AuditEventsPublic(BaseModel):
+    data: list[AuditEventPublic]
+    count: int
