@@ -71,6 +71,24 @@ def test_gammas_may_arrive_before_their_window_is_opened() -> None:
     assert window.est_len[0] == pytest.approx(1.0 + 0.5 + 0.125)
 
 
+def test_gammas_held_beyond_the_last_start_serve_the_next_windows() -> None:
+    queue = FeedbackQueue(1, depth=1, greedy=False)
+    queue.open_window(0, chosen=0, realised=1)
+    queue.add_gammas(0, np.array([[0.5, 0.25, 0.125]]))
+    assert [w.start for w in queue.pop_completed()] == [0]
+    assert queue.buffered_positions == 2  # positions 1 and 2 may still start a window
+    queue.open_window(2, chosen=0, realised=1)
+    [window] = queue.pop_completed()
+    assert window.est_len[0] == 1.125
+    with pytest.raises(ValueError, match="increase"):
+        queue.open_window(1, chosen=0, realised=1)
+    queue.open_window(3, chosen=0, realised=1)  # its γ is the next to arrive
+    early = FeedbackQueue(1, depth=1)
+    early.add_gammas(5, np.array([[1.0]]))
+    with pytest.raises(ValueError, match="no longer held"):
+        early.open_window(3, chosen=0, realised=1)  # γ for 3 will never come
+
+
 def test_close_judges_remaining_windows_with_unknown_positions_as_zero() -> None:
     queue = FeedbackQueue(2, depth=3, greedy=False)
     queue.open_window(0, chosen=0, realised=2)

@@ -95,6 +95,25 @@ def test_normalhedge_gives_no_weight_to_experts_with_negative_regret() -> None:
     assert p[0] == 1.0 and p[1] == 0.0 and p[2] == 0.0  # only expert 0 beat the learner
 
 
+def test_adanormalhedge_matches_a_hand_computed_trace() -> None:
+    rounds = [[0.2, 0.5, 0.9], [0.6, 0.1, 0.3], [0.0, 1.0, 0.5], [0.7, 0.2, 0.4]]
+    learner = make_learner("adanormalhedge", 3)
+    regret, abs_regret, p = [0.0] * 3, [0.0] * 3, [1 / 3] * 3
+
+    def phi(r: float, c: float) -> float:
+        return math.exp(max(r, 0.0) ** 2 / (3 * c))
+
+    for losses in rounds:
+        mixed = sum(pi * li for pi, li in zip(p, losses, strict=True))
+        regret = [r + mixed - li for r, li in zip(regret, losses, strict=True)]
+        abs_regret = [c + abs(mixed - li) for c, li in zip(abs_regret, losses, strict=True)]
+        w = [0.5 * (phi(r + 1, c + 1) - phi(r - 1, c + 1))
+             for r, c in zip(regret, abs_regret, strict=True)]
+        p = [wi / sum(w) for wi in w]
+        learner.update(np.array(losses))
+        np.testing.assert_allclose(learner.distribution(), p, rtol=0, atol=1e-12)
+
+
 def bernoulli_stream(rng: np.random.Generator, means: np.ndarray, rounds: int) -> np.ndarray:
     return (rng.random((rounds, means.shape[0])) < means).astype(np.float64)  # [T, N]
 
@@ -216,7 +235,6 @@ def test_ucbspec_upper_bound_matches_the_formula() -> None:
 @pytest.mark.parametrize("name", ["ucbspec", "exp3spec"])
 def test_bandit_learners_ignore_full_information_losses(name: str) -> None:
     learner = make_learner(name, 3)
-    rng = np.random.default_rng(6)
     for arm, y in [(0, 2.0), (1, 5.0), (2, 1.0)]:
         learner.update_bandit(arm, y, 8)
     before = learner.distribution()
@@ -224,7 +242,6 @@ def test_bandit_learners_ignore_full_information_losses(name: str) -> None:
     learner.update(np.array([1.0, 1.0, 0.0]))  # would favour arm 2 if it were used
     np.testing.assert_array_equal(learner.distribution(), before)
     assert learner.select(np.random.default_rng(7)) == choice
-    assert rng is not None
 
 
 def test_exp3spec_importance_weighting_touches_only_the_played_arm() -> None:
