@@ -13,7 +13,8 @@ or deleted meanwhile gets `StatusConflict` and stops instead of overwriting the 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -64,6 +65,10 @@ def list_drafters(session: Session, *, statuses: Iterable[str] | None = None) ->
     if statuses is not None:
         query = query.where(Drafter.status.in_([_status(s).value for s in statuses]))
     return list(session.scalars(query))
+
+
+def count_drafters(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(Drafter)) or 0)
 
 
 def list_unfinished(session: Session) -> list[Drafter]:
@@ -125,10 +130,10 @@ def create_drafter(
         status=DrafterStatus.PENDING.value,
         bytes_done=0,
     )
-    session.add(drafter)
-    _audit(session, actor=actor, action="drafter.create", target=drafter.id, detail=_spec(drafter))
-    _bump_pool_version(session)
-    _commit(session, conflict=f"drafter id {drafter.id!r} or name {name!r} is already taken")
+    with _transaction(session, conflict=f"drafter id {drafter.id!r} or name {name!r} is already taken"):
+        session.add(drafter)
+        _audit(session, actor=actor, action="drafter.create", target=drafter.id, detail=_spec(drafter))
+        _bump_pool_version(session)
     return drafter
 
 
@@ -167,11 +172,11 @@ def update_drafter(
         "tags": lambda v: _clean_tags(v or ()),
         "target_model": lambda v: v,
     }
-    for field, value in changes.items():
-        setattr(drafter, field, cleaned[field](value))
-    _audit(session, actor=actor, action="drafter.update", target=drafter_id, detail=dict(changes))
-    _bump_pool_version(session)
-    _commit(session, conflict=f"name {changes.get('name')!r} is already taken")
+    with _transaction(session, conflict=f"name {changes.get('name')!r} is already taken"):
+        for field, value in changes.items():
+            setattr(drafter, field, cleaned[field](value))
+        _audit(session, actor=actor, action="drafter.update", target=drafter_id, detail=dict(changes))
+        _bump_pool_version(session)
     return drafter
 
 
@@ -186,8 +191,8 @@ def set_status(
 ) -> Drafter:
     """Move a drafter to `status`; with `expected`, only from one of those statuses."""
     drafter = _load(session, drafter_id)
-    _transition(session, drafter, to=_status(status), actor=actor, expected=expected, error=error)
-    _commit(session)
+    with _transaction(session):
+        _transition(session, drafter, to=_status(status), actor=actor, expected=expected, error=error)
     return drafter
 
 
@@ -283,18 +288,18 @@ def set_enabled(session: Session, *, drafter_id: str, enabled: bool, actor: str)
         target = DrafterStatus.READY
     else:
         target = DrafterStatus.PENDING
-    _transition(session, drafter, to=target, actor=actor, expected=None, error=None)
-    _commit(session)
+    with _transaction(session):
+        _transition(session, drafter, to=target, actor=actor, expected=None, error=None)
     return drafter
 
 
 def delete_drafter(session: Session, *, drafter_id: str, actor: str) -> Drafter:
     """Remove a drafter row (cached files stay: blobs may be shared with other drafters)."""
     drafter = _load(session, drafter_id)
-    session.delete(drafter)
-    _audit(session, actor=actor, action="drafter.delete", target=drafter_id, detail=_spec(drafter))
-    _bump_pool_version(session)
-    _commit(session)
+    with _transaction(session):
+        session.delete(drafter)
+        _audit(session, actor=actor, action="drafter.delete", target=drafter_id, detail=_spec(drafter))
+        _bump_pool_version(session)
     return drafter
 
 
@@ -307,8 +312,8 @@ def record_event(
     detail: Mapping[str, Any] | None = None,
 ) -> AuditEvent:
     """Append an audit event on its own (e.g. `pool.sync` from the gateway)."""
-    event = _audit(session, actor=actor, action=action, target=target, detail=detail)
-    _commit(session)
+    with _transaction(session):
+        event = _audit(session, actor=actor, action=action, target=target, detail=detail)
     return event
 
 
@@ -333,8 +338,8 @@ def _status(value: str) -> DrafterStatus:
 def _move(session: Session, drafter_id: str, *, to: DrafterStatus, actor: str,
           expected: Collection[str], **fields: Any) -> Drafter:
     drafter = _load(session, drafter_id)
-    _transition(session, drafter, to=to, actor=actor, expected=expected, error=None, **fields)
-    _commit(session)
+    with _transaction(session):
+        _transition(session, drafter, to=to, actor=actor, expected=expected, error=None, **fields)
     return drafter
 
 
@@ -350,7 +355,6 @@ def _transition(
 ) -> None:
     before = drafter.status
     if expected is not None and before not in {_status(s).value for s in expected}:
-        session.rollback()
         raise StatusConflict(
             f"drafter {drafter.id!r} is {before}; cannot move it to {to.value}"
             f" (allowed from: {', '.join(sorted(str(_status(s).value) for s in expected))})"
@@ -395,8 +399,12 @@ def _bump_pool_version(session: Session) -> None:
         session.add(RegistryState(id=REGISTRY_STATE_ID, pool_version=1, updated_at=utcnow()))
 
 
-def _commit(session: Session, *, conflict: str | None = None) -> None:
+@contextmanager
+def _transaction(session: Session, *, conflict: str | None = None) -> Iterator[None]:
+    """Commit what the block did, or roll all of it back; unique violations (also when an
+    autoflush hits them inside the block) become `DrafterConflict`."""
     try:
+        yield
         session.commit()
     except IntegrityError as exc:
         session.rollback()
@@ -438,6 +446,3 @@ def _spec(drafter: Drafter) -> dict[str, Any]:
     keys = ("name", "source", "repo_id", "revision", "subfolder", "local_path", "domain")
     return {k: getattr(drafter, k) for k in keys if getattr(drafter, k) is not None}
 
-
-def count_drafters(session: Session) -> int:
-    return int(session.scalar(select(func.count()).select_from(Drafter)) or 0)
