@@ -1,0 +1,385 @@
+"""The OpenAI contract, end to end: a real `hedgespec serve` process, the official `openai`
+SDK (sync and async), and every body validated against the SDK's own types."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai import AsyncOpenAI, OpenAI
+from openai.types import Completion, Model
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from tests.gateway.conftest import API_KEY, SECOND_KEY, ServerProcess
+from tests.gateway.sse import json_frames, read_frames
+
+pytestmark = pytest.mark.timeout(120)
+SPEC_FIELDS = {
+    "mean_acceptance_length", "num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens",
+    "acceptance_by_position", "policy", "drafter_choices", "regret_tokens", "final_weights",
+}  # fmt: skip
+HELLO = [{"role": "user", "content": "Tell me about speculative decoding."}]
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> OpenAI:
+    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def http(server: ServerProcess) -> httpx.Client:
+    return httpx.Client(
+        base_url=server.base_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60
+    )
+
+
+def chat(http: httpx.Client, **body: Any) -> httpx.Response:
+    return http.post("/v1/chat/completions", json={"model": "tiny-target", **body})
+
+
+def test_models_list_and_retrieve(client: OpenAI, model_name: str) -> None:
+    models = client.models.list()
+    assert [m.id for m in models.data] == [model_name]
+    card = client.models.retrieve(model_name)
+    Model.model_validate(card.model_dump())
+    assert card.object == "model" and card.owned_by == "hedgespec"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("no-such-model")
+    assert err.value.body["code"] == "model_not_found"  # type: ignore[index]
+
+
+def test_chat_non_streaming_has_exact_openai_shape(http: httpx.Client, model_name: str) -> None:
+    before = int(time.time())
+    raw = chat(http, messages=HELLO, max_tokens=8, temperature=0, ignore_eos=True).json()
+    resp = ChatCompletion.model_validate(raw)
+    assert resp.object == "chat.completion" and resp.id.startswith("chatcmpl-")
+    assert before - 1 <= resp.created <= time.time() + 1
+    assert resp.model == model_name and resp.system_fingerprint.startswith("fp_")
+    (choice,) = resp.choices
+    assert choice.message.role == "assistant" and choice.finish_reason == "length"
+    assert resp.usage is not None and resp.usage.completion_tokens == 8
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + 8
+    spec = raw["metrics"]["speculative_decoding"]
+    assert spec.keys() >= SPEC_FIELDS
+    assert spec["num_spec_steps"] == len(spec["drafter_choices"]) >= 1
+    assert set(spec["drafter_choices"]) <= {"alpha", "beta"}
+    assert sum(spec["final_weights"].values()) == pytest.approx(1.0)
+
+
+def test_system_fingerprint_is_stable(http: httpx.Client) -> None:
+    a = chat(http, messages=HELLO, max_tokens=2).json()["system_fingerprint"]
+    b = chat(http, messages=HELLO, max_tokens=2).json()["system_fingerprint"]
+    assert a == b
+
+
+def test_chat_stream_with_include_usage(client: OpenAI, http: httpx.Client) -> None:
+    reference = chat(http, messages=HELLO, max_tokens=12, temperature=0).json()
+    stream = client.chat.completions.create(
+        model="tiny-target", messages=HELLO, max_tokens=12, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk.model_dump())
+        assert chunk.object == "chat.completion.chunk" and chunk.id == chunks[0].id
+    assert chunks[0].choices[0].delta.role == "assistant"
+    *body, usage_chunk = chunks
+    assert usage_chunk.choices == [] and usage_chunk.usage is not None
+    assert all(c.usage is None for c in body)
+    assert body[-1].choices[0].finish_reason == reference["choices"][0]["finish_reason"]
+    text = "".join(c.choices[0].delta.content or "" for c in body)
+    assert text == reference["choices"][0]["message"]["content"]
+    assert usage_chunk.usage.model_dump(exclude_none=True) == reference["usage"]
+    assert usage_chunk.model_extra["metrics"]["speculative_decoding"].keys() >= SPEC_FIELDS
+
+
+def test_chat_stream_frames_are_exact_sse(http: httpx.Client) -> None:
+    body = {"model": "tiny-target", "messages": HELLO, "max_tokens": 5, "stream": True}
+    with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        chunks = json_frames(read_frames(resp))
+    # No include_usage: no `usage` key at all, and the metrics ride on the finish chunk.
+    assert all("usage" not in c for c in chunks)
+    last = chunks[-1]
+    assert last["choices"][0]["finish_reason"] in ("stop", "length")
+    assert last["metrics"]["speculative_decoding"].keys() >= SPEC_FIELDS
+    assert all("metrics" not in c for c in chunks[:-1])
+
+
+def test_completions_stream_and_non_stream_agree(client: OpenAI) -> None:
+    kwargs: dict[str, Any] = dict(model="tiny-target", prompt="SELECT name", max_tokens=10, temperature=0)
+    full = client.completions.create(**kwargs)
+    Completion.model_validate(full.model_dump())
+    assert full.object == "text_completion" and full.id.startswith("cmpl-")
+    chunks = list(client.completions.create(**kwargs, stream=True))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == full.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason
+
+
+def test_completions_token_id_prompt_and_echo(client: OpenAI) -> None:
+    resp = client.completions.create(
+        model="tiny-target", prompt="The quick", max_tokens=3, temperature=0, echo=True
+    )
+    assert resp.choices[0].text.startswith("The quick")
+    ids = client.completions.create(model="tiny-target", prompt=[5, 6, 7], max_tokens=3)
+    assert ids.usage is not None and ids.usage.prompt_tokens == 3
+
+
+def _stop_spanning_a_boundary(deltas: list[str]) -> tuple[str, int]:
+    """A stop string made of the end of one delta and the start of the next."""
+    for k in range(1, len(deltas) - 1):
+        left, right = deltas[k], deltas[k + 1]
+        if left and right:
+            stop = left[-2:] + right[:2]
+            return stop, "".join(deltas).find(stop)
+    raise AssertionError(f"no two adjacent non-empty deltas in {deltas!r}")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_stop_string_across_chunks_is_found_and_not_emitted(client: OpenAI, stream: bool) -> None:
+    base: dict[str, Any] = dict(model="tiny-target", messages=HELLO, max_tokens=40, temperature=0)
+    deltas = [
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(**base, stream=True, extra_body={"ignore_eos": True})
+        if c.choices
+    ]
+    stop, at = _stop_spanning_a_boundary(deltas)
+    expected = "".join(deltas)[:at]
+    if stream:
+        chunks = list(client.chat.completions.create(**base, stop=[stop], stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        reason = chunks[-1].choices[0].finish_reason
+    else:
+        resp = client.chat.completions.create(**base, stop=stop)
+        text, reason = resp.choices[0].message.content or "", resp.choices[0].finish_reason
+    assert text == expected and stop not in text
+    assert reason == "stop"
+
+
+def test_n_choices_are_independent_and_counted(client: OpenAI) -> None:
+    resp = client.chat.completions.create(
+        model="tiny-target", messages=HELLO, n=3, max_tokens=6, temperature=1.0, seed=11,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    assert [c.index for c in resp.choices] == [0, 1, 2]
+    assert resp.usage is not None and resp.usage.completion_tokens == 18
+    assert len({c.message.content for c in resp.choices}) > 1  # seeds 11, 12, 13
+    spec = resp.model_extra["metrics"]["speculative_decoding"]
+    assert len(spec["per_choice"]) == 3
+    assert spec["num_spec_steps"] == sum(c["num_spec_steps"] for c in spec["per_choice"])
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny-target", messages=HELLO, n=2, max_tokens=4, stream=True
+        )
+    )
+    finished = {c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason}
+    assert finished == {0, 1}
+
+
+def test_same_seed_same_output(client: OpenAI) -> None:
+    def sample(seed: int) -> str:
+        resp = client.chat.completions.create(
+            model="tiny-target", messages=HELLO, max_tokens=16, temperature=1.0, seed=seed
+        )
+        return resp.choices[0].message.content or ""
+
+    first = sample(1234)
+    assert sample(1234) == first
+    assert any(sample(s) != first for s in (1, 2, 3))
+
+
+def test_max_tokens_gives_length(client: OpenAI) -> None:
+    resp = client.chat.completions.create(
+        model="tiny-target", messages=HELLO, max_completion_tokens=3, extra_body={"ignore_eos": True}
+    )
+    assert resp.choices[0].finish_reason == "length"
+    assert resp.usage is not None and resp.usage.completion_tokens == 3
+
+
+def test_chat_logprobs_come_in_chat_shape(client: OpenAI) -> None:
+    resp = client.chat.completions.create(
+        model="tiny-target", messages=HELLO, max_tokens=4, logprobs=True, top_logprobs=3,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    content = resp.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == 4
+    for entry in content:
+        assert entry.logprob <= 0 and 1 <= len(entry.top_logprobs) <= 3
+        assert entry.bytes is not None
+    bare = client.chat.completions.create(model="tiny-target", messages=HELLO, max_tokens=2, logprobs=True)
+    assert bare.choices[0].logprobs is not None  # logprobs without top_logprobs works
+
+
+def test_completion_logprobs(client: OpenAI) -> None:
+    resp = client.completions.create(model="tiny-target", prompt="Hi", max_tokens=3, logprobs=2)
+    lp = resp.choices[0].logprobs
+    assert lp is not None and lp.tokens is not None and lp.token_logprobs is not None
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs or []) == 3
+
+
+def test_policy_extension(client: OpenAI) -> None:
+    fixed = client.chat.completions.create(
+        model="tiny-target", messages=HELLO, max_tokens=6, extra_body={"hedgespec": {"policy": "fixed:beta"}}
+    )
+    spec = fixed.model_extra["metrics"]["speculative_decoding"]
+    assert spec["policy"] == "fixed:beta" and set(spec["drafter_choices"]) == {"beta"}
+    plain = client.chat.completions.create(
+        model="tiny-target", messages=HELLO, max_tokens=6, extra_body={"hedgespec": {"policy": "none"}}
+    )
+    assert plain.model_extra["metrics"]["speculative_decoding"]["num_draft_tokens"] == 0
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="tiny-target", messages=HELLO, extra_body={"hedgespec": {"policy": "fixed:zeta"}}
+        )
+    assert err.value.body["param"] == "hedgespec.policy"  # type: ignore[index]
+
+
+def test_unknown_fields_are_ignored(client: OpenAI) -> None:
+    resp = client.chat.completions.create(
+        model="tiny-target", messages=HELLO, max_tokens=2, user="u-1",
+        extra_body={"some_future_field": {"x": 1}, "top_k": 5},
+    )  # fmt: skip
+    assert resp.choices[0].message.content is not None
+
+
+def test_bad_key_is_authentication_error(server: ServerProcess) -> None:
+    bad = OpenAI(base_url=f"{server.base_url}/v1", api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as err:
+        bad.models.list()
+    assert err.value.body == {  # the OpenAI error shape, nothing else
+        "message": "Incorrect API key provided.", "type": "invalid_request_error",
+        "param": None, "code": "invalid_api_key",
+    }  # fmt: skip
+    second = OpenAI(base_url=f"{server.base_url}/v1", api_key=SECOND_KEY, max_retries=0)
+    assert second.models.list().data
+    assert httpx.get(f"{server.base_url}/v1/models").status_code == 401
+    assert API_KEY not in server.log() and SECOND_KEY not in server.log()
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": HELLO, "temperature": 5}, "temperature"),
+        ({"messages": HELLO, "n": 0}, "n"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"messages": HELLO, "top_logprobs": 2}, "top_logprobs"),
+        ({"messages": HELLO, "tools": [{"type": "function"}]}, "tools"),
+        ({"messages": HELLO, "max_tokens": 100000}, "messages"),
+    ],
+)
+def test_invalid_body_is_bad_request_with_param(client: OpenAI, body: dict[str, Any], param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="tiny-target", **body)
+    error = err.value.body
+    assert isinstance(error, dict) and set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+def test_context_length_exceeded_code(client: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model="tiny-target", prompt="hello " * 600, max_tokens=10)
+    assert err.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
+
+
+def test_malformed_json_and_oversized_body(http: httpx.Client) -> None:
+    resp = http.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
+    big = b'{"model": "tiny-target", "prompt": "' + b"a" * (2 << 20) + b'"}'
+    resp = http.post("/v1/completions", content=big, headers={"content-type": "application/json"})
+    assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
+
+    def chunked() -> Any:  # no Content-Length: the limit is enforced while reading
+        yield b'{"model": "tiny-target", "prompt": "'
+        for _ in range(40):
+            yield b"a" * 65536
+        yield b'"}'
+
+    resp = http.post("/v1/completions", content=chunked(), headers={"content-type": "application/json"})
+    assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
+
+
+def test_async_client_concurrent_streams_match_sequential(server: ServerProcess, client: OpenAI) -> None:
+    prompts = [f"Prompt number {i}: explain caching." for i in range(4)]
+
+    def sequential(p: str) -> str:
+        r = client.completions.create(model="tiny-target", prompt=p, max_tokens=12, temperature=0)
+        return r.choices[0].text
+
+    expected = [sequential(p) for p in prompts]
+
+    async def run_all() -> list[str]:
+        aclient = AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
+
+        async def one(p: str) -> str:
+            stream = await aclient.completions.create(
+                model="tiny-target", prompt=p, max_tokens=12, temperature=0, stream=True
+            )
+            return "".join([c.choices[0].text async for c in stream if c.choices])
+
+        try:
+            return list(await asyncio.gather(*(one(p) for p in prompts)))
+        finally:
+            await aclient.close()
+
+    assert asyncio.run(run_all()) == expected
+
+
+def _metric(text: str, name: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and not line.startswith("#")
+    )
+
+
+def test_disconnect_mid_stream_frees_the_request(http: httpx.Client, server: ServerProcess) -> None:
+    aborted_before = _metric(http.get("/metrics").text, 'hedgespec_requests_total{endpoint="chat",finish_reason="abort"}')
+    body = {
+        "model": "tiny-target", "messages": HELLO, "max_tokens": 400, "stream": True,
+        "ignore_eos": True,
+    }  # fmt: skip
+    with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+        lines = resp.iter_lines()
+        assert next(lines).startswith("data: ")
+        next(lines)  # read a little, then hang up
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if http.get("/ready").json()["in_flight"] == 0:
+            break
+        time.sleep(0.05)
+    metrics = http.get("/metrics").text
+    assert http.get("/ready").json()["in_flight"] == 0
+    assert _metric(metrics, "hedgespec_num_requests_running") == 0
+    aborted = _metric(metrics, 'hedgespec_requests_total{endpoint="chat",finish_reason="abort"}')
+    assert aborted == aborted_before + 1
+
+
+def test_health_ready_and_metrics(http: httpx.Client) -> None:
+    assert httpx.get(f"{http.base_url}/health").json() == {"status": "ok"}
+    ready = http.get("/ready").json()
+    assert ready["status"] == "ready" and ready["drafters"] == ["alpha", "beta"]
+    chat(http, messages=HELLO, max_tokens=4, ignore_eos=True)
+    text = httpx.get(f"{http.base_url}/metrics").text
+    for name in (
+        "hedgespec_spec_decode_num_drafts_total",
+        "hedgespec_spec_decode_num_draft_tokens_total",
+        "hedgespec_spec_decode_num_accepted_tokens_total",
+        "hedgespec_drafter_selected_total",
+        "hedgespec_e2e_request_latency_seconds_bucket",
+        "hedgespec_time_to_first_token_seconds_bucket",
+        "hedgespec_request_queue_time_seconds_bucket",
+        "hedgespec_request_regret_tokens_bucket",
+        "process_resident_memory_bytes",
+    ):
+        assert name in text, name
+    assert _metric(text, 'hedgespec_spec_decode_num_drafts_total{drafter="alpha"}') + _metric(
+        text, 'hedgespec_spec_decode_num_drafts_total{drafter="beta"}'
+    ) > 0
