@@ -12,10 +12,12 @@ Steps, all through the public `huggingface_hub` API:
 
 Why step 3 stages the blob itself: since huggingface_hub 1.x, `hf_hub_download` writes to a
 process-unique temporary file and deletes it on failure, so a download killed half way (crash,
-restart, `kill -9`) starts again from byte 0. Staging through a fixed name makes it resume from
-the bytes already on disk. The check after the transfer compares the sha256 (LFS files, whose
-ETag is the sha256) or the git blob sha1 (small files) with the ETag, so a corrupt transfer fails
-instead of being served.
+restart, `kill -9`) starts again from byte 0; and its `http_get` hands data to the file in
+10 MB pieces, which makes byte progress coarse. Streaming into a fixed name with the library's
+own HTTP session (`get_session`, same proxies, headers and TLS settings) resumes from the bytes
+already on disk and reports progress as bytes arrive. The check after the transfer compares the
+sha256 (LFS files, whose ETag is the sha256) or the git blob sha1 (small files) with the ETag, so
+a corrupt transfer fails instead of being served.
 
 Every failure is raised as one `HubError` with a readable message (unknown or private repo, bad
 revision, missing file, truncated or corrupt transfer, network or disk error).
@@ -33,11 +35,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 from filelock import FileLock
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
+from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
@@ -46,10 +47,9 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.file_download import http_get, repo_folder_name
+from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
-from huggingface_hub.utils import build_hf_headers
-from tqdm import tqdm
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from drafter_registry.errors import CheckpointError, HubError, InvalidIdentifier
 from drafter_registry.identifiers import validate_repo_id, validate_revision, validate_subfolder
@@ -65,6 +65,7 @@ ProgressCallback = Callable[[int, int], None]
 """`progress(bytes_done, bytes_total)`; may raise (e.g. `DownloadCancelled`) to stop the download."""
 
 SHA256_RE_LEN, GIT_SHA1_LEN = 64, 40
+MAX_STALLED_ATTEMPTS = 5  # consecutive network failures without a single new byte
 
 
 @dataclass(frozen=True)
@@ -170,13 +171,6 @@ def _check_free_space(cache: Path, needed: int) -> None:
 # --- fetching one file -------------------------------------------------------------------------
 
 
-class _QuietBar(tqdm):  # type: ignore[type-arg]
-    """huggingface_hub draws a progress bar per file; a server reports progress through the DB."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **{**kwargs, "disable": True})
-
-
 class _Tracker:
     """Byte progress over all files: completed files plus the position in the current one."""
 
@@ -204,29 +198,6 @@ class _Tracker:
         self.at(0, force=True)
 
 
-class _CountingFile:
-    """The file `http_get` writes into: counts bytes and reports progress after each chunk.
-    An exception raised by the progress callback propagates out of `http_get` and stops it."""
-
-    def __init__(self, f: BinaryIO, tracker: _Tracker) -> None:
-        self._f, self._tracker = f, tracker
-
-    def write(self, data: bytes) -> int:
-        written = self._f.write(data)
-        self._tracker.transferred += len(data)
-        self._tracker.at(self._f.tell())
-        return written
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        return self._f.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def truncate(self, size: int | None = None) -> int:
-        return self._f.truncate(size)
-
-
 @dataclass
 class _Fetch:
     repo_id: str
@@ -249,7 +220,10 @@ class _Fetch:
             self.tracker.file_done(remote.size)  # already in the cache at this commit
             return
         url = hf_hub_url(self.repo_id, remote.path, revision=self.commit, endpoint=self.endpoint)
-        meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint)
+        try:
+            meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint)
+        except EntryNotFoundError:
+            raise HubError(f"{remote.path} is listed but cannot be downloaded (not found)") from None
         if not meta.etag:
             raise HubError(f"the hub sent no ETag for {remote.path}")
         blob = self.storage / "blobs" / meta.etag
@@ -268,15 +242,8 @@ class _Fetch:
         with FileLock(str(locks / f"{blob.name}.resume.lock")):
             if blob.exists():  # another process finished it while we waited
                 return
-            resume = incomplete.stat().st_size if incomplete.exists() else 0
-            if size is not None and resume > size:
-                incomplete.unlink()
-                resume = 0
-            with incomplete.open("ab") as f:
-                self.tracker.at(resume, force=True)
-                http_get(location, cast(BinaryIO, _CountingFile(f, self.tracker)),
-                         resume_size=resume, headers=self._headers(location),
-                         expected_size=size, displayed_filename=name, tqdm_class=_QuietBar)
+            _transfer(location, incomplete, size=size, headers=self._headers(location),
+                      tracker=self.tracker, name=name)
             _verify_blob(incomplete, etag=blob.name, name=name)
             os.replace(incomplete, blob)
 
@@ -285,6 +252,54 @@ class _Fetch:
         if _origin(location) != _origin(self.endpoint):
             headers.pop("authorization", None)  # never send the token to a CDN
         return headers
+
+
+def _transfer(url: str, incomplete: Path, *, size: int | None, headers: dict[str, str],
+              tracker: _Tracker, name: str) -> None:
+    """GET `url` into `incomplete` from its current length on (HTTP Range), retrying transient
+    network errors; each retry resumes where the last one stopped."""
+    failures = 0
+    while True:
+        start = incomplete.stat().st_size if incomplete.exists() else 0
+        if size is not None and start > size:
+            incomplete.unlink()  # not the file we expect: start over
+            continue
+        if size is not None and start == size:
+            return
+        try:
+            _get_range(url, incomplete, start=start, headers=headers, tracker=tracker)
+        except TRANSPORT_ERRORS:
+            grew = incomplete.exists() and incomplete.stat().st_size > start
+            failures = 0 if grew else failures + 1
+            if failures >= MAX_STALLED_ATTEMPTS:
+                raise
+            time.sleep(min(0.2 * 2**failures, 5.0))
+            continue
+        received = incomplete.stat().st_size
+        if size is not None and received != size:
+            incomplete.unlink()
+            raise HubError(f"download of {name} was truncated: received {received} of {size} bytes")
+        return
+
+
+def _get_range(url: str, incomplete: Path, *, start: int, headers: dict[str, str],
+               tracker: _Tracker) -> None:
+    request_headers = {**headers, "Accept-Encoding": "identity"}
+    if start:
+        request_headers["Range"] = f"bytes={start}-"
+    with get_session().stream("GET", url, headers=request_headers, follow_redirects=True,
+                              timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as response:
+        hf_raise_for_status(response)
+        # A server that ignores Range answers 200 with the whole file: start over.
+        mode = "ab" if start and response.status_code == 206 else "wb"
+        with incomplete.open(mode) as f:
+            tracker.at(f.tell(), force=True)
+            # Network-sized chunks, written at once: progress stays live and a killed process
+            # leaves on disk (almost) everything it received.
+            for chunk in response.iter_raw():
+                f.write(chunk)
+                tracker.transferred += len(chunk)
+                tracker.at(f.tell())
 
 
 def _verify_blob(path: Path, *, etag: str, name: str) -> None:

@@ -133,7 +133,9 @@ class FakeHub:
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="fakehub", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="fakehub", daemon=True
+        )
         self._thread.start()
         return self
 
