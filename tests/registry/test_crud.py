@@ -39,6 +39,7 @@ def test_create_writes_the_row_an_audit_event_and_bumps_the_pool_version(session
         "pending", "main", "python", "python", ["code", "python"])
     assert row.created_at.tzinfo is not None and row.updated_at - row.created_at < timedelta(seconds=1)
     [event] = crud.list_events(session, target=row.id)
+    assert event.detail is not None
     assert (event.actor, event.action, event.detail["repo_id"]) == ("admin", "drafter.create", "org/drafters")
     assert pool_version(session) == before + 1
 
@@ -81,7 +82,7 @@ def test_lifecycle_to_ready_records_every_step(session: Session) -> None:
     assert pool_version(session) == version + 2
     assert actions(session, d.id) == ["drafter.create"] + ["drafter.status"] * 3
     events = reversed(crud.list_events(session, target=d.id))
-    statuses = [e.detail["to"] for e in events if e.action == "drafter.status"]
+    statuses = [(e.detail or {})["to"] for e in events if e.action == "drafter.status"]
     assert statuses == ["downloading", "validating", "ready"]
 
 

@@ -140,11 +140,11 @@ def test_disk_errors_fail_readably(fake_hub: FakeHub, hub_cache: Path) -> None:
         pytest.skip("needs /dev/full")
     # Route the blob's bytes into /dev/full: every write fails with ENOSPC, as on a full disk.
     write_lfs_incomplete(hub_cache, files["python/model.safetensors"]).symlink_to("/dev/full")
-    with pytest.raises(HubError, match="disk error.*No space left on device"):
+    with pytest.raises(HubError, match=r"disk error.*No space left on device"):
         fetch(fake_hub, hub_cache)
     blocked = hub_cache.parent / "a-file"
     blocked.write_text("not a directory")
-    with pytest.raises(HubError, match="disk error|download of"):
+    with pytest.raises(HubError, match=r"disk error|download of"):
         fetch(fake_hub, blocked / "cache")
 
 

@@ -10,7 +10,11 @@ import pytest
 from safetensors.numpy import save
 
 from drafter_registry.errors import CheckpointError
-from drafter_registry.validation import check_against_target, check_checkpoint, read_safetensors_header
+from drafter_registry.validation import (
+    check_against_target,
+    check_checkpoint,
+    read_safetensors_header,
+)
 from tests.registry.checkpoints import (
     drafter_config,
     drafter_files,
@@ -133,9 +137,9 @@ def test_pytorch_bin_archives(tmp_path: Path) -> None:
     assert check_checkpoint(root).weights_format == "bin"
     data = (root / "pytorch_model.bin").read_bytes()
     (root / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="not a torch.save zip archive"):
+    with pytest.raises(CheckpointError, match=r"not a torch\.save zip archive"):
         check_checkpoint(root)
     middle = len(data) // 2  # inside a stored tensor: only the CRC check can see it
     (root / "pytorch_model.bin").write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:])
-    with pytest.raises(CheckpointError, match="CRC|corrupt"):
+    with pytest.raises(CheckpointError, match=r"CRC|corrupt"):
         check_checkpoint(root)
