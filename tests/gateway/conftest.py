@@ -52,7 +52,9 @@ class ServerProcess:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         env = {k: v for k, v in env.items() if not k.startswith("HEDGESPEC_")}
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
+            proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env
+            )
         server = cls(proc, log_path)
         server._wait_ready(timeout_s)
         return server

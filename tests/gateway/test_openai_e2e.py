@@ -112,7 +112,9 @@ def test_chat_stream_frames_are_exact_sse(http: httpx.Client) -> None:
 
 
 def test_completions_stream_and_non_stream_agree(client: OpenAI) -> None:
-    kwargs: dict[str, Any] = dict(model="tiny-target", prompt="SELECT name", max_tokens=10, temperature=0)
+    kwargs: dict[str, Any] = dict(
+        model="tiny-target", prompt="SELECT name", max_tokens=10, temperature=0
+    )
     full = client.completions.create(**kwargs)
     Completion.model_validate(full.model_dump())
     assert full.object == "text_completion" and full.id.startswith("cmpl-")
@@ -146,7 +148,9 @@ def test_stop_string_across_chunks_is_found_and_not_emitted(client: OpenAI, stre
     base: dict[str, Any] = dict(model="tiny-target", messages=HELLO, max_tokens=40, temperature=0)
     deltas = [
         c.choices[0].delta.content or ""
-        for c in client.chat.completions.create(**base, stream=True, extra_body={"ignore_eos": True})
+        for c in client.chat.completions.create(
+            **base, stream=True, extra_body={"ignore_eos": True}
+        )
         if c.choices
     ]
     stop, at = _stop_spanning_a_boundary(deltas)
@@ -196,7 +200,10 @@ def test_same_seed_same_output(client: OpenAI) -> None:
 
 def test_max_tokens_gives_length(client: OpenAI) -> None:
     resp = client.chat.completions.create(
-        model="tiny-target", messages=HELLO, max_completion_tokens=3, extra_body={"ignore_eos": True}
+        model="tiny-target",
+        messages=HELLO,
+        max_completion_tokens=3,
+        extra_body={"ignore_eos": True},
     )
     assert resp.choices[0].finish_reason == "length"
     assert resp.usage is not None and resp.usage.completion_tokens == 3
@@ -212,7 +219,9 @@ def test_chat_logprobs_come_in_chat_shape(client: OpenAI) -> None:
     for entry in content:
         assert entry.logprob <= 0 and 1 <= len(entry.top_logprobs) <= 3
         assert entry.bytes is not None
-    bare = client.chat.completions.create(model="tiny-target", messages=HELLO, max_tokens=2, logprobs=True)
+    bare = client.chat.completions.create(
+        model="tiny-target", messages=HELLO, max_tokens=2, logprobs=True
+    )
     assert bare.choices[0].logprobs is not None  # logprobs without top_logprobs works
 
 
@@ -225,12 +234,18 @@ def test_completion_logprobs(client: OpenAI) -> None:
 
 def test_policy_extension(client: OpenAI) -> None:
     fixed = client.chat.completions.create(
-        model="tiny-target", messages=HELLO, max_tokens=6, extra_body={"hedgespec": {"policy": "fixed:beta"}}
+        model="tiny-target",
+        messages=HELLO,
+        max_tokens=6,
+        extra_body={"hedgespec": {"policy": "fixed:beta"}},
     )
     spec = fixed.model_extra["metrics"]["speculative_decoding"]
     assert spec["policy"] == "fixed:beta" and set(spec["drafter_choices"]) == {"beta"}
     plain = client.chat.completions.create(
-        model="tiny-target", messages=HELLO, max_tokens=6, extra_body={"hedgespec": {"policy": "none"}}
+        model="tiny-target",
+        messages=HELLO,
+        max_tokens=6,
+        extra_body={"hedgespec": {"policy": "none"}},
     )
     assert plain.model_extra["metrics"]["speculative_decoding"]["num_draft_tokens"] == 0
     with pytest.raises(openai.BadRequestError) as err:
@@ -275,7 +290,9 @@ def test_bad_key_is_authentication_error(server: ServerProcess) -> None:
         ({"messages": HELLO, "max_tokens": 100000}, "messages"),
     ],
 )
-def test_invalid_body_is_bad_request_with_param(client: OpenAI, body: dict[str, Any], param: str) -> None:
+def test_invalid_body_is_bad_request_with_param(
+    client: OpenAI, body: dict[str, Any], param: str
+) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="tiny-target", **body)
     error = err.value.body
@@ -290,7 +307,9 @@ def test_context_length_exceeded_code(client: OpenAI) -> None:
 
 
 def test_malformed_json_and_oversized_body(http: httpx.Client) -> None:
-    resp = http.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    resp = http.post(
+        "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
     big = b'{"model": "tiny-target", "prompt": "' + b"a" * (2 << 20) + b'"}'
     resp = http.post("/v1/completions", content=big, headers={"content-type": "application/json"})
@@ -302,11 +321,15 @@ def test_malformed_json_and_oversized_body(http: httpx.Client) -> None:
             yield b"a" * 65536
         yield b'"}'
 
-    resp = http.post("/v1/completions", content=chunked(), headers={"content-type": "application/json"})
+    resp = http.post(
+        "/v1/completions", content=chunked(), headers={"content-type": "application/json"}
+    )
     assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
 
 
-def test_async_client_concurrent_streams_match_sequential(server: ServerProcess, client: OpenAI) -> None:
+def test_async_client_concurrent_streams_match_sequential(
+    server: ServerProcess, client: OpenAI
+) -> None:
     prompts = [f"Prompt number {i}: explain caching." for i in range(4)]
 
     def sequential(p: str) -> str:
@@ -341,7 +364,9 @@ def _metric(text: str, name: str) -> float:
 
 
 def test_disconnect_mid_stream_frees_the_request(http: httpx.Client, server: ServerProcess) -> None:
-    aborted_before = _metric(http.get("/metrics").text, 'hedgespec_requests_total{endpoint="chat",finish_reason="abort"}')
+    aborted_before = _metric(
+        http.get("/metrics").text, 'hedgespec_requests_total{endpoint="chat",finish_reason="abort"}'
+    )
     body = {
         "model": "tiny-target", "messages": HELLO, "max_tokens": 400, "stream": True,
         "ignore_eos": True,
@@ -380,6 +405,8 @@ def test_health_ready_and_metrics(http: httpx.Client) -> None:
         "process_resident_memory_bytes",
     ):
         assert name in text, name
-    assert _metric(text, 'hedgespec_spec_decode_num_drafts_total{drafter="alpha"}') + _metric(
-        text, 'hedgespec_spec_decode_num_drafts_total{drafter="beta"}'
-    ) > 0
+    assert (
+        _metric(text, 'hedgespec_spec_decode_num_drafts_total{drafter="alpha"}')
+        + _metric(text, 'hedgespec_spec_decode_num_drafts_total{drafter="beta"}')
+        > 0
+    )

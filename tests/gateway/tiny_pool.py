@@ -85,7 +85,9 @@ def build_target(out: Path, tokenizer: PreTrainedTokenizerFast, seed: int = 0) -
 def build_drafter(out: Path, target: LlamaForCausalLM, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     draft_vocab = min(128, target.config.vocab_size)
-    cfg = Eagle3Config.for_target(target.config, draft_vocab_size=draft_vocab, aux_layers=AUX_LAYERS)
+    cfg = Eagle3Config.for_target(
+        target.config, draft_vocab_size=draft_vocab, aux_layers=AUX_LAYERS
+    )
     drafter = Eagle3Drafter(cfg, target.get_input_embeddings())
     with torch.no_grad():
         for p in drafter.parameters():
@@ -103,9 +105,7 @@ def build_pool(root: Path) -> Path:
         build_drafter(root / "drafters" / drafter_id, target, seed=100 + i)
     pool = {
         "target": MODEL_NAME,
-        "drafters": [
-            {"id": d, "domain": "test", "path": f"drafters/{d}"} for d in DRAFTER_IDS
-        ],
+        "drafters": [{"id": d, "domain": "test", "path": f"drafters/{d}"} for d in DRAFTER_IDS],
     }
     path = root / "pool.json"
     path.write_text(json.dumps(pool, indent=2))
