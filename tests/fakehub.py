@@ -184,9 +184,12 @@ def _tree_entries(blobs: dict[str, Blob], folder: str, recursive: bool) -> list[
         if not path.startswith(prefix):
             continue
         rest = path[len(prefix):]
-        if "/" in rest and not recursive:
-            sub = prefix + rest.split("/")[0]
+        # Folders below `folder`: only the first level, or every level when recursive.
+        levels = rest.split("/")[:-1] if recursive else rest.split("/")[:1] if "/" in rest else []
+        for depth in range(1, len(levels) + 1):
+            sub = prefix + "/".join(levels[:depth])
             entries[sub] = {"type": "directory", "oid": hashlib.sha1(sub.encode()).hexdigest(), "path": sub}
+        if "/" in rest and not recursive:
             continue
         entry: dict[str, Any] = {"type": "file", "oid": blob.git_oid, "size": len(blob.data), "path": path}
         if blob.lfs:

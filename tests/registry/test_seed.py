@@ -1,0 +1,76 @@
+"""Seed pools: the shipped files are valid, import is idempotent and never overrides an operator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from drafter_registry import crud
+from drafter_registry.db import pool_version
+from drafter_registry.errors import InvalidDrafter
+from drafter_registry.seed import import_seed_pool, load_seed_pool
+
+POOLS = Path(__file__).resolve().parents[2] / "pools"
+DOMAINS = ["generalist", "python", "math", "biology", "chemistry", "medical", "news", "sql"]
+
+
+def test_the_demo_pool_lists_the_local_demo_drafters() -> None:
+    pool = load_seed_pool(POOLS / "demo.json")
+    assert [d.id for d in pool.drafters] == DOMAINS
+    assert all(d.source == "local" and d.path == f"demo/pool/drafters/{d.id}" for d in pool.drafters)
+
+
+def test_the_llama_pool_lists_the_published_drafters() -> None:
+    pool = load_seed_pool(POOLS / "llama31_8b_hedgespec.json")
+    assert pool.target == "meta-llama/Llama-3.1-8B-Instruct"
+    generalist, *experts = pool.drafters
+    assert (generalist.repo_id, generalist.subfolder) == ("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", None)
+    assert [d.id for d in experts] == DOMAINS[1:]
+    assert {d.repo_id for d in experts} == {"aladinggit/hedgespec_eagle_drafters"}
+    assert len({d.subfolder for d in experts}) == 7
+
+
+def test_import_is_idempotent(session: Session, tmp_path: Path) -> None:
+    pool = load_seed_pool(POOLS / "demo.json")
+    results = import_seed_pool(session, pool, actor="cli", base_dir=tmp_path)
+    assert [(r.drafter_id, r.action) for r in results] == [(i, "created") for i in DOMAINS]
+    python = crud.get_drafter(session, drafter_id="python")
+    assert python is not None and python.status == "pending"
+    assert python.local_path == str(tmp_path / "demo/pool/drafters/python")
+    assert python.target_model == "demo/pool/target"
+    version = pool_version(session)
+    again = import_seed_pool(session, pool, actor="cli", base_dir=tmp_path)
+    assert {r.action for r in again} == {"unchanged"} and pool_version(session) == version
+    assert [e.action for e in crud.list_events(session, limit=2)] == ["pool.seed", "pool.seed"]
+
+
+def test_import_reports_conflicts_and_leaves_them_alone(session: Session, tmp_path: Path) -> None:
+    crud.create_drafter(session, name="My python", drafter_id="python", source="hf",
+                        repo_id="me/mine", actor="admin")
+    crud.create_drafter(session, name="Demo Math", source="hf", repo_id="me/math", actor="admin")
+    results = {r.drafter_id: r for r in import_seed_pool(
+        session, load_seed_pool(POOLS / "demo.json"), actor="cli", base_dir=tmp_path)}
+    assert results["python"].action == "conflict" and "me/mine" in str(results["python"].detail)
+    assert results["math"].action == "conflict"  # name taken by another id
+    assert results["sql"].action == "created"
+    mine = crud.get_drafter(session, drafter_id="python")
+    assert mine is not None and mine.repo_id == "me/mine"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{", "cannot read seed pool"),
+    ({"target": "t", "drafters": [{"id": "a", "name": "A", "source": "hf", "repo_id": "o/r"}] * 2}, "duplicate"),
+    ({"target": "t", "drafters": [{"id": "a", "name": "A", "source": "hf", "repo_id": "o/r",
+                                   "subfolder": "../x"}]}, "invalid subfolder"),
+    ({"target": "t", "drafters": [{"name": "A", "source": "hf", "repo_id": "o/r"}]}, "id"),
+    ({"target": "t", "drafters": [], "unknown": 1}, "unknown"),
+])
+def test_invalid_seed_files_name_the_problem(tmp_path: Path, content: object, message: str) -> None:
+    path = tmp_path / "pool.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(InvalidDrafter, match=message) as info:
+        load_seed_pool(path)
+    assert str(path) in str(info.value)
