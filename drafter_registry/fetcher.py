@@ -79,16 +79,18 @@ def fetch_drafter(
     settings: FetchSettings,
     validator: Validator | None = None,
     actor: str = "system",
+    stop: threading.Event | None = None,
 ) -> str | None:
     """Run one drafter to `ready` or `failed`; returns the final status, or `None` when the
-    drafter was deleted, disabled or moved on by someone else meanwhile."""
+    drafter was deleted, disabled or moved on by someone else meanwhile, or when `stop` was set
+    (shutdown: the row stays `downloading` and the next start resumes it)."""
     with session_factory() as session:
         row = crud.get_drafter(session, drafter_id=drafter_id)
         if row is None:
             return None
         job = _Job.of(row)
     try:
-        path, commit = _obtain(session_factory, job, settings, actor)
+        path, commit = _obtain(session_factory, job, settings, actor, stop)
         with session_factory() as session:
             crud.finish_download(session, drafter_id=job.id, local_path=str(path),
                                  commit_sha=commit, actor=actor)
@@ -145,7 +147,7 @@ def ensure_local_copy(drafter: Drafter, *, settings: FetchSettings) -> Path:
 
 
 def _obtain(session_factory: sessionmaker[Session], job: _Job, settings: FetchSettings,
-            actor: str) -> tuple[Path, str | None]:
+            actor: str, stop: threading.Event | None) -> tuple[Path, str | None]:
     """The drafter's directory and, for hf drafters, the commit it was downloaded at."""
     if job.source == DrafterSource.LOCAL.value:
         return Path(str(job.local_path)).expanduser(), None
@@ -156,7 +158,7 @@ def _obtain(session_factory: sessionmaker[Session], job: _Job, settings: FetchSe
         revision=job.revision,
         subfolder=job.subfolder,
         cache_dir=settings.cache_dir,
-        progress=_progress_writer(session_factory, job.id),
+        progress=_progress_writer(session_factory, job.id, stop),
         token=settings.token,
         endpoint=settings.endpoint,
         progress_interval_s=settings.progress_interval_s,
@@ -164,8 +166,11 @@ def _obtain(session_factory: sessionmaker[Session], job: _Job, settings: FetchSe
     return result.local_path, result.commit_sha
 
 
-def _progress_writer(session_factory: sessionmaker[Session], drafter_id: str) -> ProgressCallback:
+def _progress_writer(session_factory: sessionmaker[Session], drafter_id: str,
+                     stop: threading.Event | None) -> ProgressCallback:
     def write(done: int, total: int) -> None:
+        if stop is not None and stop.is_set():
+            raise DownloadCancelled("the gateway is shutting down; the download resumes on restart")
         with session_factory() as session:
             if not crud.set_progress(session, drafter_id=drafter_id, bytes_done=done,
                                      bytes_total=total):
@@ -202,6 +207,7 @@ class DrafterFetcher:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="drafter-fetch")
         self._inflight: dict[str, Future[str | None]] = {}
         self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def submit(self, drafter_id: str) -> Future[str | None]:
         """Queue a drafter (no-op if it is already queued or running); the future yields the
@@ -213,6 +219,7 @@ class DrafterFetcher:
             future = self._pool.submit(
                 fetch_drafter, self._session_factory, drafter_id=drafter_id,
                 settings=self._settings, validator=self._validator, actor=self._actor,
+                stop=self._stop,
             )
             self._inflight[drafter_id] = future
             future.add_done_callback(lambda _f: self._forget(drafter_id, _f))
@@ -227,6 +234,9 @@ class DrafterFetcher:
         return ids
 
     def shutdown(self, *, wait: bool = True) -> None:
+        """Stop queued jobs and interrupt running downloads at their next chunk; interrupted
+        drafters stay `downloading` and `resume_unfinished` continues them on the next start."""
+        self._stop.set()
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
     def _forget(self, drafter_id: str, future: Future[str | None]) -> None:

@@ -164,3 +164,33 @@ def test_a_replica_without_the_files_gets_its_own_copy(session_factory: sessionm
     d.local_path = str(tmp_path / "not-on-this-machine")
     path = ensure_local_copy(d, settings=other)
     assert path.is_relative_to(other.cache_dir.resolve()) and d.commit_sha in path.parts
+
+
+def test_shutdown_interrupts_a_download_that_the_next_start_resumes(
+    session_factory: sessionmaker[Session], settings: FetchSettings, fake_hub: FakeHub
+) -> None:
+    fake_hub.add_repo("org/big", drafter_files("python", pad_to=400_000))
+    fake_hub.throttle_bps = 400_000
+    with session_factory() as s:
+        drafter_id = add(s, "Big", repo_id="org/big", subfolder="python")
+    fetcher = DrafterFetcher(session_factory, settings)
+    future = fetcher.submit(drafter_id)
+    deadline = time.monotonic() + 20
+    while row(session_factory, drafter_id).bytes_done < 50_000 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    started = time.monotonic()
+    fetcher.shutdown(wait=True)
+    assert time.monotonic() - started < 2.0 and future.result() is None
+    interrupted = row(session_factory, drafter_id)
+    assert interrupted.status == "downloading" and 0 < interrupted.bytes_done < interrupted.bytes_total
+
+    fake_hub.throttle_bps = None
+    served = sum(fake_hub.bytes_served.values())
+    restarted = DrafterFetcher(session_factory, settings)
+    try:
+        assert restarted.resume_unfinished() == [drafter_id]
+        assert restarted.submit(drafter_id).result(timeout=30) == "ready"
+    finally:
+        restarted.shutdown()
+    total = row(session_factory, drafter_id).bytes_total
+    assert sum(fake_hub.bytes_served.values()) - served < total  # only the missing part moved
