@@ -21,6 +21,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from drafter_registry.db import begin_write
 from drafter_registry.errors import DrafterConflict, DrafterNotFound, InvalidDrafter, StatusConflict
 from drafter_registry.identifiers import (
     slugify_drafter_id,
@@ -116,8 +117,7 @@ def create_drafter(
     validate_source_fields(
         source=source, repo_id=repo_id, revision=revision, subfolder=subfolder, path=path
     )
-    drafter = Drafter(
-        id=validate_drafter_id(drafter_id) if drafter_id else _free_id(session, name),
+    fields = dict(
         name=name,
         source=source,
         repo_id=validate_repo_id(repo_id) if repo_id else None,
@@ -130,7 +130,9 @@ def create_drafter(
         status=DrafterStatus.PENDING.value,
         bytes_done=0,
     )
-    with _transaction(session, conflict=f"drafter id {drafter.id!r} or name {name!r} is already taken"):
+    chosen_id = validate_drafter_id(drafter_id) if drafter_id else None
+    with _transaction(session, conflict=f"drafter id {drafter_id or name!r} or name {name!r} is already taken"):
+        drafter = Drafter(id=chosen_id or _free_id(session, name), **fields)
         session.add(drafter)
         _audit(session, actor=actor, action="drafter.create", target=drafter.id, detail=_spec(drafter))
         _bump_pool_version(session)
@@ -165,7 +167,6 @@ def update_drafter(
     unknown = set(changes) - UPDATABLE_FIELDS
     if unknown:
         raise InvalidDrafter(f"cannot update {sorted(unknown)}; updatable: {sorted(UPDATABLE_FIELDS)}")
-    drafter = _load(session, drafter_id)
     cleaned = {
         "name": lambda v: _clean_name(v),
         "domain": lambda v: validate_domain(v) if v else None,
@@ -173,6 +174,7 @@ def update_drafter(
         "target_model": lambda v: v,
     }
     with _transaction(session, conflict=f"name {changes.get('name')!r} is already taken"):
+        drafter = _load(session, drafter_id)
         for field, value in changes.items():
             setattr(drafter, field, cleaned[field](value))
         _audit(session, actor=actor, action="drafter.update", target=drafter_id, detail=dict(changes))
@@ -190,8 +192,8 @@ def set_status(
     expected: Collection[str] | None = None,
 ) -> Drafter:
     """Move a drafter to `status`; with `expected`, only from one of those statuses."""
-    drafter = _load(session, drafter_id)
     with _transaction(session):
+        drafter = _load(session, drafter_id)
         _transition(session, drafter, to=_status(status), actor=actor, expected=expected, error=error)
     return drafter
 
@@ -199,13 +201,13 @@ def set_status(
 def set_progress(session: Session, *, drafter_id: str, bytes_done: int, bytes_total: int | None) -> bool:
     """Record download progress; `False` if the drafter is no longer `downloading` (or gone),
     which tells the downloader to stop."""
-    result = session.execute(
-        update(Drafter)
-        .where(Drafter.id == drafter_id, Drafter.status == DrafterStatus.DOWNLOADING.value)
-        .values(bytes_done=bytes_done, bytes_total=bytes_total, updated_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
-    session.commit()
+    with _transaction(session):
+        result = session.execute(
+            update(Drafter)
+            .where(Drafter.id == drafter_id, Drafter.status == DrafterStatus.DOWNLOADING.value)
+            .values(bytes_done=bytes_done, bytes_total=bytes_total, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
     return bool(getattr(result, "rowcount", 0))
 
 
@@ -279,24 +281,24 @@ def retry_drafter(session: Session, *, drafter_id: str, actor: str) -> Drafter:
 def set_enabled(session: Session, *, drafter_id: str, enabled: bool, actor: str) -> Drafter:
     """Disable (leaves the pool, any download stops) or enable a drafter. Enabling returns it to
     `ready` if it was validated before and its files are recorded, otherwise to `pending`."""
-    drafter = _load(session, drafter_id)
-    if not enabled:
-        target = DrafterStatus.DISABLED
-    elif drafter.status != DrafterStatus.DISABLED.value:
-        return drafter  # already enabled: nothing to change, nothing to audit
-    elif drafter.ready_at is not None and drafter.local_path:
-        target = DrafterStatus.READY
-    else:
-        target = DrafterStatus.PENDING
     with _transaction(session):
+        drafter = _load(session, drafter_id)
+        if enabled == (drafter.status != DrafterStatus.DISABLED.value):
+            return drafter  # already as asked: nothing to change, nothing to audit
+        if not enabled:
+            target = DrafterStatus.DISABLED
+        elif drafter.ready_at is not None and drafter.local_path:
+            target = DrafterStatus.READY
+        else:
+            target = DrafterStatus.PENDING
         _transition(session, drafter, to=target, actor=actor, expected=None, error=None)
     return drafter
 
 
 def delete_drafter(session: Session, *, drafter_id: str, actor: str) -> Drafter:
     """Remove a drafter row (cached files stay: blobs may be shared with other drafters)."""
-    drafter = _load(session, drafter_id)
     with _transaction(session):
+        drafter = _load(session, drafter_id)
         session.delete(drafter)
         _audit(session, actor=actor, action="drafter.delete", target=drafter_id, detail=_spec(drafter))
         _bump_pool_version(session)
@@ -335,10 +337,17 @@ def _status(value: str) -> DrafterStatus:
         raise InvalidDrafter(f"unknown status {value!r}: expected one of {allowed}") from None
 
 
-def _move(session: Session, drafter_id: str, *, to: DrafterStatus, actor: str,
-          expected: Collection[str], **fields: Any) -> Drafter:
-    drafter = _load(session, drafter_id)
+def _move(
+    session: Session,
+    drafter_id: str,
+    *,
+    to: DrafterStatus,
+    actor: str,
+    expected: Collection[str],
+    **fields: Any,
+) -> Drafter:
     with _transaction(session):
+        drafter = _load(session, drafter_id)
         _transition(session, drafter, to=to, actor=actor, expected=expected, error=None, **fields)
     return drafter
 
@@ -403,6 +412,7 @@ def _bump_pool_version(session: Session) -> None:
 def _transaction(session: Session, *, conflict: str | None = None) -> Iterator[None]:
     """Commit what the block did, or roll all of it back; unique violations (also when an
     autoflush hits them inside the block) become `DrafterConflict`."""
+    begin_write(session)
     try:
         yield
         session.commit()

@@ -6,10 +6,11 @@ runs `upgrade(url)` on start.
 SQLite (the embedded default) is tuned for one process with several threads (engine worker,
 request-log writer, downloads, HTTP handlers):
 
-- WAL journal, so readers never block the writer;
-- every transaction starts with `BEGIN IMMEDIATE`, so a transaction that reads and then writes
-  takes the write lock up front and waits (busy timeout) instead of failing with
-  `database is locked` when another thread committed in between;
+- WAL journal, so readers never block the writer and the writer never blocks readers;
+- write transactions (`begin_write`, used by every `crud` mutation) start with
+  `BEGIN IMMEDIATE`: they take the write lock up front and wait for it (busy timeout) instead of
+  failing with `database is locked` when another thread committed between their read and their
+  write; read-only transactions stay deferred, so a long-lived reading session blocks nobody;
 - pysqlite's own implicit transaction handling is turned off so that DDL is transactional too.
 
 PostgreSQL (`postgresql+psycopg://...`) uses a pre-pinged connection pool. Replicas that share it
@@ -33,6 +34,8 @@ from sqlalchemy.pool import StaticPool
 from drafter_registry.models import REGISTRY_STATE_ID, RegistryState
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
+# Connection execution option marking a write transaction (honoured on SQLite only).
+WRITE_TRANSACTION = "hedgespec_write_transaction"
 # Relative to the working directory (the repository root for `make serve` and in Docker).
 DEFAULT_DATABASE_URL = "sqlite:///var/hedgespec.db"
 
@@ -70,7 +73,8 @@ def _make_sqlite_engine(url: URL, *, echo: bool) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        writer = connection.get_execution_options().get(WRITE_TRANSACTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
 
     return engine
 
@@ -78,6 +82,17 @@ def _make_sqlite_engine(url: URL, *, echo: bool) -> Engine:
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     """Sessions that keep loaded attributes after commit, so rows can be returned to callers."""
     return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+def begin_write(session: Session) -> None:
+    """Start a write transaction on `session` (ending a read-only one it may have open).
+
+    Call it before the first statement of a transaction that will write; on SQLite it takes the
+    write lock at once (see the module docstring), elsewhere it is a plain begin.
+    """
+    if session.in_transaction():
+        session.commit()
+    session.connection(execution_options={WRITE_TRANSACTION: True})
 
 
 def migrations_dir() -> Path:

@@ -13,7 +13,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection, text
 
-from drafter_registry.db import DEFAULT_DATABASE_URL, make_engine
+from drafter_registry.db import DEFAULT_DATABASE_URL, WRITE_TRANSACTION, make_engine
 from drafter_registry.models import Base
 
 config = context.config
@@ -67,6 +67,8 @@ def run_migrations_online() -> None:
     engine = make_engine(database_url())
     try:
         with engine.connect() as connection:
+            # On SQLite: BEGIN IMMEDIATE, so two processes migrating at once queue up cleanly.
+            connection.execution_options(**{WRITE_TRANSACTION: True})
             _configure(connection)
             with context.begin_transaction():
                 if connection.dialect.name == "postgresql":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -197,3 +198,16 @@ def test_concurrent_mutations_each_bump_the_version_once(
     with session_factory() as s:
         assert pool_version(s) == 4 * 5 * 2
         assert len(crud.list_events(s, limit=1000)) == 40
+
+
+def test_an_open_reading_session_blocks_no_writer(session_factory: sessionmaker[Session]) -> None:
+    with session_factory() as reader:
+        add_hf(reader, name="A")
+        assert [d.id for d in crud.list_drafters(reader)] == ["a"]  # leaves a read transaction open
+        seen = pool_version(reader)
+        with session_factory() as writer:
+            started = time.monotonic()
+            add_hf(writer, name="B")
+            assert time.monotonic() - started < 2.0  # SQLite would wait out its busy timeout
+        add_hf(reader, name="C")  # the reader's next write starts a fresh transaction
+        assert pool_version(reader) == seen + 2
