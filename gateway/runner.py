@@ -300,7 +300,9 @@ class EngineRunner:
             try:
                 engine.add_request(spec.request_id, spec.prompt_ids, spec.params, spec.policy)
             except ValueError as exc:  # ContextLengthError, PolicyError: the client's fault
-                self._finish(tracked, Update(spec.request_id, error=_engine_error(exc)))
+                self._finish(
+                    tracked, Update(spec.request_id, finished=True, error=_engine_error(exc))
+                )
                 continue
             tracked.started_at = time.monotonic()
             self._running[spec.request_id] = tracked

@@ -1,0 +1,71 @@
+"""Settings: defaults, HEDGESPEC_* environment, .env files, CLI overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.cli import build_parser, serve_settings
+from gateway.config import REPO_ROOT, Settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    for name in list(__import__("os").environ):
+        if name.startswith("HEDGESPEC_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_resolve_against_the_repository() -> None:
+    s = Settings()
+    assert (s.host, s.port, s.max_queue, s.request_timeout_s) == ("127.0.0.1", 8000, 64, 600.0)
+    assert s.pool == REPO_ROOT / "demo" / "pool" / "pool.json"
+    assert s.database_url == f"sqlite:///{REPO_ROOT / 'var' / 'hedgespec.db'}"
+    assert s.max_body_bytes == 1 << 20 and s.api_keys == [] and s.admin_key is None
+    assert s.cors_origins == []
+
+
+def test_environment_lists_accept_commas_or_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEDGESPEC_API_KEYS", "k1, k2")
+    monkeypatch.setenv("HEDGESPEC_CORS_ORIGINS", '["http://a"]')
+    monkeypatch.setenv("HEDGESPEC_PORT", "9001")
+    s = Settings()
+    assert [k.get_secret_value() for k in s.api_keys] == ["k1", "k2"]
+    assert s.cors_origins == ["http://a"] and s.port == 9001
+    assert "k1" not in repr(s)
+
+
+def test_dotenv_file_is_read(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("HEDGESPEC_ADMIN_KEY=secret\nHEDGESPEC_MAX_QUEUE=3\n")
+    s = Settings()
+    assert s.admin_key is not None and s.admin_key.get_secret_value() == "secret"
+    assert s.max_queue == 3
+
+
+def test_cli_flags_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEDGESPEC_PORT", "9001")
+    monkeypatch.setenv("HEDGESPEC_API_KEYS", "env-key")
+    args = build_parser().parse_args(
+        ["serve", "--port", "9002", "--api-key", "a", "--api-key", "b", "--drafter", "x=/d/x"]
+    )
+    s = serve_settings(args)
+    assert s.port == 9002 and [k.get_secret_value() for k in s.api_keys] == ["a", "b"]
+    assert s.drafter_dirs() == [("x", Path("/d/x"))]
+
+
+def test_invalid_values_are_refused() -> None:
+    with pytest.raises(ValidationError):
+        Settings(default_policy="greedy-bandit")
+    with pytest.raises(ValidationError):
+        Settings(port=70000)
+
+
+def test_engine_config_keeps_core_defaults_unless_set() -> None:
+    from core.config import EngineConfig
+
+    assert Settings().engine_config().tree == EngineConfig().tree
+    cfg = Settings(tree_depth=3, max_context=256, default_policy="hedge").engine_config()
+    assert cfg.tree.depth == 3 and cfg.max_context == 256 and cfg.selector.policy == "hedge"

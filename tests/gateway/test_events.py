@@ -1,0 +1,55 @@
+"""The live event bus: cross-thread delivery, drop-oldest buffers, clean unsubscribe."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from gateway.events import EventBus
+
+
+def test_events_published_from_another_thread_arrive_in_order() -> None:
+    async def main() -> list[int]:
+        bus = EventBus()
+        sub = bus.subscribe()
+        worker = threading.Thread(
+            target=lambda: [bus.publish({"type": "round", "i": i}) for i in range(5)]
+        )
+        worker.start()
+        worker.join()
+        got = [(await asyncio.wait_for(sub.__anext__(), 2))["i"] for _ in range(5)]
+        await sub.aclose()
+        return got
+
+    assert asyncio.run(main()) == [0, 1, 2, 3, 4]
+
+
+def test_a_slow_subscriber_loses_the_oldest_and_is_told() -> None:
+    async def main() -> list[dict[str, object]]:
+        bus = EventBus()
+        sub = bus.subscribe(buffer_size=3)
+        for i in range(10):
+            bus.publish({"type": "round", "i": i})
+        out = [await sub.__anext__() for _ in range(4)]
+        await sub.aclose()
+        return out
+
+    first, *rest = asyncio.run(main())
+    assert first["type"] == "dropped" and first["count"] == 7
+    assert [e["i"] for e in rest] == [7, 8, 9]
+    assert [e["seq"] for e in rest] == [8, 9, 10]
+
+
+def test_no_subscriber_means_no_work_and_closing_ends_iteration() -> None:
+    async def main() -> list[dict[str, object]]:
+        bus = EventBus()
+        bus.bind(asyncio.get_running_loop())
+        bus.publish({"type": "round"})  # nobody listens: dropped
+        assert not bus.has_subscribers
+        sub = bus.subscribe()
+        assert bus.has_subscribers
+        await sub.aclose()
+        assert not bus.has_subscribers
+        return [e async for e in sub]
+
+    assert asyncio.run(main()) == []

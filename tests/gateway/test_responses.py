@@ -1,0 +1,49 @@
+"""Pure response pieces: byte-exact SSE frames, logprob shapes, spec-metrics aggregation."""
+
+from __future__ import annotations
+
+from core.stats import RequestStats, RoundStats, TokenLogprob
+from gateway.responses import DONE_FRAME, chat_logprob, spec_metrics, sse_frame
+from gateway.service import TokenText
+from tests.gateway.tiny_pool import train_tokenizer
+
+
+def test_sse_frame_is_exactly_one_data_line() -> None:
+    assert sse_frame({"a": "é\nb"}) == 'data: {"a":"é\\nb"}\n\n'.encode()
+    assert DONE_FRAME == b"data: [DONE]\n\n"
+
+
+def test_chat_logprob_shape_and_minus_infinity() -> None:
+    tok = train_tokenizer()
+    entry = chat_logprob(TokenText(tok), TokenLogprob(65, float("-inf"), ((66, -0.5),)))
+    assert entry["logprob"] == -9999.0
+    assert entry["bytes"] == list(entry["token"].encode())
+    assert entry["top_logprobs"][0]["logprob"] == -0.5
+
+
+def stats(drafter: str, accepted: list[int]) -> dict[str, object]:
+    s = RequestStats(policy="normalhedge", drafter_ids=("a", "b"))
+    s.weights = {"a": 0.25, "b": 0.75} if drafter == "a" else {"a": 0.75, "b": 0.25}
+    for i, acc in enumerate(accepted):
+        s.record_round(RoundStats(i, drafter, 4, acc, acc + 1, 0, 0, 0, 0))
+    return s.to_dict()
+
+
+def test_one_choice_reports_its_own_stats() -> None:
+    spec = spec_metrics([stats("a", [2, 0])])
+    assert spec is not None
+    assert spec["num_spec_steps"] == 2 and spec["num_accepted_draft_tokens"] == 2
+    assert spec["draft_acceptance_rate"] == 0.25 and spec["acceptance_by_position"] == [1, 1]
+    assert "per_choice" not in spec
+
+
+def test_n_choices_aggregate_with_stable_types() -> None:
+    spec = spec_metrics([stats("a", [2, 0]), stats("b", [1])])
+    assert spec is not None
+    assert spec["num_spec_steps"] == 3 and spec["num_draft_tokens"] == 12
+    assert spec["mean_acceptance_length"] == 6 / 3  # (3 + 1) + 2 tokens over 3 rounds
+    assert spec["acceptance_by_position"] == [2, 1]
+    assert spec["drafter_choices"] == ["a", "a", "b"]
+    assert spec["final_weights"] == {"a": 0.5, "b": 0.5}
+    assert len(spec["per_choice"]) == 2
+    assert spec_metrics([None]) is None
