@@ -64,7 +64,7 @@ from drafter_registry.validation import (
 ProgressCallback = Callable[[int, int], None]
 """`progress(bytes_done, bytes_total)`; may raise (e.g. `DownloadCancelled`) to stop the download."""
 
-SHA256_RE_LEN, GIT_SHA1_LEN = 64, 40
+SHA256_HEX_LEN, GIT_SHA1_HEX_LEN = 64, 40
 MAX_STALLED_ATTEMPTS = 5  # consecutive network failures without a single new byte
 
 
@@ -304,9 +304,9 @@ def _get_range(url: str, incomplete: Path, *, start: int, headers: dict[str, str
 
 def _verify_blob(path: Path, *, etag: str, name: str) -> None:
     """Compare the bytes with the ETag: sha256 for LFS files, git's blob sha1 otherwise."""
-    if len(etag) == SHA256_RE_LEN:
+    if len(etag) == SHA256_HEX_LEN:
         digest = hashlib.sha256()
-    elif len(etag) == GIT_SHA1_LEN:
+    elif len(etag) == GIT_SHA1_HEX_LEN:
         digest = hashlib.sha1(usedforsecurity=False)
         digest.update(b"blob %d\0" % path.stat().st_size)
     else:
