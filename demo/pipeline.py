@@ -1,0 +1,295 @@
+"""`hedgespec demo build`: the whole demo pool, deterministically from a seed.
+
+Stages: tokenizer -> target -> held-out loss -> target rollouts -> generalist drafter ->
+seven specialists -> pool files -> report (MAT table measured with the real engine).
+
+    python -m demo.pipeline --out demo/pool [--quick] [--seed 0] [--cache DIR]
+
+Reads only `demo/data/`; writes `target/`, `drafters/<id>/`, `pool.json`,
+`eval_prompts.jsonl`, `report.json` and `REPORT.md` under the output directory. With `--cache`
+the trained target and its rollouts are kept and reused when their inputs are unchanged (a
+development aid for iterating on the drafters; the result is the same as without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+from core.eagle3 import Eagle3Drafter, save_drafter
+from demo.build_config import FULL, QUICK, BuildConfig, aux_layers_for, with_overrides
+from demo.domains import DATA_DIR, DOMAINS, POOL_DIR, corpus_path, eval_path
+from demo.records import Record, cap_prompt, chat_text, load_records, write_jsonl
+from demo.report import measure_table, report_dict, specialisation_checks, write_report
+from demo.report_md import render_report_md
+from demo.rollouts import Rollout, generate_rollouts
+from demo.stage_cache import StageCache
+from demo.tokenizer import save_tokenizer, train_tokenizer
+from demo.train_drafters import (
+    TrainLog,
+    clone_drafter,
+    new_drafter,
+    response_token_counts,
+    train_drafter,
+)
+from demo.train_target import mean_loss, train_target
+
+GENERALIST = "generalist"
+OUTPUTS = ("target", "drafters", "pool.json", "eval_prompts.jsonl", "report.json", "REPORT.md")
+
+
+class StageTimer:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        print(f"== {name}", flush=True)
+        yield
+        self.seconds[name] = round(time.perf_counter() - start, 1)
+        print(f"== {name}: {self.seconds[name]:.1f} s", flush=True)
+
+
+def load_corpora(data_dir: Path, limit: int | None = None) -> dict[str, list[Record]]:
+    return {d: load_records(corpus_path(d, data_dir), d)[:limit] for d in DOMAINS}
+
+
+def pick(records: list[Record], n: int, seed: int) -> list[Record]:
+    """n records chosen by a seeded permutation (spreads over topics; ids are sorted by source)."""
+    order = torch.randperm(len(records), generator=torch.Generator().manual_seed(seed)).tolist()
+    return [records[i] for i in order[:n]]
+
+
+def round_to_fp16(model: torch.nn.Module) -> None:
+    """Round weights to the shipped fp16 values, so rollouts, drafter training and the report
+    all see exactly the target that is served."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())
+
+
+def heldout_losses(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, cfg: BuildConfig, data_dir: Path
+) -> dict[str, float]:
+    out = {}
+    for d in DOMAINS:
+        recs = load_records(eval_path(d, data_dir), d)[: cfg.heldout_records]
+        docs = [tokenizer(chat_text(r.prompt, r.response))["input_ids"] for r in recs]
+        out[d] = round(mean_loss(model, docs, cfg.target.seq_len), 4)
+    return out
+
+
+def build_rollouts(
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    corpora: dict[str, list[Record]],
+    cfg: BuildConfig,
+    seed: int,
+) -> list[Rollout]:
+    spec = cfg.rollouts
+    records = [r for d in DOMAINS for r in pick(corpora[d], spec.prompts_per_domain, seed + 1)]
+    rollouts: list[Rollout] = []
+    for i, temperature in enumerate(spec.temperatures):
+        rollouts += generate_rollouts(
+            model, tokenizer, records, prompt_chars=spec.prompt_chars,
+            max_new_tokens=spec.max_new_tokens, temperature=temperature,
+            batch_size=spec.batch_size, seed=seed + 10 + i,
+        )
+    return [r for r in rollouts if r.response_ids]
+
+
+def train_pool(
+    model: LlamaForCausalLM, rollouts: list[Rollout], cfg: BuildConfig, pad_id: int, seed: int,
+    timer: StageTimer,
+) -> tuple[dict[str, Eagle3Drafter], dict[str, TrainLog]]:
+    """The generalist on every domain, then each specialist fine-tuned from it on its own."""
+    aux = aux_layers_for(model.config.num_hidden_layers)
+    counts = response_token_counts(rollouts, model.config.vocab_size)
+    generalist = new_drafter(model, counts, cfg.drafter, aux, seed + 20)
+    logs: dict[str, TrainLog] = {}
+    with timer.stage("generalist"):
+        logs[GENERALIST] = train_drafter(
+            generalist, model, rollouts, cfg.drafter, cfg.generalist,
+            pad_id=pad_id, seed=seed + 21, desc=GENERALIST,
+        )
+    pool = {GENERALIST: generalist}
+    with timer.stage("specialists"):
+        for i, domain in enumerate(DOMAINS):
+            specialist = clone_drafter(generalist, model)
+            own = [r for r in rollouts if r.domain == domain]
+            logs[domain] = train_drafter(
+                specialist, model, own, cfg.drafter, cfg.specialist,
+                pad_id=pad_id, seed=seed + 30 + i, desc=domain,
+            )
+            pool[domain] = specialist
+    return pool, logs
+
+
+def draft_vocab_coverage(drafter: Eagle3Drafter, rollouts: list[Rollout]) -> float:
+    counts = response_token_counts(rollouts, drafter.cfg.vocab_size)
+    t2d: torch.Tensor = drafter.t2d  # type: ignore[assignment]
+    return round(float(counts[t2d].sum() / counts.sum().clamp(min=1)), 4)
+
+
+def write_pool_files(
+    out_dir: Path,
+    tokenizer: PreTrainedTokenizerFast,
+    model: LlamaForCausalLM,
+    pool: dict[str, Eagle3Drafter],
+    cfg: BuildConfig,
+    data_dir: Path,
+) -> None:
+    for name in OUTPUTS:
+        path = out_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copy.deepcopy(model).half().save_pretrained(out_dir / "target")
+    save_tokenizer(tokenizer, out_dir / "target")
+    entries = []
+    for drafter_id, drafter in pool.items():
+        save_drafter(drafter, out_dir / "drafters" / drafter_id, dtype=torch.float16)
+        domain = "all" if drafter_id == GENERALIST else drafter_id
+        entries.append({"id": drafter_id, "domain": domain, "path": f"drafters/{drafter_id}"})
+    pool_json = {"target": "target", "drafters": entries}
+    (out_dir / "pool.json").write_text(json.dumps(pool_json, indent=2) + "\n")
+    rows = [
+        {"id": r.id, "domain": d, "prompt": cap_prompt(r.prompt, cfg.rollouts.prompt_chars)}
+        for d in DOMAINS
+        for r in load_records(eval_path(d, data_dir), d)[: cfg.eval_prompts_per_domain]
+    ]
+    write_jsonl(out_dir / "eval_prompts.jsonl", rows)
+
+
+def pool_bytes(out_dir: Path) -> int:
+    return sum(p.stat().st_size for name in OUTPUTS for p in _files(out_dir / name))
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return [p for p in path.rglob("*") if p.is_file()]
+    return [path] if path.exists() else []
+
+
+def _log_summary(log: TrainLog) -> dict[str, Any]:
+    tail = log.losses[-25:]
+    return {
+        "steps": len(log.losses),
+        "first_loss": round(log.losses[0], 4),
+        "final_loss": round(sum(tail) / len(tail), 4),
+        "final_acc_by_step": [round(a, 4) for a in log.acc[-1]] if log.acc else [],
+    }
+
+
+def build(
+    out_dir: Path = POOL_DIR,
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    data_dir: Path = DATA_DIR,
+    config: BuildConfig | None = None,
+    cache_dir: Path | None = None,
+) -> Path:
+    """Build the demo pool into `out_dir` and return the path of its `pool.json`."""
+    cfg = config or (QUICK if quick else FULL)
+    torch.set_num_threads(cfg.threads)
+    out_dir = Path(out_dir)
+    timer = StageTimer()
+    cache = StageCache(cache_dir, cfg, seed, data_dir)
+    corpora = load_corpora(data_dir, cfg.corpus_records)
+    with timer.stage("tokenizer"):
+        texts = [chat_text(r.prompt, r.response) for d in DOMAINS for r in corpora[d]]
+        tokenizer = cache.load_tokenizer() or train_tokenizer(texts, cfg.vocab_size)
+    with timer.stage("target"):
+        cached = cache.load_target(cfg.device)
+        if cached is None:
+            docs = [tokenizer(t)["input_ids"] for t in texts]
+            model, target_losses = train_target(docs, tokenizer, cfg.target, seed, cfg.device)
+            round_to_fp16(model)
+            cache.save_target(model, tokenizer, target_losses)
+        else:
+            model, target_losses = cached
+        model.requires_grad_(False)
+    with timer.stage("heldout_loss"):
+        heldout = heldout_losses(model, tokenizer, cfg, data_dir)
+    with timer.stage("rollouts"):
+        rollouts = cache.load_rollouts()
+        if rollouts is None:
+            rollouts = build_rollouts(model, tokenizer, corpora, cfg, seed)
+            cache.save_rollouts(rollouts)
+    pool, logs = train_pool(model, rollouts, cfg, tokenizer.pad_token_id, seed, timer)
+    with timer.stage("save"):
+        write_pool_files(out_dir, tokenizer, model, pool, cfg, data_dir)
+    pool_json = out_dir / "pool.json"
+    drafters = list(pool)
+    with timer.stage("report"):
+        cells = measure_table(pool_json, drafters, DOMAINS, cfg.report, cfg.report_workers)
+    report = report_dict(cells, drafters, DOMAINS, cfg.report)
+    report["checks"] = specialisation_checks(report)
+    report["build"] = {
+        "quick": quick,
+        "seed": seed,
+        "threads": cfg.threads,
+        "device": cfg.device,
+        "cached_stages": cache.hits,
+        "stage_seconds": timer.seconds,
+        "total_seconds": round(sum(timer.seconds.values()), 1),
+        "pool_bytes": pool_bytes(out_dir),
+        "target": {
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "train_tokens": cfg.target.steps * cfg.target.batch_size * cfg.target.seq_len,
+            "final_train_loss": round(sum(target_losses[-25:]) / len(target_losses[-25:]), 4),
+            "heldout_loss": heldout,
+            "aux_layers": list(aux_layers_for(model.config.num_hidden_layers)),
+        },
+        "rollouts": {
+            "sequences": len(rollouts),
+            "response_tokens": sum(len(r.response_ids) for r in rollouts),
+            "ended_with_eos": sum(r.response_ids[-1] == tokenizer.eos_token_id for r in rollouts),
+            "draft_vocab_coverage": draft_vocab_coverage(pool[GENERALIST], rollouts),
+        },
+        "drafters": {k: _log_summary(v) for k, v in logs.items()},
+        "config": _config_dict(cfg),
+    }
+    write_report(report, out_dir)
+    (out_dir / "REPORT.md").write_text(render_report_md(report))
+    print(f"pool written to {out_dir} ({report['build']['pool_bytes'] / 1e6:.1f} MB)", flush=True)
+    return pool_json
+
+
+def _config_dict(cfg: BuildConfig) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(cfg)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Build the HedgeSpec demo pool (CPU, deterministic).")
+    parser.add_argument("--out", type=Path, default=POOL_DIR, help="output directory (default demo/pool)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: exercises the code in seconds")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache", type=Path, default=None, help="reuse target/rollouts from DIR")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override a build setting, e.g. --set specialist.steps=300 --set device=cuda",
+    )
+    args = parser.parse_args(argv)
+    cfg = with_overrides(QUICK if args.quick else FULL, args.set)
+    build(args.out, quick=args.quick, seed=args.seed, config=cfg, cache_dir=args.cache)
+
+
+if __name__ == "__main__":
+    main()
