@@ -114,13 +114,16 @@ class RequestState:
             if self.generated >= self.params.max_new_tokens:
                 self.finished, self.finish_reason = True, "length"
                 break
+        if self.finished and self.feedback is not None:
+            self.learn(self.feedback.close(), stats_only=True)
         return out
 
-    def learn(self, windows: list[Window]) -> None:
+    def learn(self, windows: list[Window], *, stats_only: bool = False) -> None:
         """Apply completed feedback windows in order (full-information learners) and record
-        the ÂL estimates for regret statistics."""
+        the ÂL estimates for regret statistics. Censored windows closed at the end of the
+        request are recorded for statistics only (`stats_only`): they are biased low."""
         for w in windows:
-            if self.learner is not None and self.learner.full_information:
+            if self.learner is not None and self.learner.full_information and not stats_only:
                 self.learner.update(w.loss)
             chosen = self.snapshot.ids[w.chosen] if w.chosen is not None else None
             est = {d: float(v) for d, v in zip(self.snapshot.ids, w.est_len)}

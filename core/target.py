@@ -87,8 +87,9 @@ class Target:
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
         ids: set[int] = set()
-        for src in (self.model.config.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None),
-                    self.tokenizer.eos_token_id):
+        gen_cfg = getattr(self.model, "generation_config", None)
+        tok_eos = getattr(self.tokenizer, "eos_token_id", None)
+        for src in (self.model.config.eos_token_id, getattr(gen_cfg, "eos_token_id", None), tok_eos):
             if isinstance(src, int):
                 ids.add(src)
             elif isinstance(src, (list, tuple)):
@@ -115,7 +116,7 @@ class Target:
             input_ids=input_ids.view(1, t).to(self.device),
             position_ids=positions.view(1, t).to(self.device),
             attention_mask=mask,
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
             output_hidden_states=True,
         )

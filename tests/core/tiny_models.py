@@ -1,0 +1,100 @@
+"""Tiny models built by the tests themselves: random Llama/Qwen3 targets, random EAGLE-3
+drafters, and a constructed (bigram) target with a drafter that copies it exactly."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from core.config import EngineConfig, TreeConfig
+from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping
+from core.engine import SpecEngine
+from core.target import Target
+
+AUX = (1, 2, 3)
+
+
+def tiny_target(family: str = "llama", *, vocab: int = 64, hidden: int = 32, layers: int = 4,
+                seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  eos_token_id=None, bos_token_id=None, pad_token_id=None, initializer_range=0.2)
+    if family == "qwen3":
+        model: torch.nn.Module = Qwen3ForCausalLM(Qwen3Config(head_dim=hidden // 4, **common))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    return model.eval().requires_grad_(False)
+
+
+def random_drafter(target: torch.nn.Module, *, draft_vocab: int = 48, seed: int = 1,
+                   aux: tuple[int, int, int] = AUX, scale: float = 0.3) -> Eagle3Drafter:
+    gen = torch.Generator().manual_seed(seed)
+    cfg = Eagle3Config.for_target(target.config, draft_vocab_size=draft_vocab, aux_layers=aux)
+    d = Eagle3Drafter(cfg, target.get_input_embeddings())
+    with torch.no_grad():
+        for p in d.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    counts = torch.randint(0, 100, (cfg.vocab_size,), generator=gen)
+    d.set_vocab_mapping(*build_vocab_mapping(counts, draft_vocab))
+    return d.eval().requires_grad_(False)
+
+
+def bigram_target(vocab: int = 32, layers: int = 4, seed: int = 0) -> tuple[torch.nn.Module, list[int]]:
+    """A Llama whose next token is perm[current token]: attention and MLP outputs are zero,
+    embeddings are scaled one-hots and lm_head is a permutation. Returns (model, perm)."""
+    model = tiny_target("llama", vocab=vocab, hidden=vocab, layers=layers, seed=seed)
+    perm = torch.randperm(vocab, generator=torch.Generator().manual_seed(seed)).tolist()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(torch.eye(vocab) * 4.0)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        head = torch.randn(vocab, vocab, generator=torch.Generator().manual_seed(seed + 1)) * 0.1
+        head[torch.tensor(perm), torch.arange(vocab)] = 5.0  # logits[perm[x]] high when input is x
+        model.lm_head.weight.copy_(head)
+    return model, perm
+
+
+def copy_drafter(target: torch.nn.Module, perm: list[int]) -> Eagle3Drafter:
+    """An EAGLE-3 drafter that predicts the bigram target exactly at every tree depth.
+
+    fc maps the low feature (= one-hot of token x_j) to one-hot(perm[x_j]); the MLP applies
+    perm once more (one SiLU-gated unit per token), so the output encodes perm[perm[x_j]] =
+    x_{j+2} at step 0 and advances one token per later step; lm_head reads the one-hot."""
+    v = target.config.vocab_size
+    cfg = Eagle3Config.for_target(target.config, draft_vocab_size=v, aux_layers=AUX, intermediate_size=v)
+    d = Eagle3Drafter(cfg, target.get_input_embeddings())
+    p = torch.zeros(v, v)
+    p[torch.tensor(perm), torch.arange(v)] = 1.0  # p @ onehot(x) = onehot(perm[x])
+    with torch.no_grad():
+        for prm in d.parameters():
+            prm.zero_()
+        d.midlayer.hidden_norm.fill_(1.0)
+        d.midlayer.input_layernorm.fill_(1.0)
+        d.midlayer.post_attention_layernorm.fill_(1.0)
+        d.norm.fill_(1.0)
+        d.fc.weight[:, :v].copy_(p)  # [H, 3H]: only the low feature
+        d.midlayer.mlp.gate_proj.weight.copy_(torch.eye(v) * 3.0)
+        d.midlayer.mlp.up_proj.weight.copy_(torch.eye(v))
+        # unit x fires ~ (3*sqrt(v)) * sqrt(v) when h = onehot(x): move that mass to perm[x]
+        fire = 3.0 * v
+        d.midlayer.mlp.down_proj.weight.copy_((p - torch.eye(v)) * 6.0 / fire)
+        d.lm_head.weight.copy_(torch.eye(v))
+    d.set_vocab_mapping(torch.zeros(v, dtype=torch.long), torch.ones(v, dtype=torch.bool))
+    return d.eval().requires_grad_(False)
+
+
+def make_engine(target: torch.nn.Module, drafters: dict[str, Eagle3Drafter], tree: TreeConfig,
+                policy: str = "normalhedge", aux: tuple[int, int, int] = AUX) -> SpecEngine:
+    from core.config import SelectorConfig
+
+    cfg = EngineConfig(tree=tree, selector=SelectorConfig(policy=policy), max_context=480, aux_layers=aux)
+    return SpecEngine(Target(target, None, aux), drafters, cfg)
+
+
+def hf_greedy(target: torch.nn.Module, prompt: list[int], n: int) -> list[int]:
+    ids = torch.tensor([prompt])
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                          do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
