@@ -35,6 +35,10 @@ def load_engine(settings: Settings) -> Engine:
     """Build the engine the settings describe (runs on the worker thread)."""
     from core.engine import SpecEngine
 
+    if settings.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
     config = settings.engine_config()
     if settings.target is not None:
         return SpecEngine.from_dirs(

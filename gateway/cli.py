@@ -68,6 +68,7 @@ SERVE_FLAGS: dict[str, str] = {
     "request_timeout": "request_timeout_s",
     "drain_timeout": "drain_timeout_s",
     "log_level": "log_level",
+    "torch_threads": "torch_threads",
 }
 
 
@@ -92,6 +93,7 @@ def _register_serve(sub: Any) -> None:
     p.add_argument("--request-timeout", type=float, help="per-request deadline, seconds")
     p.add_argument("--drain-timeout", type=float, help="graceful shutdown budget, seconds")
     p.add_argument("--log-level", help="debug, info, warning, error")
+    p.add_argument("--torch-threads", type=int, help="torch intra-op threads (default: all)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
     p.set_defaults(handler=serve)
 

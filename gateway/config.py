@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     tree_depth: int | None = Field(default=None, ge=1)
     tree_total_tokens: int | None = Field(default=None, ge=1)
     default_policy: str = "normalhedge"  # what `hedgespec.policy: auto` means
+    # Intra-op threads for torch; None keeps torch's default (all cores). On a shared CPU box,
+    # oversubscribed BLAS threads can make every round ~100x slower: set 1-2 there.
+    torch_threads: int | None = Field(default=None, ge=1)
 
     # --- scheduling ----------------------------------------------------------------------------
     max_running: int = Field(default=16, ge=1)  # requests interleaved in the engine at once
