@@ -40,6 +40,9 @@ from gateway.service import (
 
 log = logging.getLogger(__name__)
 SEED_MODULUS = 2**63
+# Prompts longer than this are tokenized on a thread, so one huge prompt cannot stall every
+# other stream's frames on the event loop; short ones skip the thread hop (TTFT).
+OFFLOAD_CHARS = 16_384
 
 
 @dataclass
@@ -189,6 +192,21 @@ class Serving:
         return max_new
 
     # ---- job construction --------------------------------------------------------------------
+
+    async def prepare(self, req: SamplingFields, arrival: float) -> Job:
+        """Validate and tokenize `req` into a job (off the event loop when the prompt is big)."""
+        if isinstance(req, ChatCompletionRequest):
+            chars = sum(len(str(m.content)) for m in req.messages)
+            build: Any = self.prepare_chat
+        else:
+            assert isinstance(req, CompletionRequest)
+            chars = sum(len(p) for p in req.prompts)
+            build = self.prepare_completion
+        if chars > OFFLOAD_CHARS:
+            job: Job = await asyncio.to_thread(build, req, arrival)
+        else:
+            job = build(req, arrival)
+        return job
 
     def prepare_chat(self, req: ChatCompletionRequest, arrival: float) -> Job:
         info = self.engine_info()

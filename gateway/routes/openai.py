@@ -36,7 +36,7 @@ async def create_chat_completion(
     body: ChatCompletionRequest, request: Request, serving: ServingDep
 ) -> Response:
     """Chat completion, streamed as SSE when `stream` is true."""
-    job = serving.prepare_chat(body, arrival=_arrival(request))
+    job = await serving.prepare(body, arrival=_arrival(request))
     return await _respond(job, request, serving)
 
 
@@ -45,7 +45,7 @@ async def create_completion(
     body: CompletionRequest, request: Request, serving: ServingDep
 ) -> Response:
     """Legacy text completion, streamed as SSE when `stream` is true."""
-    job = serving.prepare_completion(body, arrival=_arrival(request))
+    job = await serving.prepare(body, arrival=_arrival(request))
     return await _respond(job, request, serving)
 
 

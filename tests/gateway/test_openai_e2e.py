@@ -300,9 +300,10 @@ def test_invalid_body_is_bad_request_with_param(
     assert error["param"] == param and error["type"] == "invalid_request_error"
 
 
-def test_context_length_exceeded_code(client: OpenAI) -> None:
+@pytest.mark.parametrize("words", [600, 4000])  # 4000 words are tokenized off the event loop
+def test_context_length_exceeded_code(client: OpenAI, words: int) -> None:
     with pytest.raises(openai.BadRequestError) as err:
-        client.completions.create(model="tiny-target", prompt="hello " * 600, max_tokens=10)
+        client.completions.create(model="tiny-target", prompt="hello " * words, max_tokens=10)
     assert err.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
 
 
@@ -410,3 +411,26 @@ def test_health_ready_and_metrics(http: httpx.Client) -> None:
         + _metric(text, 'hedgespec_spec_decode_num_drafts_total{drafter="beta"}')
         > 0
     )
+
+
+def test_disconnect_while_waiting_for_a_non_streaming_answer_aborts(
+    http: httpx.Client, server: ServerProcess
+) -> None:
+    name = 'hedgespec_requests_total{endpoint="chat",finish_reason="abort"}'
+    aborted_before = _metric(http.get("/metrics").text, name)
+    body = {"model": "tiny-target", "messages": HELLO, "max_tokens": 470, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
+        httpx.post(
+            f"{server.base_url}/v1/chat/completions",
+            json=body,
+            headers=http.headers,
+            timeout=httpx.Timeout(60, read=0.3),
+        )
+    gave_up = time.monotonic()
+    while http.get("/ready").json()["in_flight"] and time.monotonic() - gave_up < 10:
+        time.sleep(0.02)
+    freed_after = time.monotonic() - gave_up
+    assert http.get("/ready").json()["in_flight"] == 0
+    assert _metric(http.get("/metrics").text, name) == aborted_before + 1
+    # 470 tokens take several seconds here; being freed well before means it was aborted.
+    assert freed_after < 1.0
