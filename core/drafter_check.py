@@ -7,7 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.eagle3 import DrafterLoadError, check_state_dict, read_config, read_weights, resolve_dir, weight_file
+from core.eagle3 import (
+    DrafterLoadError,
+    check_state_dict,
+    read_config,
+    read_weights,
+    resolve_dir,
+    weight_file,
+)
 
 
 def read_target_config(target_dir: str | Path) -> dict[str, Any]:

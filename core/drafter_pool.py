@@ -65,10 +65,11 @@ class StackedGroup:
     def __init__(self, drafters: list[Eagle3Drafter]) -> None:
         self.drafters = drafters
         self.cfg = drafters[0].cfg
+        self.w: dict[str, Tensor] = {}
         with torch.no_grad():
             for name, path in _PARAMS.items():
                 stacked = torch.stack([_get(d, path).detach() for d in drafters]).contiguous()
-                setattr(self, name, stacked)
+                self.w[name] = stacked
                 for i, d in enumerate(drafters):  # module params become views: no copy kept
                     _get(d, path).data = stacked[i]
             self.d2t = torch.stack([d.d2t for d in drafters])
@@ -77,31 +78,31 @@ class StackedGroup:
         return len(self.drafters)
 
     def empty_kv(self) -> KV:
-        c, n, w = self.cfg, len(self.drafters), self.fc
+        c, n, w = self.cfg, len(self.drafters), self.w["fc"]
         shape = (n, c.num_key_value_heads, 0, c.head_dim)
         return torch.zeros(shape, dtype=w.dtype, device=w.device), torch.zeros(shape, dtype=w.dtype, device=w.device)
 
     @torch.no_grad()
     def catch_up(self, kv: KV, features: Tensor, tokens: Tensor, positions: Tensor, top_k: int) -> CatchUp:
         """Every drafter consumes the same T new (feature, token) pairs. features [T, 3Ht]."""
-        c, n, t = self.cfg, len(self.drafters), tokens.numel()
-        g = torch.einsum("td,nhd->nth", features.to(self.fc.dtype), self.fc)  # [n,T,H]
+        c, n, t, w = self.cfg, len(self.drafters), tokens.numel(), self.w
+        g = torch.einsum("td,nhd->nth", features.to(w["fc"].dtype), w["fc"])  # [n,T,H]
         e = self.drafters[0].embed(tokens.view(1, t)).expand(n, t, -1)
-        x = torch.cat([rms_norm(e, self.w_input_norm[:, None], c.rms_norm_eps),
-                       rms_norm(g, self.w_hidden_norm[:, None], c.rms_norm_eps)], dim=-1)
-        q = torch.einsum("ntc,nqc->ntq", x, self.wq).view(n, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
-        k = torch.einsum("ntc,nqc->ntq", x, self.wk).view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        v = torch.einsum("ntc,nqc->ntq", x, self.wv).view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+        x = torch.cat([rms_norm(e, w["w_input_norm"][:, None], c.rms_norm_eps),
+                       rms_norm(g, w["w_hidden_norm"][:, None], c.rms_norm_eps)], dim=-1)
+        q = torch.einsum("ntc,nqc->ntq", x, w["wq"]).view(n, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
+        k = torch.einsum("ntc,nqc->ntq", x, w["wk"]).view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+        v = torch.einsum("ntc,nqc->ntq", x, w["wv"]).view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
         cos, sin = rope_cos_sin(positions.view(1, t), c.head_dim, c.rope_theta, q.dtype)
         q, k = apply_rope(q, cos[:, None], sin[:, None]), apply_rope(k, cos[:, None], sin[:, None])
         k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)
         o = attention(q, k, v, None).transpose(1, 2).reshape(n, t, -1)
-        h = g + torch.einsum("ntq,nhq->nth", o, self.wo)
-        y = rms_norm(h, self.w_post_norm[:, None], c.rms_norm_eps)
-        act = torch.nn.functional.silu(torch.einsum("nth,nih->nti", y, self.w_gate))
-        act = act * torch.einsum("nth,nih->nti", y, self.w_up)
-        h = h + torch.einsum("nti,nhi->nth", act, self.w_down)
-        logits = torch.einsum("nth,nvh->ntv", rms_norm(h, self.w_norm[:, None], c.rms_norm_eps), self.lm_head)
+        h = g + torch.einsum("ntq,nhq->nth", o, w["wo"])
+        y = rms_norm(h, w["w_post_norm"][:, None], c.rms_norm_eps)
+        act = torch.nn.functional.silu(torch.einsum("nth,nih->nti", y, w["w_gate"]))
+        act = act * torch.einsum("nth,nih->nti", y, w["w_up"])
+        h = h + torch.einsum("nti,nhi->nth", act, w["w_down"])
+        logits = torch.einsum("nth,nvh->ntv", rms_norm(h, w["w_norm"][:, None], c.rms_norm_eps), w["lm_head"])
         draft_ids = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).indices  # [n,T,k]
         target_ids = draft_ids + torch.gather(self.d2t, 1, draft_ids.view(n, -1)).view_as(draft_ids)
         return CatchUp(kv=(k, v), h_last=h[:, -1], topk_ids=target_ids)
@@ -156,13 +157,13 @@ class DrafterState:
         """Catch every drafter up on T pairs; returns topk ids [N, T, k] in snapshot order and
         updates the caches, h_last and pending_topk (= topk[:, -1])."""
         n, t = len(snapshot), tokens.numel()
-        outs = [g.catch_up(kv, features, tokens, positions, top_k) for g, kv in zip(snapshot.groups, self.kv)]
+        outs = [g.catch_up(kv, features, tokens, positions, top_k) for g, kv in zip(snapshot.groups, self.kv, strict=False)]
         self.kv = [o.kv for o in outs]
         first = outs[0]
         k = first.topk_ids.shape[-1]
         topk = torch.empty(n, t, k, dtype=torch.long, device=first.topk_ids.device)
         h_last = torch.empty(n, first.h_last.shape[-1], dtype=first.h_last.dtype, device=first.h_last.device)
-        for members, out in zip(snapshot.members, outs):
+        for members, out in zip(snapshot.members, outs, strict=False):
             idx = torch.tensor(members, device=topk.device)
             topk[idx] = out.topk_ids
             h_last[idx] = out.h_last

@@ -234,6 +234,9 @@ class Eagle3Drafter(nn.Module):
     """One EAGLE-3 decoder layer over [embedding(token) ; hidden], hidden = fc(3 target features)
     at step 0 or the drafter's own pre-norm output at later steps."""
 
+    d2t: Tensor
+    t2d: Tensor
+
     def __init__(self, cfg: Eagle3Config, embed_tokens: nn.Embedding | None = None) -> None:
         super().__init__()
         self.cfg = cfg
@@ -260,7 +263,7 @@ class Eagle3Drafter(nn.Module):
         self._shared_embed = [embed_tokens]
 
     def embed(self, input_ids: Tensor) -> Tensor:
-        table = self.own_embed if self.own_embed is not None else (self._shared_embed or [None])[0]
+        table = self.own_embed if self.own_embed is not None else next(iter(self._shared_embed), None)
         if table is None:
             raise RuntimeError("drafter has no embedding: pass the target's embed_tokens")
         return table(input_ids).to(self.fc.weight.dtype)
@@ -493,8 +496,7 @@ def load_drafter(
             drafter.set_vocab_mapping(sd["d2t"], sd["t2d"])
         else:  # full vocabulary: identity mapping
             drafter.t2d.fill_(True)
-    if embed_tokens is None and drafter.own_embed is None:
-        pass  # caller attaches the target embedding later (set_shared_embedding)
+    # Without an embedding the caller attaches the target's later (set_shared_embedding).
     return drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 

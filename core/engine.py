@@ -19,12 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
+from core.drafter_check import compatibility_problems
 from core.drafter_pool import PoolSnapshot
 from core.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
-from core.drafter_check import compatibility_problems
 from core.request import RequestState, parse_policy
 from core.rounds import prefill, speculative_round
 from core.stats import RequestStats, RoundStats, TokenLogprob

@@ -97,7 +97,7 @@ class RequestState:
     def weights(self) -> dict[str, float]:
         if self.learner is None:
             return {}
-        return {d: float(w) for d, w in zip(self.snapshot.ids, self.learner.distribution())}
+        return {d: float(w) for d, w in zip(self.snapshot.ids, self.learner.distribution(), strict=False)}
 
     def commit(self, tokens: list[int], logprobs: list[TokenLogprob] | None = None) -> list[int]:
         """Append tokens up to the first stop token (excluded) or the token budget."""
@@ -126,7 +126,7 @@ class RequestState:
             if self.learner is not None and self.learner.full_information and not stats_only:
                 self.learner.update(w.loss)
             chosen = self.snapshot.ids[w.chosen] if w.chosen is not None else None
-            est = {d: float(v) for d, v in zip(self.snapshot.ids, w.est_len)}
+            est = {d: float(v) for d, v in zip(self.snapshot.ids, w.est_len, strict=False)}
             self.stats.record_window(est, chosen, w.realised)
 
     def take_logprobs(self) -> list[TokenLogprob] | None:

@@ -120,6 +120,6 @@ def _maybe_logprobs(state: RequestState, logits: Tensor, tokens: list[int]) -> l
         top: tuple[tuple[int, float], ...] = ()
         if k > 0:
             vals, idx = torch.topk(lp[j], min(k, lp.shape[-1]))
-            top = tuple((int(i), float(v)) for i, v in zip(idx.tolist(), vals.tolist()))
+            top = tuple((int(i), float(v)) for i, v in zip(idx.tolist(), vals.tolist(), strict=False))
         out.append(TokenLogprob(tok, float(lp[j, tok]), top))
     return out

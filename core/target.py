@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -52,7 +52,7 @@ class Target:
         self.num_layers = int(cfg.num_hidden_layers)
         self.hidden_size = int(cfg.hidden_size)
         self.vocab_size = int(cfg.vocab_size)
-        self.aux_layers = tuple(aux_layers) if aux_layers else default_aux_layers(self.num_layers)
+        self.aux_layers: tuple[int, int, int] = aux_layers if aux_layers else default_aux_layers(self.num_layers)
         if any(not 0 <= i < self.num_layers for i in self.aux_layers):
             raise TargetLoadError(f"aux layers {self.aux_layers} outside 0..{self.num_layers - 1}")
         self.device = next(model.parameters()).device
@@ -77,7 +77,7 @@ class Target:
         kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype), "trust_remote_code": False}
         if device_map:  # spread a target that does not fit one GPU over the box's GPUs
             kwargs["device_map"] = device_map
-        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kwargs)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kwargs)
         if not device_map:
             model = model.to(device)
         model.eval().requires_grad_(False)
@@ -139,6 +139,7 @@ def additive_mask(past: int, tree_mask: Tensor, dtype: torch.dtype) -> Tensor:
 def compact_cache(cache: DynamicCache, committed: int, keep: Tensor) -> None:
     """Keep the first `committed` entries plus the new entries at offsets `keep` (accepted path)."""
     for layer in cache.layers:
+        layer = cast(Any, layer)
         idx = torch.cat([torch.arange(committed, device=layer.keys.device), committed + keep.to(layer.keys.device)])
         layer.keys = layer.keys.index_select(-2, idx)
         layer.values = layer.values.index_select(-2, idx)
