@@ -1,15 +1,19 @@
 """The `hedgespec` console script.
 
 Each subcommand lives in a module with `register(subparsers) -> None`, which adds its parser
-and sets `handler=<function(args) -> int>`. To add a command group (e.g. `bench`), write such a
-module and list it in `COMMAND_MODULES`; `drafter` subcommands are registered the same way in
-`gateway/cli_drafter.py` (`DRAFTER_COMMAND_MODULES`).
+and sets `handler=<function(args) -> int>`. Registration points:
+
+- `COMMAND_MODULES`: always present (serve, demo, drafter);
+- `OPTIONAL_COMMAND_MODULES`: picked up when the module exists, so `bench/cli.py` adds
+  `hedgespec bench` without editing this file;
+- `drafter` subcommands: `gateway/cli_drafter.py` (`DRAFTER_COMMAND_MODULES`), the same way.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +25,19 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.cli",  # serve, demo (below)
     "gateway.cli_drafter",
 )
+OPTIONAL_COMMAND_MODULES: tuple[str, ...] = ("bench.cli",)
+
+
+def existing_modules(names: Sequence[str]) -> list[str]:
+    """The modules among `names` that exist (an error inside one still surfaces on import)."""
+    found = []
+    for name in names:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                found.append(name)
+        except ModuleNotFoundError:  # a parent package is missing
+            continue
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="OpenAI-compatible gateway with no-regret EAGLE-3 drafter selection.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in [*COMMAND_MODULES, *existing_modules(OPTIONAL_COMMAND_MODULES)]:
         importlib.import_module(name).register(sub)
     return parser
 

@@ -49,3 +49,18 @@ def test_every_command_group_is_registered() -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])
     assert exit_info.value.code == 0
+
+
+def test_optional_command_modules_plug_in_when_present(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "extra_commands.py").write_text(
+        "def register(sub):\n"
+        "    p = sub.add_parser('hello')\n"
+        "    p.set_defaults(handler=lambda args: 7)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(
+        "gateway.cli.OPTIONAL_COMMAND_MODULES", ("extra_commands", "no_such_pkg.cli")
+    )
+    assert main(["hello"]) == 7
