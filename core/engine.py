@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
@@ -164,10 +164,15 @@ class SpecEngine:
         return [out]
 
     def _run_round(self, state: RequestState) -> RoundOutput:
+        t0 = time.perf_counter()
         if not state.prefilled:
             tokens, rstats = prefill(self.target, state, self.config), None
         else:
             tokens, rstats = speculative_round(self.target, state, self.config)
+            # bookkeeping = the round's wall time not spent drafting, verifying or evaluating
+            rest = time.perf_counter() - t0 - rstats.draft_s - rstats.verify_s - rstats.evaluate_s
+            rstats = replace(rstats, bookkeeping_s=max(rest, 0.0))
+            state.stats.time_bookkeeping_s += rstats.bookkeeping_s
         logprobs = state.take_logprobs()
         return RoundOutput(state.request_id, tokens, logprobs, state.finished, state.finish_reason,
                            rstats, state.stats)
