@@ -22,11 +22,11 @@ serve: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy core gateway drafter_registry
+	$(BIN)/mypy core gateway drafter_registry bench demo
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy core gateway drafter_registry
+	$(BIN)/mypy core gateway drafter_registry bench demo
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

@@ -13,6 +13,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -49,7 +50,7 @@ def main() -> None:
     drafters = {"copy": copy_drafter(target, perm), "random": random_drafter(target, draft_vocab=128, seed=5)}
     engine = make_engine(target, drafters, tree)
     prompt = [1, 2, 3, 4, 5, 6, 7, 8]
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for label, policy in [("plain", "none"), ("copy drafter", "fixed:copy"), ("random drafter", "fixed:random")]:
         rate, st = run(engine, prompt, policy, args.tokens, args.repeats)
         total = st.time_draft_s + st.time_verify_s + st.time_evaluate_s + st.time_bookkeeping_s

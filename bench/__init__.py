@@ -1,0 +1,1 @@
+"""Benchmarks; results land in bench/results/."""

@@ -1,0 +1,147 @@
+"""The paper's benchmark on our pool (`hedgespec bench`): every method on the same held-out
+prompts in one run, so ratios are measured side by side.
+
+Methods: plain decoding, the generalist only (EAGLE), each specialist only, UCBSpec, EXP3Spec,
+HedgeSpec (NormalHedge + acceptance-length loss), HedgeSpec variants (AdaNormalHedge; the
+acceptance-probability loss), and an oracle that uses each request's best fixed drafter in
+hindsight (computed from the fixed-drafter runs). Learners live per request, so the mixed
+workload (domains interleaved request by request) and the per-domain workloads are the same
+requests grouped differently.
+
+Also: evaluation-phase share of round time, cumulative regret curves, estimator calibration
+(ÂL vs realised), and MAT vs pool size (N = 2..32, padding the pool with perturbed copies).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.config import SamplingParams
+from core.eagle3 import Eagle3Drafter
+from core.engine import SpecEngine
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_POOL = REPO / "demo" / "pool" / "pool.json"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    domain: str
+    ids: list[int]
+
+
+@dataclass
+class Run:
+    method: str
+    prompt: Prompt
+    tokens: int
+    rounds: int
+    wall_s: float
+    eval_s: float
+    round_s: float
+    regret_curve: list[float] = field(default_factory=list)
+    estimates: list[tuple[float, int]] = field(default_factory=list)
+    drafters: list[str | None] = field(default_factory=list)
+
+    @property
+    def mat(self) -> float:
+        return (self.tokens - 1) / self.rounds if self.rounds else 0.0
+
+
+def load_prompts(pool_json: Path, tokenizer: Any, per_domain: int, max_prompt_tokens: int,
+                 seed: int = 0) -> list[Prompt]:
+    """Held-out prompts, chat-formatted, interleaved domain by domain (the mixed workload)."""
+    path = pool_json.parent / "eval_prompts.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    by_domain: dict[str, list[dict[str, str]]] = {}
+    for r in rows:
+        by_domain.setdefault(r["domain"], []).append(r)
+    rng = random.Random(seed)
+    picked = {d: rng.sample(rs, min(per_domain, len(rs))) for d, rs in sorted(by_domain.items())}
+    out = []
+    for i in range(per_domain):
+        for d, rs in picked.items():
+            if i < len(rs):
+                out.append(Prompt(rs[i]["id"], d, chat_ids(tokenizer, rs[i]["prompt"], max_prompt_tokens)))
+    return out
+
+
+def chat_ids(tokenizer: Any, text: str, max_tokens: int) -> list[int]:
+    content = tokenizer.decode(tokenizer(text)["input_ids"][:max_tokens])
+    text = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
+                                         tokenize=False)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def run_method(engine: SpecEngine, prompts: Iterable[Prompt], method: str, policy: str,
+               max_new_tokens: int) -> list[Run]:
+    runs = []
+    for p in prompts:
+        params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
+        t0 = time.perf_counter()
+        ids, st = engine.generate_ids(p.ids, params, policy)
+        wall = time.perf_counter() - t0
+        round_s = st.time_draft_s + st.time_verify_s + st.time_evaluate_s + st.time_bookkeeping_s
+        runs.append(Run(method, p, len(ids), st.rounds, wall, st.time_evaluate_s, round_s,
+                        list(st.regret_curve), list(st.estimates), list(st.drafter_per_round)))
+    return runs
+
+
+def variant(engine: SpecEngine, drafters: dict[str, Eagle3Drafter] | None = None, **selector: Any) -> SpecEngine:
+    """An engine sharing the target (and the drafters) with a different selector or pool."""
+    cfg = replace(engine.config, selector=replace(engine.config.selector, **selector))
+    return SpecEngine(engine.target, drafters if drafters is not None else dict(engine.snapshot.drafters), cfg,
+                      engine.model_name)
+
+
+def perturbed(drafter: Eagle3Drafter, seed: int, scale: float) -> Eagle3Drafter:
+    """A copy of `drafter` with Gaussian noise (relative to each tensor's RMS) on its weights."""
+    clone = Eagle3Drafter(drafter.cfg, next(iter(drafter._shared_embed), None))
+    clone.load_state_dict(drafter.state_dict())
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in clone.parameters():
+            rms = p.float().pow(2).mean().sqrt()
+            p.add_((torch.randn(p.shape, generator=gen) * rms * scale).to(p.dtype))
+    return clone.to(drafter.fc.weight.device).eval().requires_grad_(False)
+
+
+def padded_pool(base: dict[str, Eagle3Drafter], n: int, scale: float) -> dict[str, Eagle3Drafter]:
+    """The first n drafters of base, then perturbed copies cycling through base."""
+    ids = list(base)
+    pool = {i: base[i] for i in ids[:n]}
+    k = 0
+    while len(pool) < n:
+        src = ids[k % len(ids)]
+        pool[f"{src}~{k}"] = perturbed(base[src], seed=1000 + k, scale=scale)
+        k += 1
+    return pool
+
+
+def summarize(runs: list[Run]) -> dict[str, float]:
+    tokens = sum(r.tokens for r in runs)
+    rounds = sum(r.rounds for r in runs)
+    wall = sum(r.wall_s for r in runs)
+    round_s = sum(r.round_s for r in runs)
+    return {
+        "mat": (tokens - len(runs)) / rounds if rounds else 0.0,
+        "tokens_per_s": tokens / wall if wall else 0.0,
+        "eval_share": sum(r.eval_s for r in runs) / round_s if round_s else 0.0,
+        "requests": len(runs),
+        "tokens": tokens,
+    }
+
+
+def oracle_runs(fixed: dict[str, list[Run]]) -> list[Run]:
+    """Per request, the fixed drafter with the best realised MAT (ties: faster)."""
+    per_request = zip(*fixed.values(), strict=True)
+    return [replace(max(rs, key=lambda r: (r.mat, -r.wall_s)), method="oracle") for rs in per_request]

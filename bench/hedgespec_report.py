@@ -1,0 +1,134 @@
+"""Markdown tables and PNG plots for the HedgeSpec benchmark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: files only
+import matplotlib.pyplot as plt
+
+CURVES = ("hedgespec", "hedgespec_ada", "ucbspec", "exp3spec", "generalist")
+
+
+def write_report(r: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    public = {k: v for k, v in r.items() if not k.startswith("_")}
+    (out / "hedgespec.json").write_text(json.dumps(public, indent=2, default=str) + "\n")
+    runs = r["_runs"]
+    calib = calibration(runs["hedgespec"])
+    plot_regret(runs, out / "hedgespec_regret.png")
+    plot_calibration(calib, out / "hedgespec_calibration.png")
+    plot_pool_size(r["pool_size"], out / "hedgespec_pool_size.png")
+    plot_domains(r, out / "hedgespec_domains.png")
+    (out / "hedgespec.md").write_text(markdown(r, calib))
+
+
+def markdown(r: dict[str, Any], calib: list[tuple[float, float, int]]) -> str:
+    c, m = r["config"], r["methods"]
+    lines = ["# HedgeSpec benchmark (one run, all methods side by side)", "",
+             f"Pool `{c['pool']}`; {c['prompts']} held-out prompts ({c['per_domain']} per domain, domains "
+             f"interleaved request by request), {c['max_new_tokens']} new tokens each, {c['decoding']} decoding; "
+             f"tree {c['tree']}; {c['threads']} CPU thread(s); torch {c['torch']}. MAT = tokens committed per "
+             "target verification pass (bonus included). Learners live per request.", "",
+             "## Mixed workload", "", "| method | MAT | tokens/s | x plain | eval share of round time |",
+             "|---|---|---|---|---|"]
+    for name, s in m.items():
+        lines.append(f"| {name} | {s['mat']:.2f} | {s['tokens_per_s']:.1f} | {s['speedup_vs_plain']:.2f} | "
+                     f"{s['eval_share']:.1%} |")
+    lines += ["", f"Specialists' average MAT (each alone over all domains): {r['specialists_avg_mat']:.2f}.", "",
+              "## Targets", "", "| target | measured | threshold | met |", "|---|---|---|---|"]
+    for name, t in r["targets"].items():
+        lines.append(f"| {name} | {t['value']:.3f} | {t['threshold']} | {'yes' if t['met'] else '**no**'} |")
+    lines += ["", "## MAT per domain", "", "| method | " + " | ".join(r["domains"]) + " |",
+              "|---|" + "---|" * len(r["domains"])]
+    for name in m:
+        lines.append(f"| {name} | " + " | ".join(f"{r['domains'][d][name]['mat']:.2f}" for d in r["domains"]) + " |")
+    ps = r["pool_size"]
+    sizes = sorted(next(iter(ps["mat"].values())))
+    lines += ["", f"## MAT vs pool size (perturbed copies pad the pool; {ps['requests']} requests)", "",
+              "| method | " + " | ".join(f"N={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    for name, row in ps["mat"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{row[n]:.2f}" for n in sizes) + " |")
+    lines.append("| HedgeSpec eval share | " + " | ".join(f"{ps['eval_share'][n]:.1%}" for n in sizes) + " |")
+    lines += ["", "## Estimator calibration (HedgeSpec runs: ÂL of the chosen drafter vs realised tokens/round)", "",
+              "| ÂL bin | mean realised | windows |", "|---|---|---|"]
+    lines += [f"| {lo:.1f} | {mean:.2f} | {n} |" for lo, mean, n in calib]
+    lines += ["", "Plots: `hedgespec_regret.png` (mean cumulative regret in tokens vs feedback window), "
+              "`hedgespec_calibration.png`, `hedgespec_pool_size.png`, `hedgespec_domains.png`.", ""]
+    return "\n".join(lines)
+
+
+def calibration(runs: list[Any], width: float = 0.5) -> list[tuple[float, float, int]]:
+    bins: dict[float, list[int]] = {}
+    for run in runs:
+        for est, realised in run.estimates:
+            bins.setdefault(width * int(est / width), []).append(realised)
+    return [(lo, sum(v) / len(v), len(v)) for lo, v in sorted(bins.items())]
+
+
+def mean_curve(runs: list[Any]) -> list[float]:
+    length = max((len(r.regret_curve) for r in runs), default=0)
+    out = []
+    for t in range(length):
+        vals = [r.regret_curve[min(t, len(r.regret_curve) - 1)] for r in runs if r.regret_curve]
+        out.append(sum(vals) / len(vals) if vals else 0.0)
+    return out
+
+
+def plot_regret(runs: dict[str, list[Any]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name in CURVES:
+        if name in runs:
+            ax.plot(mean_curve(runs[name]), label=name)
+    ax.set(xlabel="feedback window (round)", ylabel="cumulative regret (tokens, from ÂL)",
+           title="Regret vs the best single drafter in hindsight (mean over requests)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_calibration(calib: list[tuple[float, float, int]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(5, 4))
+    xs = [lo + 0.25 for lo, _, _ in calib]
+    ax.scatter(xs, [m for _, m, _ in calib], s=[max(8, min(200, n)) for _, _, n in calib])
+    top = max(xs + [m for _, m, _ in calib] + [2.0])
+    ax.plot([1, top], [1, top], "k--", lw=1, label="ideal")
+    ax.set(xlabel="ÂL (estimate, chosen drafter)", ylabel="realised tokens per round", title="Estimator calibration")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_pool_size(ps: dict[str, Any], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, row in ps["mat"].items():
+        ns = sorted(row)
+        ax.plot(ns, [row[n] for n in ns], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="pool size N", ylabel="MAT", title="MAT vs pool size")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_domains(r: dict[str, Any], path: Path) -> None:
+    names = ["generalist", "hedgespec", "ucbspec", "exp3spec", "oracle"]
+    domains = list(r["domains"])
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        ax.bar([d + i * width for d in range(len(domains))], [r["domains"][d][name]["mat"] for d in domains],
+               width, label=name)
+    ax.set_xticks([d + 0.4 - width / 2 for d in range(len(domains))], domains)
+    ax.set(ylabel="MAT", title="MAT per domain")
+    ax.legend(ncol=3, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,169 @@
+"""`hedgespec bench`: run the HedgeSpec benchmark and write bench/results/hedgespec.{md,json,*.png}.
+
+    hedgespec bench [--quick] [--json] [--pool demo/pool/pool.json] [--per-domain 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.hedgespec_bench import (
+    DEFAULT_POOL,
+    Run,
+    load_prompts,
+    oracle_runs,
+    padded_pool,
+    run_method,
+    summarize,
+    variant,
+)
+from core.config import EngineConfig, SamplingParams, TreeConfig
+from core.engine import SpecEngine
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LEARNED = {"ucbspec": "ucbspec", "exp3spec": "exp3spec", "hedgespec": "normalhedge", "hedgespec_ada": "adanormalhedge"}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="hedgespec bench", description="HedgeSpec benchmark on a drafter pool")
+    ap.add_argument("--pool", type=Path, default=DEFAULT_POOL)
+    ap.add_argument("--quick", action="store_true", help="fewer prompts and pool sizes (< 5 minutes)")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--per-domain", type=int, default=None, help="held-out prompts per domain")
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--max-prompt-tokens", type=int, default=160)
+    ap.add_argument("--pool-sizes", type=str, default=None, help="comma-separated N values")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 = stable timings)")
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--depth", type=int, default=None)
+    ap.add_argument("--total-tokens", type=int, default=None)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    args.per_domain = args.per_domain or (2 if args.quick else 8)
+    args.max_new_tokens = args.max_new_tokens or (48 if args.quick else 96)
+    sizes = args.pool_sizes or ("2,8,32" if args.quick else "2,4,8,16,32")
+    args.sizes = [int(s) for s in sizes.split(",")]
+    return args
+
+
+def build_engine(args: argparse.Namespace) -> SpecEngine:
+    tree = TreeConfig()
+    tree = TreeConfig(top_k=args.top_k or tree.top_k, depth=args.depth or tree.depth,
+                      total_tokens=args.total_tokens or tree.total_tokens)
+    return SpecEngine.from_pool_file(args.pool, EngineConfig(tree=tree, max_context=4096))
+
+
+def generalist_id(pool_json: Path, ids: list[str]) -> str:
+    spec = json.loads(pool_json.read_text())
+    for d in spec.get("drafters", []):
+        if d.get("domain") in ("general", "generalist", "all") or d["id"] == "generalist":
+            return str(d["id"])
+    return ids[0]
+
+
+def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)
+    engine = build_engine(args)
+    prompts = load_prompts(args.pool, engine.tokenizer, args.per_domain, args.max_prompt_tokens)
+    ids = engine.drafter_ids()
+    gen = generalist_id(args.pool, ids)
+    runs: dict[str, list[Run]] = {}
+
+    def go(name: str, eng: SpecEngine, policy: str) -> None:
+        t0 = time.perf_counter()
+        runs[name] = run_method(eng, prompts, name, policy, args.max_new_tokens)
+        log(f"  {name:<16} MAT {summarize(runs[name])['mat']:.2f}  ({time.perf_counter() - t0:.0f}s)")
+
+    log(f"{len(prompts)} prompts x {args.max_new_tokens} tokens, pool {ids}, tree {engine.config.tree}")
+    engine.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=8))  # warm-up
+    go("plain", engine, "none")
+    for d in ids:
+        go("generalist" if d == gen else d, engine, f"fixed:{d}")
+    for name, learner in LEARNED.items():
+        go(name, engine, learner)
+    go("hedgespec_prob", variant(engine, loss="prob"), "normalhedge")
+    runs["oracle"] = oracle_runs({d: runs["generalist" if d == gen else d] for d in ids})
+    results = tabulate(runs, prompts_domains=sorted({p.domain for p in prompts}), specialists=[d for d in ids if d != gen])
+    results["pool_size"] = pool_size_sweep(engine, prompts, args, log)
+    results["config"] = {"pool": str(args.pool), "tree": engine.config.tree.__dict__, "prompts": len(prompts),
+                         "per_domain": args.per_domain, "max_new_tokens": args.max_new_tokens,
+                         "threads": args.threads, "decoding": "greedy", "torch": torch.__version__}
+    results["targets"] = check_targets(results)
+    results["_runs"] = runs
+    return results
+
+
+def tabulate(runs: dict[str, list[Run]], prompts_domains: list[str], specialists: list[str]) -> dict[str, Any]:
+    plain = summarize(runs["plain"])["tokens_per_s"]
+    methods = {}
+    for name, rs in runs.items():
+        s = summarize(rs)
+        s["speedup_vs_plain"] = s["tokens_per_s"] / plain if plain else 0.0
+        methods[name] = s
+    domains = {d: {name: summarize([r for r in rs if r.prompt.domain == d]) for name, rs in runs.items()}
+               for d in prompts_domains}
+    spec_avg = sum(methods[s]["mat"] for s in specialists) / max(len(specialists), 1)
+    return {"workload": "mixed", "methods": methods, "domains": domains, "specialists": specialists,
+            "specialists_avg_mat": spec_avg}
+
+
+def pool_size_sweep(engine: SpecEngine, prompts: list[Any], args: argparse.Namespace, log: Any) -> dict[str, Any]:
+    base = dict(engine.snapshot.drafters)
+    subset = prompts[: max(7, len(prompts) // 2)]
+    out: dict[str, dict[int, float]] = {m: {} for m in ("hedgespec", "ucbspec", "exp3spec")}
+    evals: dict[int, float] = {}
+    for n in args.sizes:
+        eng = variant(engine, drafters=padded_pool(base, n, scale=0.3))
+        for name in out:
+            s = summarize(run_method(eng, subset, name, LEARNED[name], args.max_new_tokens))
+            out[name][n] = s["mat"]
+            if name == "hedgespec":
+                evals[n] = s["eval_share"]
+        log(f"  N={n:<3} " + "  ".join(f"{m} {out[m][n]:.2f}" for m in out))
+    return {"mat": out, "eval_share": evals, "requests": len(subset)}
+
+
+def check_targets(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    m = r["methods"]
+    h, g, o = m["hedgespec"], m["generalist"], m["oracle"]
+    mats = r["pool_size"]["mat"]["hedgespec"]
+    sizes = sorted(mats)
+    n8 = mats.get(8, mats[sizes[0]])
+    n32 = mats.get(32, mats[sizes[-1]])
+    ev8 = r["pool_size"]["eval_share"].get(8, h["eval_share"])
+    checks = {
+        "MAT >= 1.25x generalist": (h["mat"] / g["mat"], 1.25),
+        "MAT >= 0.9x oracle": (h["mat"] / o["mat"], 0.9),
+        "MAT above UCBSpec": (h["mat"] / m["ucbspec"]["mat"], 1.0),
+        "MAT above EXP3Spec": (h["mat"] / m["exp3spec"]["mat"], 1.0),
+        "tokens/s >= 1.1x generalist": (h["tokens_per_s"] / g["tokens_per_s"], 1.1),
+        "evaluation phase <= 20% of round time (N=8)": (0.20 / max(ev8, 1e-9), 1.0),
+        "MAT drop N=8 -> N=32 <= 5%": (n32 / n8 / 0.95, 1.0),
+    }
+    return {k: {"value": v, "threshold": t, "met": v >= t} for k, (v, t) in checks.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
+    results = run_all(args, log)
+    from bench.hedgespec_report import write_report
+
+    write_report(results, args.out)
+    public = {k: v for k, v in results.items() if not k.startswith("_")}
+    if args.json:
+        print(json.dumps(public, indent=2, default=str))
+    else:
+        print((args.out / "hedgespec.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""The HedgeSpec benchmark runs end to end (tiny local pool) and reports every method."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.hedgespec_bench import Prompt, Run, oracle_runs, padded_pool
+from bench.hedgespec_run import main
+from tests.gateway.tiny_pool import build_pool
+
+
+def test_bench_writes_tables_plots_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pool = build_pool(tmp_path / "pool")
+    rows = [{"id": f"{d}{i}", "domain": d, "prompt": f"question {i} about {d}"} for d in ("a", "b") for i in range(2)]
+    (pool.parent / "eval_prompts.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "out"
+    assert main(["--pool", str(pool), "--quick", "--json", "--out", str(out), "--max-new-tokens", "8",
+                 "--pool-sizes", "2,3"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    for name in ("plain", "generalist", "ucbspec", "exp3spec", "hedgespec", "oracle"):
+        assert set(printed["methods"][name]) >= {"mat", "tokens_per_s", "speedup_vs_plain"}
+    assert printed["workload"] == "mixed" and printed["methods"]["plain"]["mat"] == pytest.approx(1.0)
+    assert set(printed["pool_size"]["mat"]["hedgespec"]) == {"2", "3"} or set(printed["pool_size"]["mat"]["hedgespec"]) == {2, 3}
+    for f in ("hedgespec.md", "hedgespec.json", "hedgespec_regret.png", "hedgespec_calibration.png",
+              "hedgespec_pool_size.png", "hedgespec_domains.png"):
+        assert (out / f).stat().st_size > 0
+
+
+def test_oracle_takes_each_requests_best_drafter() -> None:
+    p1, p2 = Prompt("1", "a", [1]), Prompt("2", "b", [2])
+    a = [Run("a", p1, 11, 5, 1.0, 0, 1), Run("a", p2, 11, 10, 1.0, 0, 1)]
+    b = [Run("b", p1, 11, 10, 1.0, 0, 1), Run("b", p2, 11, 2, 1.0, 0, 1)]
+    best = oracle_runs({"a": a, "b": b})
+    assert [r.mat for r in best] == [2.0, 5.0] and all(r.method == "oracle" for r in best)
+
+
+def test_padded_pool_adds_perturbed_copies(tmp_path: Path) -> None:
+    from tests.core.tiny_models import random_drafter, tiny_target
+
+    target = tiny_target()
+    base = {"x": random_drafter(target, seed=1), "y": random_drafter(target, seed=2)}
+    pool = padded_pool(base, 5, scale=0.3)
+    assert list(pool)[:2] == ["x", "y"] and len(pool) == 5
+    assert not (pool["x~0"].fc.weight == base["x"].fc.weight).all()
