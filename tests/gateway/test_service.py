@@ -69,10 +69,13 @@ def run_stop(stops: list[str], pieces: list[str]) -> tuple[str, bool]:
     st.lists(st.text(alphabet="abc", min_size=1, max_size=4), min_size=1, max_size=4),
 )
 def test_stop_matches_the_reference_for_any_chunking(pieces: list[str], stops: list[str]) -> None:
+    # Oracle: read the text one character at a time and stop at the first character that
+    # completes any stop string, cutting at the earliest start among those completed there.
     text = "".join(pieces)
-    hits = [i for s in stops if (i := text.find(s)) >= 0]
-    expected = (text[: min(hits)], True) if hits else (text, False)
+    hits = [(i + len(s), i) for s in stops if (i := text.find(s)) >= 0]
+    expected = (text[: min(hits)[1]], True) if hits else (text, False)
     assert run_stop(stops, pieces) == expected
+    assert run_stop(stops, list(text)) == expected  # the chunking does not matter
 
 
 def test_stop_holds_back_a_possible_prefix() -> None:
