@@ -24,7 +24,7 @@ from gateway.events import EventBus
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import ArrivalClock, BodySizeLimit
 from gateway.registry_link import RegistryLink
-from gateway.routes import health, openai
+from gateway.routes import admin_live, health, openai
 from gateway.runner import Engine, EngineRunner
 from gateway.serving import Serving
 
@@ -97,4 +97,5 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.add_middleware(ArrivalClock)
     app.include_router(health.router)
     app.include_router(openai.router)
+    app.include_router(admin_live.router)  # /admin page + live stream (starts its aggregator)
     return app
