@@ -23,6 +23,15 @@ ADMIN_KEY = "admin-secret"
 _LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
 
+@pytest.fixture(autouse=True)
+def isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No developer `.env` or HEDGESPEC_* variable may leak into in-process Settings()."""
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith("HEDGESPEC_"):
+            monkeypatch.delenv(name)
+
+
 @pytest.fixture(scope="session")
 def pool_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_pool(tmp_path_factory.mktemp("pool"))

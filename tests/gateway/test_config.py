@@ -11,14 +11,6 @@ from gateway.cli import build_parser, serve_settings
 from gateway.config import REPO_ROOT, Settings
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.chdir(tmp_path)  # no stray .env
-    for name in list(__import__("os").environ):
-        if name.startswith("HEDGESPEC_"):
-            monkeypatch.delenv(name)
-
-
 def test_defaults_resolve_against_the_repository() -> None:
     s = Settings()
     assert (s.host, s.port, s.max_queue, s.request_timeout_s) == ("127.0.0.1", 8000, 64, 600.0)
