@@ -86,6 +86,7 @@ class StackedGroup:
     def catch_up(self, kv: KV, features: Tensor, tokens: Tensor, positions: Tensor, top_k: int) -> CatchUp:
         """Every drafter consumes the same T new (feature, token) pairs. features [T, 3Ht]."""
         c, n, t, w = self.cfg, len(self.drafters), tokens.numel(), self.w
+        tokens, positions = tokens.to(w["fc"].device), positions.to(w["fc"].device)
         g = torch.einsum("td,nhd->nth", features.to(w["fc"].dtype), w["fc"])  # [n,T,H]
         e = self.drafters[0].embed(tokens.view(1, t)).expand(n, t, -1)
         x = torch.cat([rms_norm(e, w["w_input_norm"][:, None], c.rms_norm_eps),

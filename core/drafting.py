@@ -18,22 +18,22 @@ def grow_tree(drafter: Eagle3Drafter, kv: KV, h_last: Tensor, root: int, positio
     """kv: the drafter's committed cache [1,nkv,S,hd] (S = position); h_last [H]: pre-norm
     output of its last pair (predicts the token after `root`). Level-1 nodes sit at drafter
     position `position`, level L nodes at position + L - 1 (EAGLE's convention)."""
-    k = cfg.top_k
+    k, dev = cfg.top_k, h_last.device
     logp = torch.log_softmax(drafter.logits(h_last.view(1, -1)).float(), dim=-1)[0]
     top = torch.topk(logp, min(k, logp.numel()))
     scores, tokens = [top.values], [drafter.draft_to_target(top.indices)]
-    parents = [torch.full((top.indices.numel(),), -1, dtype=torch.long)]
-    frontier_flat = torch.arange(top.indices.numel())  # flat candidate ids of expanded nodes
+    parents = [torch.full((top.indices.numel(),), -1, dtype=torch.long, device=dev)]
+    frontier_flat = torch.arange(top.indices.numel(), device=dev)  # flat ids of expanded nodes
     frontier_h = h_last.view(1, -1).expand(top.indices.numel(), -1)
     frontier_tok, frontier_score = tokens[0], top.values
-    frontier_anc = torch.zeros(top.indices.numel(), 0, dtype=torch.bool)  # ancestors among tree KV
+    frontier_anc = torch.zeros(top.indices.numel(), 0, dtype=torch.bool, device=dev)  # ancestors in tree KV
     tree_k, tree_v = kv[0][:, :, :0], kv[1][:, :, :0]
     offset = top.indices.numel()
     for level in range(1, cfg.depth):
         m = frontier_tok.numel()
         mask = _expand_mask(kv[0].shape[2], frontier_anc, h_last.dtype)
         past = (torch.cat([kv[0], tree_k], 2), torch.cat([kv[1], tree_v], 2))
-        pos = torch.full((1, m), position + level - 1, dtype=torch.long)
+        pos = torch.full((1, m), position + level - 1, dtype=torch.long, device=dev)
         h, (k_all, v_all) = drafter(frontier_h.unsqueeze(0), frontier_tok.view(1, m), pos, past, mask)
         tree_k, tree_v = k_all[:, :, kv[0].shape[2]:], v_all[:, :, kv[1].shape[2]:]
         child_logp = torch.log_softmax(drafter.logits(h[0]).float(), dim=-1)  # [m, Vd]
@@ -45,18 +45,19 @@ def grow_tree(drafter: Eagle3Drafter, kv: KV, h_last: Tensor, root: int, positio
         parents.append(frontier_flat.repeat_interleave(kk))
         best = torch.topk(cum.flatten(), min(k, cum.numel())).indices
         par = best // kk
-        own = torch.eye(m, dtype=torch.bool)[par]  # each new node's parent column in this level
+        own = torch.eye(m, dtype=torch.bool, device=dev)[par]  # each new node's parent column in this level
         frontier_anc = torch.cat([frontier_anc[par], own], dim=1)
         frontier_flat = offset + best
         frontier_h, frontier_tok, frontier_score = h[0][par], tokens[-1][best], cum.flatten()[best]
         offset += cum.numel()
-    all_scores, all_tokens, all_parents = torch.cat(scores), torch.cat(tokens), torch.cat(parents)
+    all_scores, all_tokens, all_parents = torch.cat(scores).cpu(), torch.cat(tokens).cpu(), torch.cat(parents).cpu()
     selected = select_candidates(all_scores, all_parents, cfg.total_tokens)
     return build_tree(root, all_tokens, all_parents, selected)
 
 
 def _expand_mask(committed: int, ancestors: Tensor, dtype: torch.dtype) -> Tensor:
     """[1,1,m,committed+tree+m]: all committed keys, each node's ancestors, and itself."""
-    m = ancestors.shape[0]
-    allowed = torch.cat([torch.ones(m, committed, dtype=torch.bool), ancestors, torch.eye(m, dtype=torch.bool)], 1)
-    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, float("-inf"))[None, None]
+    m, dev = ancestors.shape[0], ancestors.device
+    allowed = torch.cat([torch.ones(m, committed, dtype=torch.bool, device=dev), ancestors,
+                         torch.eye(m, dtype=torch.bool, device=dev)], 1)
+    return torch.zeros(allowed.shape, dtype=dtype, device=dev).masked_fill(~allowed, float("-inf"))[None, None]

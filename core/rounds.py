@@ -29,7 +29,7 @@ def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[i
     if state.params.greedy:
         tok = int(last[0].argmax())
     else:
-        probs = _processed(last, state)
+        probs = _processed(last, state).cpu()  # the request's generator lives on the CPU
         tok = int(torch.multinomial(probs[0], 1, generator=state.generator).item())
     state.prefilled = True
     committed = state.commit([tok], _maybe_logprobs(state, last, [tok]))
@@ -50,7 +50,7 @@ def speculative_round(target: Target, state: RequestState, config: EngineConfig)
     tree = _draft(state, chosen, n, config)
     t1 = time.perf_counter()
     out = target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask)
-    probs = None if state.params.greedy else _processed(out.logits, state)
+    probs = None if state.params.greedy else _processed(out.logits, state).cpu()
     if probs is None:
         path, bonus = verify_greedy(tree, out.logits)
     else:

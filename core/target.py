@@ -8,6 +8,7 @@ implementation accepts a 4D additive attention mask and explicit position ids). 
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ class Target:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.forward_count = 0  # every target forward pass (prefill, verification, plain step)
+        # transformers renamed `past_key_values` to `cache` (5.2x); accept either release.
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
 
     @classmethod
@@ -112,13 +116,14 @@ class Target:
         if tree_mask is None:
             tree_mask = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()
         mask = additive_mask(n, tree_mask.to(self.device), self.dtype)
+        kwargs = {self._cache_kwarg: cache}
         out = self.model(
             input_ids=input_ids.view(1, t).to(self.device),
             position_ids=positions.view(1, t).to(self.device),
             attention_mask=mask,
-            cache=cache,
             use_cache=True,
             output_hidden_states=True,
+            **kwargs,
         )
         self.forward_count += 1
         feats = torch.cat([out.hidden_states[i][0] for i in self.aux_layers], dim=-1)

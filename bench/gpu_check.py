@@ -1,0 +1,176 @@
+"""GPU figures that only a GPU gives (issue 8), in one short script (< 8 minutes, nothing
+downloaded): on randomly initialised Llama-3.1-8B-shaped target and EAGLE-3 drafters, the time of
+a target verification pass (60-token tree on a 512-token context), of one drafter tree step, of
+the batched evaluation (catch-up) of 8 and 32 drafters, and of the learner update; then the
+engine end to end on CUDA (a constructed target with an exactly-copying drafter vs plain), and
+the demo pool's tokens/s per method when demo/pool exists. Compare: the HedgeSpec paper's
+Table 2 (A100): target forward 75.7 ms, drafter forward 2.5 ms, NormalHedge update 0.41 ms.
+
+    python -m bench.gpu_check [--out bench/results] [--small]   (--small: tiny shapes, CPU ok)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.config import SamplingParams, TreeConfig  # noqa: E402
+from core.drafter_pool import PoolSnapshot  # noqa: E402
+from core.eagle3 import Eagle3Config, Eagle3Drafter  # noqa: E402
+from core.learners import make_learner  # noqa: E402
+from core.target import Target  # noqa: E402
+
+LLAMA8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+               num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192)
+SMALL = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+
+
+def timed(fn: Any, device: torch.device, reps: int = 10) -> float:
+    """Median milliseconds of fn() after two warm-up calls."""
+    fn(), fn()
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(1000 * (time.perf_counter() - t0))
+    return float(np.median(times))
+
+
+def component_times(shape: dict[str, int], device: torch.device, dtype: torch.dtype, ctx: int) -> dict[str, float]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from core.tree import tree_from_parents
+
+    out: dict[str, float] = {}
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**shape)
+    torch.set_default_dtype(dtype)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
+    torch.set_default_dtype(torch.float32)
+    target = Target(model, None, (2, shape["num_hidden_layers"] // 2, shape["num_hidden_layers"] - 3))
+    prompt = torch.randint(0, shape["vocab_size"], (ctx,))
+    parents = torch.tensor([-1] + [(i - 1) // 10 if i > 10 else 0 for i in range(1, 61)])  # 10 x 5 tree
+    tree = tree_from_parents(torch.randint(0, shape["vocab_size"], (61,)), parents)
+
+    def verify() -> None:
+        cache = base_cache()
+        target.forward(cache, tree.tokens, ctx + tree.depths, tree.mask)
+
+    cache0 = target.new_cache()
+    target.forward(cache0, prompt, torch.arange(ctx))
+
+    def base_cache():  # type: ignore[no-untyped-def]
+        c = target.new_cache()
+        for i, layer in enumerate(cache0.layers):
+            c.update(layer.keys, layer.values, i)
+        return c
+
+    out["target_verify_61_tokens_ms"] = timed(verify, device)
+    out["target_decode_1_token_ms"] = timed(
+        lambda: target.forward(base_cache(), tree.tokens[:1], torch.tensor([ctx])), device)
+    dcfg = Eagle3Config.for_target(cfg, draft_vocab_size=min(32000, shape["vocab_size"]), aux_layers=target.aux_layers)
+    with torch.device(device):
+        drafter = Eagle3Drafter(dcfg, model.get_input_embeddings()).to(dtype).eval().requires_grad_(False)
+    h = shape["hidden_size"]
+    kv = (torch.randn(1, dcfg.num_key_value_heads, ctx, dcfg.head_dim, device=device, dtype=dtype),) * 2
+    hid = torch.randn(1, 10, h, device=device, dtype=dtype)
+    toks = torch.randint(0, shape["vocab_size"], (1, 10), device=device)
+    pos = torch.full((1, 10), ctx, device=device)
+    out["drafter_tree_step_10_nodes_ms"] = timed(lambda: drafter.logits(drafter(hid, toks, pos, kv)[0]), device)
+    for n in (8, 32):
+        snap = PoolSnapshot({f"d{i}": drafter for i in range(n)})
+        group = snap.groups[0]
+        kvn = (torch.randn(n, dcfg.num_key_value_heads, ctx, dcfg.head_dim, device=device, dtype=dtype),) * 2
+        feats = torch.randn(8, 3 * h, device=device, dtype=dtype)
+        t8 = torch.randint(0, shape["vocab_size"], (8,))
+        out[f"batched_eval_{n}_drafters_8_pairs_ms"] = timed(
+            lambda g=group, k=kvn, f=feats, t=t8: g.catch_up(k, f, t, torch.arange(ctx, ctx + 8), 10), device)
+        del snap, group, kvn
+    for n in (8, 32):
+        learner = make_learner("normalhedge", n)
+        rng = np.random.default_rng(0)
+        out[f"normalhedge_update_{n}_ms"] = timed(lambda lr=learner: lr.update(rng.random(n)), torch.device("cpu"), 200)
+    del model, drafter, target
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def engine_tokens_per_s(device: torch.device) -> dict[str, float]:
+    from tests.core.tiny_models import bigram_target, copy_drafter, make_engine
+
+    target, perm = bigram_target(vocab=256, layers=6)
+    target = target.to(device)
+    drafter = copy_drafter(target.cpu(), perm)
+    target = target.to(device)
+    drafter = drafter.to(device)
+    drafter.set_shared_embedding(target.get_input_embeddings())
+    engine = make_engine(target, {"copy": drafter}, TreeConfig(top_k=4, depth=6, total_tokens=24))
+    res = {}
+    for label, policy in (("plain", "none"), ("copy_drafter", "fixed:copy"), ("hedgespec", "normalhedge")):
+        params = SamplingParams(max_new_tokens=128, ignore_eos=True)
+        engine.generate_ids([1, 2, 3], params, policy)
+        t0 = time.perf_counter()
+        ids, st = engine.generate_ids([1, 2, 3], params, policy)
+        res[f"{label}_tokens_per_s"] = len(ids) / (time.perf_counter() - t0)
+        res[f"{label}_mat"] = st.mean_accepted_tokens
+    return res
+
+
+def demo_pool(device: torch.device) -> dict[str, Any]:
+    pool = ROOT / "demo" / "pool" / "pool.json"
+    if not pool.exists():
+        return {"skipped": "demo/pool/pool.json not present"}
+    from bench.hedgespec_run import main as bench_main
+
+    out = ROOT / "bench" / "results" / "gpu_demo"
+    bench_main(["--pool", str(pool), "--quick", "--out", str(out), "--pool-sizes", "8", "--threads", "4"])
+    return json.loads((out / "hedgespec.json").read_text())["methods"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--small", action="store_true")
+    args = ap.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.small else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    info = {"device": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.processor() or "cpu",
+            "torch": torch.__version__, "dtype": str(dtype), "shape": "small" if args.small else "llama-3.1-8b"}
+    results: dict[str, Any] = {"info": info}
+    sections = (("components", lambda: component_times(SMALL if args.small else LLAMA8B, device, dtype,
+                                                       64 if args.small else 512)),
+                ("engine_constructed", lambda: engine_tokens_per_s(device)))
+    for name, fn in sections:
+        t0 = time.perf_counter()
+        try:
+            results[name] = fn()
+        except Exception:  # keep going: one failed section must not lose the others' figures
+            results[name] = {"error": traceback.format_exc(limit=3)}
+        results[name + "_s"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps({name: results[name]}, indent=1, default=str), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = "gpu_check_small.json" if args.small else "gpu_check.json"
+    (args.out / name).write_text(json.dumps(results, indent=2, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
