@@ -23,6 +23,9 @@ import threading
 import time
 from typing import Any
 
+from core.config import SamplingParams
+from core.stats import RequestStats, RoundStats
+
 DEFAULT_BUFFER = 2048
 
 
@@ -110,3 +113,59 @@ class EventBus:
 
     def _unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
+
+
+# ---- event payloads (built on the worker thread from the engine's live statistics) ----------
+
+
+def started_event(request_id: str, stats: RequestStats, params: SamplingParams) -> dict[str, Any]:
+    return {
+        "type": "request_started",
+        "request_id": request_id,
+        "policy": stats.policy,
+        "drafters": list(stats.drafter_ids),
+        "prompt_tokens": stats.prompt_tokens,
+        "max_tokens": params.max_new_tokens,
+        "temperature": params.temperature,
+    }
+
+
+def round_event(
+    request_id: str, rs: RoundStats, stats: RequestStats, elapsed_s: float
+) -> dict[str, Any]:
+    return {
+        "type": "round",
+        "request_id": request_id,
+        "round": rs.round_index,
+        "policy": stats.policy,
+        "drafter": rs.drafter,
+        "drafted": rs.drafted,
+        "accepted": rs.accepted,
+        "committed": rs.committed,
+        "completion_tokens": stats.completion_tokens,
+        "mean_acceptance_length": stats.mean_accepted_tokens,
+        "tokens_per_s": stats.completion_tokens / max(elapsed_s, 1e-9),
+        "weights": dict(rs.weights),
+        # The latest point only: subscribers build the curve; the full one rides on
+        # request_finished, so a long request does not cost O(rounds²) to stream.
+        "regret_tokens": stats.regret_tokens,
+        "feedback_windows": len(stats.regret_curve),
+    }
+
+
+def finished_event(
+    request_id: str,
+    *,
+    finish_reason: str | None,
+    error: str | None,
+    elapsed_s: float,
+    stats: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "type": "request_finished",
+        "request_id": request_id,
+        "finish_reason": finish_reason,
+        "error": error,
+        "elapsed_s": elapsed_s,
+        "stats": stats,
+    }

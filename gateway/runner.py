@@ -36,7 +36,7 @@ from typing import Any, Protocol, TypeVar
 from core.config import SamplingParams
 from core.stats import RoundStats, TokenLogprob
 from gateway.errors import APIError, not_ready, overloaded, request_timeout
-from gateway.events import EventBus
+from gateway.events import EventBus, finished_event, round_event, started_event
 from gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
@@ -383,24 +383,25 @@ class EngineRunner:
         if self.metrics:
             self.metrics.observe_round(rs, policy=str(stats.policy))
         if self.events is not None and self.events.has_subscribers:
+            spec = tracked.spec
             if not tracked.events_started:
                 tracked.events_started = True
-                self.events.publish(_started_event(tracked, stats))
-            self.events.publish(_round_event(tracked, rs, stats))
+                self.events.publish(started_event(spec.request_id, stats, spec.params))
+            elapsed = time.monotonic() - tracked.started_at
+            self.events.publish(round_event(spec.request_id, rs, stats, elapsed))
 
     def _publish_finished(self, tracked: _Tracked, update: Update) -> None:
         if self.metrics and update.stats is not None:
             self.metrics.observe_request_stats(update.stats)
         if self.events is not None and self.events.has_subscribers:
             self.events.publish(
-                {
-                    "type": "request_finished",
-                    "request_id": tracked.spec.request_id,
-                    "finish_reason": update.finish_reason,
-                    "error": update.error.message if update.error else None,
-                    "elapsed_s": time.monotonic() - tracked.submitted_at,
-                    "stats": update.stats,
-                }
+                finished_event(
+                    tracked.spec.request_id,
+                    finish_reason=update.finish_reason,
+                    error=update.error.message if update.error else None,
+                    elapsed_s=time.monotonic() - tracked.submitted_at,
+                    stats=update.stats,
+                )
             )
 
 
@@ -416,37 +417,3 @@ def _engine_error(exc: ValueError) -> APIError:
     if name == "PolicyError":
         return APIError(str(exc), param="hedgespec.policy", code="invalid_policy")
     return APIError(str(exc), code="invalid_value")
-
-
-def _started_event(tracked: _Tracked, stats: Any) -> dict[str, Any]:
-    return {
-        "type": "request_started",
-        "request_id": tracked.spec.request_id,
-        "policy": stats.policy,
-        "drafters": list(stats.drafter_ids),
-        "prompt_tokens": stats.prompt_tokens,
-        "max_tokens": tracked.spec.params.max_new_tokens,
-        "temperature": tracked.spec.params.temperature,
-    }
-
-
-def _round_event(tracked: _Tracked, rs: RoundStats, stats: Any) -> dict[str, Any]:
-    elapsed = max(time.monotonic() - tracked.started_at, 1e-9)
-    return {
-        "type": "round",
-        "request_id": tracked.spec.request_id,
-        "round": rs.round_index,
-        "policy": stats.policy,
-        "drafter": rs.drafter,
-        "drafted": rs.drafted,
-        "accepted": rs.accepted,
-        "committed": rs.committed,
-        "completion_tokens": stats.completion_tokens,
-        "mean_acceptance_length": stats.mean_accepted_tokens,
-        "tokens_per_s": stats.completion_tokens / elapsed,
-        "weights": dict(rs.weights),
-        # The latest point only: subscribers build the curve; the full one rides on
-        # request_finished, so a long request does not cost O(rounds²) to stream.
-        "regret_tokens": stats.regret_tokens,
-        "feedback_windows": len(stats.regret_curve),
-    }

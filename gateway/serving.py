@@ -18,14 +18,13 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from core.config import LEARNER_NAMES, SamplingParams
-from core.stats import TokenLogprob
 from gateway import responses as R
 from gateway.config import Settings
 from gateway.errors import APIError, context_length_exceeded, invalid_request, model_not_found
+from gateway.jobs import Choice, Delta, Job
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from gateway.runner import EngineInfo, EngineRunner, RequestSpec, Update
@@ -35,7 +34,6 @@ from gateway.service import (
     TokenText,
     encode_prompt,
     render_chat,
-    usage,
 )
 
 log = logging.getLogger(__name__)
@@ -43,80 +41,6 @@ SEED_MODULUS = 2**63
 # Prompts longer than this are tokenized on a thread, so one huge prompt cannot stall every
 # other stream's frames on the event loop; short ones skip the thread hop (TTFT).
 OFFLOAD_CHARS = 16_384
-
-
-@dataclass
-class Choice:
-    index: int
-    request_id: str
-    detok: IncrementalDetokenizer
-    stop: StopMatcher
-    prefix: str = ""  # completions `echo`: the prompt text
-    completion_tokens: int = 0
-    text: list[str] = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
-    done: bool = False
-    acked: bool = False
-    stats: dict[str, Any] | None = None
-
-
-@dataclass
-class Delta:
-    """What one engine round added to one choice."""
-
-    choice: Choice
-    text: str
-    logprobs: list[TokenLogprob]
-    offsets: list[int]
-    finished: bool
-
-
-@dataclass
-class Job:
-    kind: str  # "chat" | "completion"
-    id: str
-    created: int
-    model: str
-    fingerprint: str
-    request: SamplingFields
-    choices: list[Choice]
-    specs: list[RequestSpec]
-    prompt_tokens: int
-    token_text: TokenText
-    arrival: float
-    sink: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
-    first_token_at: float | None = None
-
-    @property
-    def stream(self) -> bool:
-        return bool(self.request.stream)
-
-    @property
-    def wants_logprobs(self) -> bool:
-        return self.request_logprobs is not None
-
-    @property
-    def request_logprobs(self) -> int | None:
-        num: int | None = getattr(self.request, "num_logprobs", None)
-        return num
-
-    def envelope(self, chunk: bool) -> dict[str, Any]:
-        if self.kind == "chat":
-            obj = "chat.completion.chunk" if chunk else "chat.completion"
-        else:
-            obj = "text_completion"
-        return R.envelope(
-            id=self.id, object=obj, created=self.created, model=self.model,
-            fingerprint=self.fingerprint,
-        )  # fmt: skip
-
-    def usage(self) -> dict[str, int]:
-        return usage(self.prompt_tokens, sum(c.completion_tokens for c in self.choices))
-
-    def spec_metrics(self) -> dict[str, Any]:
-        return {"speculative_decoding": R.spec_metrics([c.stats for c in self.choices])}
 
 
 class Serving:
@@ -310,37 +234,12 @@ class Serving:
             self.release(job)
 
     def _consume(self, job: Job, choice: Choice, update: Update) -> Delta | None:
-        if update.finished:
-            choice.acked = True
-            choice.stats = update.stats or choice.stats
-        if choice.done:
-            return None  # ended by a stop string; this is the engine's late round or its ack
         if update.token_ids and job.first_token_at is None:
             job.first_token_at = time.monotonic()
-        pieces: list[str] = []
-        lps: list[TokenLogprob] = []
-        offsets: list[int] = []
-        for i, token_id in enumerate(update.token_ids):
-            choice.completion_tokens += 1
-            offsets.append(len(choice.prefix) + choice.detok.text_len)
-            if update.logprobs is not None and i < len(update.logprobs):
-                lps.append(update.logprobs[i])
-            text, stopped = choice.stop.push(choice.detok.push(token_id))
-            pieces.append(text)
-            if stopped:
-                self._end(choice, "stop")
-                break
-        if update.finished and not choice.done:
-            text, stopped = choice.stop.push(choice.detok.flush())
-            pieces.append(text if stopped else text + choice.stop.flush())
-            self._end(choice, "stop" if stopped else (update.finish_reason or "stop"))
-        return Delta(choice, "".join(pieces), lps, offsets, choice.done)
-
-    def _end(self, choice: Choice, reason: str) -> None:
-        choice.done = True
-        choice.finish_reason = reason
-        if not choice.acked:
-            self.runner.abort(choice.request_id)  # stop string: free the engine now
+        delta = choice.consume(update)
+        if delta is not None and delta.finished and not choice.acked:
+            self.runner.abort(choice.request_id)  # a stop string: free the engine now
+        return delta
 
     # ---- non-streaming -----------------------------------------------------------------------
 

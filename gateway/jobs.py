@@ -1,0 +1,123 @@
+"""The state of one generation request: its choices, and how an engine round becomes text.
+
+Vocabulary: a *job* is one HTTP request; it has n *choices* (n per prompt for completions),
+each one engine request. A choice is *done* when it will produce no more text (EOS, max
+tokens, or a stop string found here) and *acked* once the engine has released it (its
+finished update, or the acknowledgement of an abort).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.stats import TokenLogprob
+from gateway import responses as R
+from gateway.protocol import SamplingFields
+from gateway.runner import RequestSpec, Update
+from gateway.service import IncrementalDetokenizer, StopMatcher, TokenText, usage
+
+
+@dataclass
+class Choice:
+    index: int
+    request_id: str
+    detok: IncrementalDetokenizer
+    stop: StopMatcher
+    prefix: str = ""  # completions `echo`: the prompt text
+    completion_tokens: int = 0
+    text: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    done: bool = False
+    acked: bool = False
+    stats: dict[str, Any] | None = None
+
+    def consume(self, update: Update) -> Delta | None:
+        """Detokenize one round, token by token, cutting at the first stop string."""
+        if update.finished:
+            self.acked = True
+            self.stats = update.stats or self.stats
+        if self.done:
+            return None  # ended by a stop string; this is the engine's late round or its ack
+        pieces: list[str] = []
+        lps: list[TokenLogprob] = []
+        offsets: list[int] = []
+        for i, token_id in enumerate(update.token_ids):
+            self.completion_tokens += 1
+            offsets.append(len(self.prefix) + self.detok.text_len)
+            if update.logprobs is not None and i < len(update.logprobs):
+                lps.append(update.logprobs[i])
+            text, stopped = self.stop.push(self.detok.push(token_id))
+            pieces.append(text)
+            if stopped:
+                self._end("stop")
+                break
+        if update.finished and not self.done:
+            text, stopped = self.stop.push(self.detok.flush())
+            pieces.append(text if stopped else text + self.stop.flush())
+            self._end("stop" if stopped else (update.finish_reason or "stop"))
+        return Delta(self, "".join(pieces), lps, offsets, self.done)
+
+    def _end(self, reason: str) -> None:
+        self.done = True
+        self.finish_reason = reason
+
+
+@dataclass
+class Delta:
+    """What one engine round added to one choice."""
+
+    choice: Choice
+    text: str
+    logprobs: list[TokenLogprob]
+    offsets: list[int]
+    finished: bool
+
+
+@dataclass
+class Job:
+    kind: str  # "chat" | "completion"
+    id: str
+    created: int
+    model: str
+    fingerprint: str
+    request: SamplingFields
+    choices: list[Choice]
+    specs: list[RequestSpec]
+    prompt_tokens: int
+    token_text: TokenText
+    arrival: float
+    sink: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
+    first_token_at: float | None = None
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.request.stream)
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.request_logprobs is not None
+
+    @property
+    def request_logprobs(self) -> int | None:
+        num: int | None = getattr(self.request, "num_logprobs", None)
+        return num
+
+    def envelope(self, chunk: bool) -> dict[str, Any]:
+        if self.kind == "chat":
+            obj = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            obj = "text_completion"
+        return R.envelope(
+            id=self.id, object=obj, created=self.created, model=self.model,
+            fingerprint=self.fingerprint,
+        )  # fmt: skip
+
+    def usage(self) -> dict[str, int]:
+        return usage(self.prompt_tokens, sum(c.completion_tokens for c in self.choices))
+
+    def spec_metrics(self) -> dict[str, Any]:
+        return {"speculative_decoding": R.spec_metrics([c.stats for c in self.choices])}
