@@ -70,6 +70,8 @@ QUICK = BuildConfig(
     specialist=Schedule(steps=2, lr=1e-3, warmup_steps=1),
     report=ReportSpec(top_k=2, depth=2, total_tokens=4, max_new_tokens=8, prompts_per_domain=1),
     eval_prompts_per_domain=2,
+    threads=1,
+    report_workers=1,
 )
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
@@ -138,7 +138,7 @@ def train_pool(
 
 def draft_vocab_coverage(drafter: Eagle3Drafter, rollouts: list[Rollout]) -> float:
     counts = response_token_counts(rollouts, drafter.cfg.vocab_size)
-    t2d: torch.Tensor = drafter.t2d  # type: ignore[assignment]
+    t2d = cast(torch.Tensor, drafter.t2d).cpu()
     return round(float(counts[t2d].sum() / counts.sum().clamp(min=1)), 4)
 
 
@@ -205,8 +205,17 @@ def build(
 ) -> Path:
     """Build the demo pool into `out_dir` and return the path of its `pool.json`."""
     cfg = config or (QUICK if quick else FULL)
+    threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
-    out_dir = Path(out_dir)
+    try:
+        return _build(Path(out_dir), cfg, quick, seed, data_dir, cache_dir)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build(
+    out_dir: Path, cfg: BuildConfig, quick: bool, seed: int, data_dir: Path, cache_dir: Path | None
+) -> Path:
     timer = StageTimer()
     cache = StageCache(cache_dir, cfg, seed, data_dir)
     corpora = load_corpora(data_dir, cfg.corpus_records)

@@ -168,3 +168,31 @@ def specialisation_checks(report: dict[str, Any], generalist: str = "generalist"
 
 def write_report(report: dict[str, Any], out_dir: Path) -> None:
     (out_dir / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Re-measure the MAT table of an existing pool: `python -m demo.report --pool demo/pool`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--pool", type=Path, required=True, help="directory holding pool.json")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=ReportSpec.prompts_per_domain)
+    parser.add_argument("--out", type=Path, default=None, help="write the table as JSON here")
+    args = parser.parse_args(argv)
+    pool = json.loads((args.pool / "pool.json").read_text())
+    drafters = [d["id"] for d in pool["drafters"]]
+    domains = [d["domain"] for d in pool["drafters"] if d["domain"] != "all"]
+    spec = ReportSpec(prompts_per_domain=args.prompts)
+    cells = measure_table(args.pool / "pool.json", drafters, domains, spec, args.workers)
+    report = report_dict(cells, drafters, domains, spec)
+    report["checks"] = specialisation_checks(report)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    for name, row, avg in zip(drafters, report["mat"], report["average"], strict=True):
+        print(f"{name:>11} " + " ".join(f"{v:5.2f}" for v in row) + f" | {avg:5.2f}")
+    print(json.dumps(report["checks"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
