@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from core.config import SamplingParams, TreeConfig
-from tests.core.tiny_models import bigram_target, copy_drafter, hf_greedy, make_engine, random_drafter, tiny_target
+from tests.core.tiny_models import (
+    bigram_target,
+    copy_drafter,
+    hf_greedy,
+    make_engine,
+    random_drafter,
+    tiny_target,
+)
 
 TREES = {"chain": TreeConfig(top_k=1, depth=4, total_tokens=4), "tree": TreeConfig(top_k=3, depth=4, total_tokens=10)}
 
