@@ -7,12 +7,15 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("bench", help="run the HedgeSpec benchmark on a drafter pool", add_help=False)
-    parser.add_argument("rest", nargs=argparse.REMAINDER)
+    from bench.hedgespec_run import add_arguments
+
+    parser = sub.add_parser("bench", help="run the HedgeSpec benchmark on a drafter pool",
+                            description="HedgeSpec benchmark: every method side by side on held-out prompts")
+    add_arguments(parser)
     parser.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bench.hedgespec_run import main
+    from bench.hedgespec_run import finish_args, run
 
-    return main(list(args.rest))
+    return run(finish_args(args))

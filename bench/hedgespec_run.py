@@ -33,6 +33,11 @@ LEARNED = {"ucbspec": "ucbspec", "exp3spec": "exp3spec", "hedgespec": "normalhed
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="hedgespec bench", description="HedgeSpec benchmark on a drafter pool")
+    add_arguments(ap)
+    return finish_args(ap.parse_args(argv))
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--pool", type=Path, default=DEFAULT_POOL)
     ap.add_argument("--quick", action="store_true", help="fewer prompts and pool sizes (< 5 minutes)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -45,7 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--depth", type=int, default=None)
     ap.add_argument("--total-tokens", type=int, default=None)
     ap.add_argument("--out", type=Path, default=RESULTS)
-    args = ap.parse_args(argv)
+
+
+def finish_args(args: argparse.Namespace) -> argparse.Namespace:
     args.per_domain = args.per_domain or (2 if args.quick else 8)
     args.max_new_tokens = args.max_new_tokens or (48 if args.quick else 96)
     sizes = args.pool_sizes or ("2,8,32" if args.quick else "2,4,8,16,32")
@@ -151,7 +158,10 @@ def check_targets(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    return run(parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
     results = run_all(args, log)
     from bench.hedgespec_report import write_report
