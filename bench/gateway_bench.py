@@ -299,10 +299,11 @@ def resolve_pool(arg: Path | None, workdir: Path) -> Path:
         return arg
     if DEMO_POOL.is_file():
         return DEMO_POOL
-    # No demo pool built yet: fall back to the tests' tiny random pool (timings only).
+    # No demo pool built yet: a random pool shaped like the demo target (hidden 256, 6 layers;
+    # timings only, its drafters are random so about one token per round).
     from tests.gateway.tiny_pool import build_pool
 
-    return build_pool(workdir / "tiny-pool")
+    return build_pool(workdir / "random-pool", hidden=256, layers=6)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         meta = {
             "quick": args.quick,
             "date": time.strftime("%Y-%m-%d %H:%M"),
-            "pool": pool if args.pool or pool == DEMO_POOL else "tests' tiny random pool",
+            "pool": pool if args.pool or pool == DEMO_POOL else "random demo-shaped pool",
             "model": model,
             "drafters": engine.drafter_ids(),
             "machine": platform.machine(),

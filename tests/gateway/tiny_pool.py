@@ -59,13 +59,20 @@ def train_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
     return hf
 
 
-def build_target(out: Path, tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
+def build_target(
+    out: Path,
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    hidden: int = 64,
+    layers: int = 4,
+    seed: int = 0,
+) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
@@ -97,10 +104,10 @@ def build_drafter(out: Path, target: LlamaForCausalLM, seed: int) -> None:
     save_drafter(drafter, out, dtype=torch.float32)
 
 
-def build_pool(root: Path) -> Path:
+def build_pool(root: Path, *, hidden: int = 64, layers: int = 4) -> Path:
     """Write the pool under `root` and return its pool.json."""
     tokenizer = train_tokenizer()
-    target = build_target(root / MODEL_NAME, tokenizer)
+    target = build_target(root / MODEL_NAME, tokenizer, hidden=hidden, layers=layers)
     for i, drafter_id in enumerate(DRAFTER_IDS):
         build_drafter(root / "drafters" / drafter_id, target, seed=100 + i)
     pool = {
