@@ -18,7 +18,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -56,71 +56,83 @@ def timed(fn: Any, device: torch.device, reps: int = 10) -> float:
 def component_times(shape: dict[str, int], device: torch.device, dtype: torch.dtype, ctx: int) -> dict[str, float]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from core.tree import tree_from_parents
-
-    out: dict[str, float] = {}
     torch.manual_seed(0)
-    cfg = LlamaConfig(**shape)
+    cfg = LlamaConfig(**cast(dict[str, Any], shape))
     torch.set_default_dtype(dtype)
     with torch.device(device):
         model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
     torch.set_default_dtype(torch.float32)
-    target = Target(model, None, (2, shape["num_hidden_layers"] // 2, shape["num_hidden_layers"] - 3))
-    prompt = torch.randint(0, shape["vocab_size"], (ctx,))
-    parents = torch.tensor([-1] + [(i - 1) // 10 if i > 10 else 0 for i in range(1, 61)])  # 10 x 5 tree
-    tree = tree_from_parents(torch.randint(0, shape["vocab_size"], (61,)), parents)
+    layers = shape["num_hidden_layers"]
+    target = Target(model, None, (2, layers // 2, layers - 3))
+    out = target_times(target, shape["vocab_size"], device, ctx)
+    dcfg = Eagle3Config.for_target(cfg, draft_vocab_size=min(32000, shape["vocab_size"]),
+                                   aux_layers=target.aux_layers)
+    with torch.device(device):
+        drafter = Eagle3Drafter(dcfg, model.get_input_embeddings()).to(dtype).eval().requires_grad_(False)
+    out.update(drafter_times(drafter, shape, device, dtype, ctx))
+    out.update(learner_times())
+    return out
 
-    def verify() -> None:
-        cache = base_cache()
-        target.forward(cache, tree.tokens, ctx + tree.depths, tree.mask)
 
+def target_times(target: Target, vocab: int, device: torch.device, ctx: int) -> dict[str, float]:
+    from core.tree import tree_from_parents
+
+    prompt = torch.randint(0, vocab, (ctx,))
+    parents = torch.tensor([-1] + [(i - 1) // 10 if i > 10 else 0 for i in range(1, 61)])  # 10 wide, 6 deep
+    tree = tree_from_parents(torch.randint(0, vocab, (61,)), parents)
     cache0 = target.new_cache()
     target.forward(cache0, prompt, torch.arange(ctx))
 
-    def base_cache():  # type: ignore[no-untyped-def]
+    def base_cache() -> Any:  # a fresh copy of the 512-token context cache
         c = target.new_cache()
         for i, layer in enumerate(cache0.layers):
-            c.update(layer.keys, layer.values, i)
+            lay = cast(Any, layer)
+            c.update(lay.keys, lay.values, i)
         return c
 
-    out["target_verify_61_tokens_ms"] = timed(verify, device)
-    out["target_decode_1_token_ms"] = timed(
-        lambda: target.forward(base_cache(), tree.tokens[:1], torch.tensor([ctx])), device)
-    dcfg = Eagle3Config.for_target(cfg, draft_vocab_size=min(32000, shape["vocab_size"]), aux_layers=target.aux_layers)
-    with torch.device(device):
-        drafter = Eagle3Drafter(dcfg, model.get_input_embeddings()).to(dtype).eval().requires_grad_(False)
-    h = shape["hidden_size"]
-    kv = (torch.randn(1, dcfg.num_key_value_heads, ctx, dcfg.head_dim, device=device, dtype=dtype),) * 2
+    return {
+        "target_verify_61_tokens_ms": timed(
+            lambda: target.forward(base_cache(), tree.tokens, ctx + tree.depths, tree.mask), device),
+        "target_decode_1_token_ms": timed(
+            lambda: target.forward(base_cache(), tree.tokens[:1], torch.tensor([ctx])), device),
+    }
+
+
+def drafter_times(drafter: Eagle3Drafter, shape: dict[str, int], device: torch.device, dtype: torch.dtype,
+                  ctx: int) -> dict[str, float]:
+    c, h = drafter.cfg, shape["hidden_size"]
+    kv = (torch.randn(1, c.num_key_value_heads, ctx, c.head_dim, device=device, dtype=dtype),) * 2
     hid = torch.randn(1, 10, h, device=device, dtype=dtype)
     toks = torch.randint(0, shape["vocab_size"], (1, 10), device=device)
     pos = torch.full((1, 10), ctx, device=device)
-    out["drafter_tree_step_10_nodes_ms"] = timed(lambda: drafter.logits(drafter(hid, toks, pos, kv)[0]), device)
+    out = {"drafter_tree_step_10_nodes_ms": timed(lambda: drafter.logits(drafter(hid, toks, pos, kv)[0]), device)}
     for n in (8, 32):
-        snap = PoolSnapshot({f"d{i}": drafter for i in range(n)})
-        group = snap.groups[0]
-        kvn = (torch.randn(n, dcfg.num_key_value_heads, ctx, dcfg.head_dim, device=device, dtype=dtype),) * 2
+        group = PoolSnapshot({f"d{i}": drafter for i in range(n)}).groups[0]
+        kvn = (torch.randn(n, c.num_key_value_heads, ctx, c.head_dim, device=device, dtype=dtype),) * 2
         feats = torch.randn(8, 3 * h, device=device, dtype=dtype)
-        t8 = torch.randint(0, shape["vocab_size"], (8,))
+        toks8 = torch.randint(0, shape["vocab_size"], (8,))
         out[f"batched_eval_{n}_drafters_8_pairs_ms"] = timed(
-            lambda g=group, k=kvn, f=feats, t=t8: g.catch_up(k, f, t, torch.arange(ctx, ctx + 8), 10), device)
-        del snap, group, kvn
+            lambda g=group, k=kvn, f=feats, t=toks8: g.catch_up(k, f, t, torch.arange(ctx, ctx + 8), 10), device)
+    return out
+
+
+def learner_times() -> dict[str, float]:
+    out = {}
     for n in (8, 32):
         learner = make_learner("normalhedge", n)
-        rng = np.random.default_rng(0)
-        out[f"normalhedge_update_{n}_ms"] = timed(lambda lr=learner: lr.update(rng.random(n)), torch.device("cpu"), 200)
-    del model, drafter, target
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+        losses = np.random.default_rng(0).random((256, n))
+        it = iter(range(10**9))
+        out[f"normalhedge_update_{n}_ms"] = timed(
+            lambda lr=learner, ls=losses, i=it: lr.update(ls[next(i) % 256]), torch.device("cpu"), 200)
     return out
 
 
 def engine_tokens_per_s(device: torch.device) -> dict[str, float]:
     from tests.core.tiny_models import bigram_target, copy_drafter, make_engine
 
-    target, perm = bigram_target(vocab=256, layers=6)
-    target = target.to(device)
-    drafter = copy_drafter(target.cpu(), perm)
-    target = target.to(device)
+    model, perm = bigram_target(vocab=256, layers=6)
+    drafter = copy_drafter(model, perm)
+    target: Any = model.to(device)
     drafter = drafter.to(device)
     drafter.set_shared_embedding(target.get_input_embeddings())
     engine = make_engine(target, {"copy": drafter}, TreeConfig(top_k=4, depth=6, total_tokens=24))

@@ -23,7 +23,7 @@ from core.verify import verify_greedy, verify_sampling
 def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[int]:
     """Prompt forward (counted as the prefill pass), first token, drafters' first catch-up."""
     ids = torch.tensor(state.token_ids, dtype=torch.long)
-    out = target.forward(state.cache, ids, torch.arange(ids.numel()))
+    out = target.forward(state.cache, ids, torch.arange(ids.numel()), last_logits_only=True)
     state.stats.target_forwards += 1
     last = out.logits[-1:]
     if state.params.greedy:

@@ -8,9 +8,11 @@ implementation accepts a 4D additive attention mask and explicit position ids). 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -62,6 +64,7 @@ class Target:
         # transformers renamed `past_key_values` to `cache` (5.2x); accept either release.
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.decoder_layers = model.get_decoder().layers
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
 
     @classmethod
@@ -105,29 +108,51 @@ class Target:
 
     @torch.no_grad()
     def forward(
-        self, cache: DynamicCache, input_ids: Tensor, positions: Tensor, tree_mask: Tensor | None = None
+        self, cache: DynamicCache, input_ids: Tensor, positions: Tensor, tree_mask: Tensor | None = None,
+        *, last_logits_only: bool = False,
     ) -> TargetOutput:
         """Run T new tokens on top of `cache` (which grows by T).
 
         input_ids/positions: [T]; tree_mask: [T, T] bool (node i may attend node j), None =
         causal. The committed prefix in the cache is visible to every new token.
+        `last_logits_only` (prefill) keeps only the last row of logits: a long prompt would
+        otherwise materialise [T, V] logits for nothing.
         """
         n, t = cache.get_seq_length(), input_ids.numel()
         if tree_mask is None:
             tree_mask = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()
         mask = additive_mask(n, tree_mask.to(self.device), self.dtype)
-        kwargs = {self._cache_kwarg: cache}
-        out = self.model(
-            input_ids=input_ids.view(1, t).to(self.device),
-            position_ids=positions.view(1, t).to(self.device),
-            attention_mask=mask,
-            use_cache=True,
-            output_hidden_states=True,
-            **kwargs,
-        )
+        kwargs: dict[str, Any] = {self._cache_kwarg: cache}
+        if last_logits_only:
+            kwargs["logits_to_keep"] = 1
+        with self._capture() as captured:
+            out = self.model(
+                input_ids=input_ids.view(1, t).to(self.device),
+                position_ids=positions.view(1, t).to(self.device),
+                attention_mask=mask,
+                use_cache=True,
+                **kwargs,
+            )
         self.forward_count += 1
-        feats = torch.cat([out.hidden_states[i][0] for i in self.aux_layers], dim=-1)
+        feats = torch.cat([captured[i][0] for i in self.aux_layers], dim=-1)
         return TargetOutput(logits=out.logits[0].float(), features=feats)
+
+    @contextlib.contextmanager
+    def _capture(self) -> Iterator[dict[int, Tensor]]:
+        """Capture the inputs of the aux decoder layers with pre-hooks: only 3 of the L+1 hidden
+        states are kept (output_hidden_states would hold all of them for long prompts)."""
+        captured: dict[int, Tensor] = {}
+        hooks = []
+        for idx in set(self.aux_layers):
+            def hook(_mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any], idx: int = idx) -> None:
+                captured[idx] = args[0] if args else kwargs["hidden_states"]
+
+            hooks.append(self.decoder_layers[idx].register_forward_pre_hook(hook, with_kwargs=True))
+        try:
+            yield captured
+        finally:
+            for h in hooks:
+                h.remove()
 
     def features_dtype(self) -> torch.dtype:
         return self.dtype
