@@ -76,6 +76,9 @@ class SelectorConfig:
 class EngineConfig:
     device: str = "cpu"
     dtype: str = "float32"
+    # "auto" spreads a target that does not fit one GPU over the box's GPUs (accelerate's
+    # layer placement: capacity, not speed); drafters then live on the first layer's device.
+    device_map: str | None = None
     tree: TreeConfig = field(default_factory=TreeConfig)
     selector: SelectorConfig = field(default_factory=SelectorConfig)
     max_context: int = 2048
