@@ -134,8 +134,9 @@ class Target:
                 **kwargs,
             )
         self.forward_count += 1
-        feats = torch.cat([captured[i][0] for i in self.aux_layers], dim=-1)
-        return TargetOutput(logits=out.logits[0].float(), features=feats)
+        # .to(device): with device_map="auto" the layers (and logits) may sit on other GPUs
+        feats = torch.cat([captured[i][0].to(self.device) for i in self.aux_layers], dim=-1)
+        return TargetOutput(logits=out.logits[0].to(self.device).float(), features=feats)
 
     @contextlib.contextmanager
     def _capture(self) -> Iterator[dict[int, Tensor]]:
