@@ -1,0 +1,202 @@
+// The live view's data: request records folded from the gateway's event stream.
+//
+// A record has the shape of the server's `RequestTrace.public()` (gateway/routes/admin_live.py),
+// so a snapshot is loaded as is and later events are folded in the same way the server folds
+// them. Nothing here touches the DOM: changed ids are collected in `dirty` for the renderer.
+
+export const MAX_ROUNDS = 4096;
+
+export class LiveModel {
+  constructor(limit = 200) {
+    this.limit = limit; // rows kept: all running requests first, then the newest finished
+    this.records = new Map();
+    this.dirty = new Set();
+    this.structureDirty = true; // rows were added or removed
+    this.drafters = []; // the served pool, from the snapshot
+    this.droppedEvents = 0;
+    this.eventsSeen = 0;
+  }
+
+  loadSnapshot(snapshot) {
+    this.records.clear();
+    this.dirty.clear();
+    this.drafters = (snapshot.drafters || []).map(String);
+    for (const rec of [...(snapshot.history || []), ...(snapshot.active || [])]) {
+      this.records.set(rec.request_id, normalise(rec));
+    }
+    this.enforceLimit();
+    this.structureDirty = true;
+    for (const id of this.records.keys()) this.dirty.add(id);
+  }
+
+  applyEvents(events) {
+    for (const event of events) this.apply(event);
+    this.enforceLimit();
+  }
+
+  apply(event) {
+    this.eventsSeen += 1;
+    switch (event.type) {
+      case "request_started": {
+        const rec = this.ensure(event.request_id, event.ts);
+        rec.policy = event.policy ?? rec.policy;
+        rec.drafters = (event.drafters || []).map(String);
+        rec.prompt_tokens = event.prompt_tokens ?? null;
+        rec.max_tokens = event.max_tokens ?? null;
+        rec.temperature = event.temperature ?? null;
+        break;
+      }
+      case "round":
+        applyRound(this.ensure(event.request_id, event.ts), event);
+        break;
+      case "request_finished":
+        applyFinished(this.ensure(event.request_id, event.ts), event);
+        break;
+      case "dropped":
+        this.droppedEvents += Number(event.count) || 0;
+        return;
+      default:
+        return;
+    }
+    this.dirty.add(event.request_id);
+  }
+
+  ensure(id, ts) {
+    let rec = this.records.get(id);
+    if (!rec) {
+      rec = normalise({ request_id: id, started_at: ts ?? Date.now() / 1000 });
+      this.records.set(id, rec);
+      this.structureDirty = true;
+    }
+    return rec;
+  }
+
+  // Newest first: running requests, then finished ones.
+  ordered() {
+    const all = Array.from(this.records.values());
+    all.sort((a, b) => {
+      const ra = a.status === "running" ? 1 : 0;
+      const rb = b.status === "running" ? 1 : 0;
+      return rb - ra || (b.started_at || 0) - (a.started_at || 0);
+    });
+    return all;
+  }
+
+  enforceLimit() {
+    if (this.records.size <= this.limit) return;
+    const ordered = this.ordered();
+    for (const rec of ordered.slice(this.limit)) {
+      this.records.delete(rec.request_id);
+      this.dirty.delete(rec.request_id);
+    }
+    this.structureDirty = true;
+  }
+
+  counts() {
+    let running = 0;
+    for (const rec of this.records.values()) if (rec.status === "running") running += 1;
+    return { running, finished: this.records.size - running };
+  }
+
+  knownDrafters() {
+    const ids = new Set(this.drafters);
+    for (const rec of this.records.values()) {
+      for (const d of rec.drafters) ids.add(d);
+      for (const d of rec.drafter_per_round) if (d != null) ids.add(d);
+    }
+    return Array.from(ids);
+  }
+}
+
+function normalise(rec) {
+  return {
+    request_id: String(rec.request_id),
+    policy: rec.policy ?? null,
+    drafters: (rec.drafters || []).map(String),
+    prompt_tokens: rec.prompt_tokens ?? null,
+    max_tokens: rec.max_tokens ?? null,
+    temperature: rec.temperature ?? null,
+    started_at: rec.started_at ?? null,
+    finished_at: rec.finished_at ?? null,
+    status: rec.status || "running",
+    rounds: rec.rounds ?? 0,
+    first_round: rec.first_round ?? 0,
+    drafter_per_round: (rec.drafter_per_round || []).map((d) => (d == null ? null : String(d))),
+    accepted_per_round: rec.accepted_per_round || [],
+    committed_per_round: rec.committed_per_round || [],
+    completion_tokens: rec.completion_tokens ?? 0,
+    mean_acceptance_length: rec.mean_acceptance_length ?? null,
+    tokens_per_s: rec.tokens_per_s ?? null,
+    weights: rec.weights || {},
+    regret_tokens: rec.regret_tokens ?? null,
+    regret_curve: rec.regret_curve || [],
+    finish_reason: rec.finish_reason ?? null,
+    error: rec.error ?? null,
+    elapsed_s: rec.elapsed_s ?? null,
+  };
+}
+
+export function applyRound(rec, event) {
+  const index = Number.isInteger(event.round) ? event.round : rec.rounds;
+  if (index < rec.rounds) return; // already known (a snapshot overlapping the stream)
+  if (rec.drafter_per_round.length === 0) rec.first_round = index;
+  rec.rounds = index + 1;
+  rec.drafter_per_round.push(event.drafter == null ? null : String(event.drafter));
+  rec.accepted_per_round.push(Number(event.accepted) || 0);
+  rec.committed_per_round.push(Number(event.committed) || 0);
+  const overflow = rec.drafter_per_round.length - MAX_ROUNDS;
+  if (overflow > 0) {
+    rec.drafter_per_round.splice(0, overflow);
+    rec.accepted_per_round.splice(0, overflow);
+    rec.committed_per_round.splice(0, overflow);
+    rec.first_round += overflow;
+  }
+  if (event.policy != null) rec.policy = event.policy;
+  rec.completion_tokens = event.completion_tokens ?? rec.completion_tokens;
+  rec.mean_acceptance_length = event.mean_acceptance_length ?? rec.mean_acceptance_length;
+  rec.tokens_per_s = event.tokens_per_s ?? rec.tokens_per_s;
+  rec.weights = event.weights || rec.weights;
+  const windows = Number(event.feedback_windows) || 0;
+  const curve = rec.regret_curve;
+  if (event.regret_tokens != null && windows > 0) {
+    if (curve.length === 0 || windows > curve[curve.length - 1][0]) {
+      curve.push([windows, Number(event.regret_tokens)]);
+      if (curve.length > MAX_ROUNDS) curve.splice(0, curve.length - MAX_ROUNDS);
+    }
+  }
+  if (event.regret_tokens != null) rec.regret_tokens = event.regret_tokens;
+}
+
+export function applyFinished(rec, event) {
+  rec.finish_reason = event.finish_reason ?? null;
+  rec.error = event.error ?? null;
+  rec.elapsed_s = event.elapsed_s ?? null;
+  rec.finished_at = event.ts ?? Date.now() / 1000;
+  if (rec.error) rec.status = "failed";
+  else if (rec.finish_reason == null) rec.status = "aborted";
+  else rec.status = "finished";
+  const stats = event.stats;
+  if (!stats || typeof stats !== "object") return;
+  // The final statistics are authoritative: every round and the whole regret curve.
+  rec.policy = stats.policy ?? rec.policy;
+  rec.completion_tokens = stats.completion_tokens ?? rec.completion_tokens;
+  rec.prompt_tokens = stats.prompt_tokens ?? rec.prompt_tokens;
+  rec.mean_acceptance_length = stats.mean_acceptance_length ?? rec.mean_acceptance_length;
+  rec.regret_tokens = stats.regret_tokens ?? rec.regret_tokens;
+  if (stats.final_weights) rec.weights = stats.final_weights;
+  const choices = (stats.drafter_choices || []).slice(-MAX_ROUNDS);
+  const accepted = (stats.accepted_per_round || []).slice(-MAX_ROUNDS);
+  if (choices.length && choices.length === accepted.length) {
+    const rounds = stats.rounds ?? choices.length;
+    rec.first_round = rounds - choices.length;
+    rec.rounds = Math.max(rec.rounds, rounds);
+    if (rec.committed_per_round.length !== choices.length) {
+      rec.committed_per_round = accepted.map((a) => a + 1);
+    }
+    rec.drafter_per_round = choices.map((d) => (d == null ? null : String(d)));
+    rec.accepted_per_round = accepted;
+  }
+  if (Array.isArray(stats.regret_curve)) {
+    rec.regret_curve = stats.regret_curve.map((v, i) => [i + 1, v]).slice(-MAX_ROUNDS);
+  }
+}
