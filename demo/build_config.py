@@ -17,9 +17,10 @@ from demo.train_target import TargetSpec
 
 @dataclass(frozen=True)
 class RolloutSpec:
-    prompts_per_domain: int = 400
+    prompts_per_domain: int = 500  # training prompts per domain (news has 422 in all)
+    generalist_per_domain: int = 250  # the generalist's mixture; specialists use all of theirs
     prompt_chars: int = 600  # prompts keep head and tail (see records.cap_prompt)
-    max_new_tokens: int = 96
+    max_new_tokens: int = 80
     temperatures: tuple[float, ...] = (0.0,)  # one rollout per prompt and temperature
     batch_size: int = 32
 
@@ -32,9 +33,9 @@ class BuildConfig:
     heldout_records: int = 40  # per domain, for the target's held-out loss
     rollouts: RolloutSpec = field(default_factory=RolloutSpec)
     drafter: DrafterSpec = field(default_factory=DrafterSpec)
-    generalist: Schedule = field(default_factory=lambda: Schedule(steps=700, lr=2e-3, warmup_steps=30))
+    generalist: Schedule = field(default_factory=lambda: Schedule(steps=600, lr=2e-3, warmup_steps=30))
     specialist: Schedule = field(default_factory=lambda: Schedule(steps=120, lr=1e-3, warmup_steps=10))
-    report: ReportSpec = field(default_factory=ReportSpec)
+    report: ReportSpec = field(default_factory=ReportSpec)  # tree (4, 6, 24): see ReportSpec
     eval_prompts_per_domain: int = 30
     threads: int = 2
     report_workers: int = 2  # single-threaded engine processes measuring the MAT table
@@ -64,7 +65,9 @@ QUICK = BuildConfig(
         max_positions=256, seq_len=64, batch_size=8, steps=20, warmup_steps=5,
     ),
     heldout_records=2,
-    rollouts=RolloutSpec(prompts_per_domain=6, prompt_chars=160, max_new_tokens=12, batch_size=8),
+    rollouts=RolloutSpec(
+        prompts_per_domain=6, generalist_per_domain=4, prompt_chars=160, max_new_tokens=12, batch_size=8
+    ),
     drafter=replace(DrafterSpec(), draft_vocab_size=128, intermediate_size=64, ttt_steps=3, batch_size=4),
     generalist=Schedule(steps=6, lr=2e-3, warmup_steps=2),
     specialist=Schedule(steps=2, lr=1e-3, warmup_steps=1),

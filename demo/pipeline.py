@@ -98,11 +98,13 @@ def build_rollouts(
     seed: int,
 ) -> list[Rollout]:
     spec = cfg.rollouts
-    records = [r for d in DOMAINS for r in pick(corpora[d], spec.prompts_per_domain, seed + 1)]
+    picked = {d: pick(corpora[d], spec.prompts_per_domain, seed + 1) for d in DOMAINS}
+    records = [r for d in DOMAINS for r in picked[d]]
+    ranks = [i for d in DOMAINS for i in range(len(picked[d]))]
     rollouts: list[Rollout] = []
     for i, temperature in enumerate(spec.temperatures):
         rollouts += generate_rollouts(
-            model, tokenizer, records, prompt_chars=spec.prompt_chars,
+            model, tokenizer, records, ranks=ranks, prompt_chars=spec.prompt_chars,
             max_new_tokens=spec.max_new_tokens, temperature=temperature,
             batch_size=spec.batch_size, seed=seed + 10 + i,
         )
@@ -113,14 +115,17 @@ def train_pool(
     model: LlamaForCausalLM, rollouts: list[Rollout], cfg: BuildConfig, pad_id: int, seed: int,
     timer: StageTimer,
 ) -> tuple[dict[str, Eagle3Drafter], dict[str, TrainLog]]:
-    """The generalist on every domain, then each specialist fine-tuned from it on its own."""
+    """The generalist on a mixture of every domain, then each specialist fine-tuned from it on
+    all of its own domain's rollouts, most of which the generalist never saw (as HedgeSpec's
+    experts were fine-tuned on domain data beyond the generalist's)."""
     aux = aux_layers_for(model.config.num_hidden_layers)
-    counts = response_token_counts(rollouts, model.config.vocab_size)
+    mixture = [r for r in rollouts if r.rank < cfg.rollouts.generalist_per_domain]
+    counts = response_token_counts(mixture, model.config.vocab_size)
     generalist = new_drafter(model, counts, cfg.drafter, aux, seed + 20)
     logs: dict[str, TrainLog] = {}
     with timer.stage("generalist"):
         logs[GENERALIST] = train_drafter(
-            generalist, model, rollouts, cfg.drafter, cfg.generalist,
+            generalist, model, mixture, cfg.drafter, cfg.generalist,
             pad_id=pad_id, seed=seed + 21, desc=GENERALIST,
         )
     pool = {GENERALIST: generalist}

@@ -29,8 +29,8 @@ class ReportSpec:
     """How the table is measured: the tree, the decoding and how many prompts per domain."""
 
     top_k: int = 4
-    depth: int = 5
-    total_tokens: int = 20
+    depth: int = 6  # deep enough that formulaic domains (SQL) do not saturate at depth + 1
+    total_tokens: int = 24
     max_new_tokens: int = 64
     prompts_per_domain: int = 12
 

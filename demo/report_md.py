@@ -38,7 +38,8 @@ def checks_text(checks: dict[str, Any]) -> str:
 
 
 def build_text(build: dict[str, Any]) -> str:
-    target, roll = build["target"], build["rollouts"]
+    target, roll, cfg = build["target"], build["rollouts"], build["config"]
+    rcfg, dcfg = cfg["rollouts"], cfg["drafter"]
     stage_rows = [[k, f"{v:.0f}"] for k, v in build["stage_seconds"].items()]
     stage_rows.append(["**total**", f"**{build['total_seconds']:.0f}**"])
     loss_rows = [[d, f"{v:.3f}"] for d, v in target["heldout_loss"].items()]
@@ -55,9 +56,15 @@ def build_text(build: dict[str, Any]) -> str:
         f"training tokens, final training loss {target['final_train_loss']:.3f} nats; aux layers "
         f"{target['aux_layers']} (input of decoder layer idx). Held-out loss per domain "
         "(nats/token over whole conversations):\n\n" + _table(["domain", "loss"], loss_rows),
-        f"Rollouts: {roll['sequences']} sequences, {roll['response_tokens']} generated tokens, "
-        f"{roll['ended_with_eos']} ended with `<|end|>`; the draft vocabulary covers "
-        f"{100 * roll['draft_vocab_coverage']:.1f}% of the generated tokens.",
+        f"Rollouts: the target's own responses (temperature {rcfg['temperatures']}, at most "
+        f"{rcfg['max_new_tokens']} new tokens) to {rcfg['prompts_per_domain']} training prompts per "
+        f"domain: {roll['sequences']} sequences, {roll['response_tokens']} generated tokens, "
+        f"{roll['ended_with_eos']} ended with `<|end|>`. The generalist trains on a mixture of the "
+        f"first {rcfg['generalist_per_domain']} per domain; each specialist starts from it and is "
+        f"fine-tuned on all of its domain's rollouts. Draft vocabulary: the "
+        f"{dcfg['draft_vocab_size']} most frequent generated tokens of the mixture, covering "
+        f"{100 * roll['draft_vocab_coverage']:.1f}% of all generated tokens. TTT unroll: "
+        f"{dcfg['ttt_steps']} steps.",
         "Drafter training (TTT loss = Σ_s 0.8^s · loss_s; accuracy = top-1 agreement with the "
         "target per unroll step, last 25 steps):\n\n"
         + _table(["drafter", "steps", "first loss", "final loss", "acc per step"], drafter_rows),

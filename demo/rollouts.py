@@ -21,6 +21,7 @@ class Rollout:
     domain: str
     prompt_ids: tuple[int, ...]  # rendered chat prefix, ending with the assistant header
     response_ids: tuple[int, ...]  # generated tokens, ending with <|end|> when the target stopped
+    rank: int = 0  # position of the prompt in its domain's seeded order
 
     @property
     def ids(self) -> list[int]:
@@ -78,6 +79,7 @@ def generate_rollouts(
     tokenizer: PreTrainedTokenizerFast,
     records: Sequence[Record],
     *,
+    ranks: Sequence[int],
     prompt_chars: int,
     max_new_tokens: int,
     temperature: float,
@@ -105,5 +107,5 @@ def generate_rollouts(
         )
         responses.update(zip(batch, outs, strict=True))
     return [
-        Rollout(r.domain, tuple(encoded[i]), responses[i]) for i, r in enumerate(records)
+        Rollout(r.domain, tuple(encoded[i]), responses[i], ranks[i]) for i, r in enumerate(records)
     ]

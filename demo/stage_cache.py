@@ -82,7 +82,10 @@ class StageCache:
             return None
         self.hits.append("rollouts")
         rows = json.loads((path / "rollouts.json").read_text())
-        return [Rollout(r["domain"], tuple(r["prompt_ids"]), tuple(r["response_ids"])) for r in rows]
+        return [
+            Rollout(r["domain"], tuple(r["prompt_ids"]), tuple(r["response_ids"]), r["rank"])
+            for r in rows
+        ]
 
     def save_rollouts(self, rollouts: list[Rollout]) -> None:
         path = self._dir("rollouts", self.rollout_key)
