@@ -78,6 +78,7 @@ SERVE_FLAGS: dict[str, str] = {
     "cors_origin": "cors_origins",
     "policy": "default_policy",
     "device": "device",
+    "device_map": "device_map",
     "dtype": "dtype",
     "max_context": "max_context",
     "max_running": "max_running",
@@ -104,6 +105,7 @@ def _register_serve(sub: Any) -> None:
     p.add_argument("--policy", help="what `auto` means: a learner name, none or fixed:<id>")
     p.add_argument("--device", help="torch device (default cpu)")
     p.add_argument("--dtype", help="float32, bfloat16 or float16")
+    p.add_argument("--device-map", help="'auto' spreads a large target over every GPU")
     p.add_argument("--max-context", type=int, help="context window cap in tokens")
     p.add_argument("--max-running", type=int, help="requests interleaved at once")
     p.add_argument("--max-queue", type=int, help="requests waiting before 429")

@@ -63,6 +63,7 @@ class Settings(BaseSettings):
     # --- engine ------------------------------------------------------------------------------
     device: str = "cpu"
     dtype: str = "float32"
+    device_map: str | None = None  # "auto": spread a target too big for one GPU over all GPUs
     max_context: int | None = Field(default=None, ge=16)
     tree_top_k: int | None = Field(default=None, ge=1)
     tree_depth: int | None = Field(default=None, ge=1)
@@ -113,6 +114,8 @@ class Settings(BaseSettings):
         extra: dict[str, Any] = {}
         if self.max_context is not None:
             extra["max_context"] = self.max_context
+        if self.device_map is not None:
+            extra["device_map"] = self.device_map
         return EngineConfig(
             device=self.device,
             dtype=self.dtype,

@@ -61,3 +61,5 @@ def test_engine_config_keeps_core_defaults_unless_set() -> None:
     assert Settings().engine_config().tree == EngineConfig().tree
     cfg = Settings(tree_depth=3, max_context=256, default_policy="hedge").engine_config()
     assert cfg.tree.depth == 3 and cfg.max_context == 256 and cfg.selector.policy == "hedge"
+    assert cfg.device_map is None
+    assert Settings(device_map="auto").engine_config().device_map == "auto"
