@@ -14,27 +14,25 @@ development aid for iterating on the drafters; the result is the same as without
 from __future__ import annotations
 
 import argparse
-import copy
-import json
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
 
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from core.eagle3 import Eagle3Drafter, save_drafter
+from core.eagle3 import Eagle3Drafter
 from demo.build_config import FULL, QUICK, BuildConfig, aux_layers_for, with_overrides
+from demo.build_info import build_summary
 from demo.domains import DATA_DIR, DOMAINS, POOL_DIR, corpus_path, eval_path
-from demo.records import Record, cap_prompt, chat_text, load_records, write_jsonl
+from demo.pool_files import GENERALIST, pool_bytes, write_pool_files
+from demo.records import Record, chat_text, load_records
 from demo.report import measure_table, report_dict, specialisation_checks, write_report
 from demo.report_md import render_report_md
 from demo.rollouts import Rollout, generate_rollouts
 from demo.stage_cache import StageCache
-from demo.tokenizer import save_tokenizer, train_tokenizer
+from demo.tokenizer import train_tokenizer
 from demo.train_drafters import (
     TrainLog,
     clone_drafter,
@@ -43,9 +41,6 @@ from demo.train_drafters import (
     train_drafter,
 )
 from demo.train_target import mean_loss, train_target
-
-GENERALIST = "generalist"
-OUTPUTS = ("target", "drafters", "pool.json", "eval_prompts.jsonl", "report.json", "REPORT.md")
 
 
 class StageTimer:
@@ -141,64 +136,6 @@ def train_pool(
     return pool, logs
 
 
-def draft_vocab_coverage(drafter: Eagle3Drafter, rollouts: list[Rollout]) -> float:
-    counts = response_token_counts(rollouts, drafter.cfg.vocab_size)
-    t2d = cast(torch.Tensor, drafter.t2d).cpu()
-    return round(float(counts[t2d].sum() / counts.sum().clamp(min=1)), 4)
-
-
-def write_pool_files(
-    out_dir: Path,
-    tokenizer: PreTrainedTokenizerFast,
-    model: LlamaForCausalLM,
-    pool: dict[str, Eagle3Drafter],
-    cfg: BuildConfig,
-    data_dir: Path,
-) -> None:
-    for name in OUTPUTS:
-        path = out_dir / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    copy.deepcopy(model).half().save_pretrained(out_dir / "target")
-    save_tokenizer(tokenizer, out_dir / "target")
-    entries = []
-    for drafter_id, drafter in pool.items():
-        save_drafter(drafter, out_dir / "drafters" / drafter_id, dtype=torch.float16)
-        domain = "all" if drafter_id == GENERALIST else drafter_id
-        entries.append({"id": drafter_id, "domain": domain, "path": f"drafters/{drafter_id}"})
-    pool_json = {"target": "target", "drafters": entries}
-    (out_dir / "pool.json").write_text(json.dumps(pool_json, indent=2) + "\n")
-    rows = [
-        {"id": r.id, "domain": d, "prompt": cap_prompt(r.prompt, cfg.rollouts.prompt_chars)}
-        for d in DOMAINS
-        for r in load_records(eval_path(d, data_dir), d)[: cfg.eval_prompts_per_domain]
-    ]
-    write_jsonl(out_dir / "eval_prompts.jsonl", rows)
-
-
-def pool_bytes(out_dir: Path) -> int:
-    return sum(p.stat().st_size for name in OUTPUTS for p in _files(out_dir / name))
-
-
-def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return [p for p in path.rglob("*") if p.is_file()]
-    return [path] if path.exists() else []
-
-
-def _log_summary(log: TrainLog) -> dict[str, Any]:
-    tail = log.losses[-25:]
-    return {
-        "steps": len(log.losses),
-        "first_loss": round(log.losses[0], 4),
-        "final_loss": round(sum(tail) / len(tail), 4),
-        "final_acc_by_step": [round(a, 4) for a in log.acc[-1]] if log.acc else [],
-    }
-
-
 def build(
     out_dir: Path = POOL_DIR,
     *,
@@ -224,19 +161,11 @@ def _build(
     timer = StageTimer()
     cache = StageCache(cache_dir, cfg, seed, data_dir)
     corpora = load_corpora(data_dir, cfg.corpus_records)
+    texts = [chat_text(r.prompt, r.response) for d in DOMAINS for r in corpora[d]]
     with timer.stage("tokenizer"):
-        texts = [chat_text(r.prompt, r.response) for d in DOMAINS for r in corpora[d]]
         tokenizer = cache.load_tokenizer() or train_tokenizer(texts, cfg.vocab_size)
     with timer.stage("target"):
-        cached = cache.load_target(cfg.device)
-        if cached is None:
-            docs = [tokenizer(t)["input_ids"] for t in texts]
-            model, target_losses = train_target(docs, tokenizer, cfg.target, seed, cfg.device)
-            round_to_fp16(model)
-            cache.save_target(model, tokenizer, target_losses)
-        else:
-            model, target_losses = cached
-        model.requires_grad_(False)
+        model, target_losses = _target(cache, tokenizer, texts, cfg, seed)
     with timer.stage("heldout_loss"):
         heldout = heldout_losses(model, tokenizer, cfg, data_dir)
     with timer.stage("rollouts"):
@@ -248,46 +177,36 @@ def _build(
     with timer.stage("save"):
         write_pool_files(out_dir, tokenizer, model, pool, cfg, data_dir)
     pool_json = out_dir / "pool.json"
-    drafters = list(pool)
     with timer.stage("report"):
-        cells = measure_table(pool_json, drafters, DOMAINS, cfg.report, cfg.report_workers)
-    report = report_dict(cells, drafters, DOMAINS, cfg.report)
+        cells = measure_table(pool_json, list(pool), DOMAINS, cfg.report, cfg.report_workers)
+    report = report_dict(cells, list(pool), DOMAINS, cfg.report)
     report["checks"] = specialisation_checks(report)
-    report["build"] = {
-        "quick": quick,
-        "seed": seed,
-        "threads": cfg.threads,
-        "device": cfg.device,
-        "cached_stages": cache.hits,
-        "stage_seconds": timer.seconds,
-        "total_seconds": round(sum(timer.seconds.values()), 1),
-        "pool_bytes": pool_bytes(out_dir),
-        "target": {
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "train_tokens": cfg.target.steps * cfg.target.batch_size * cfg.target.seq_len,
-            "final_train_loss": round(sum(target_losses[-25:]) / len(target_losses[-25:]), 4),
-            "heldout_loss": heldout,
-            "aux_layers": list(aux_layers_for(model.config.num_hidden_layers)),
-        },
-        "rollouts": {
-            "sequences": len(rollouts),
-            "response_tokens": sum(len(r.response_ids) for r in rollouts),
-            "ended_with_eos": sum(r.response_ids[-1] == tokenizer.eos_token_id for r in rollouts),
-            "draft_vocab_coverage": draft_vocab_coverage(pool[GENERALIST], rollouts),
-        },
-        "drafters": {k: _log_summary(v) for k, v in logs.items()},
-        "config": _config_dict(cfg),
-    }
+    report["build"] = build_summary(
+        cfg, quick=quick, seed=seed, timer_seconds=timer.seconds, cached=cache.hits,
+        pool_bytes=pool_bytes(out_dir), model=model, target_losses=target_losses,
+        heldout=heldout, rollouts=rollouts, eos_id=tokenizer.eos_token_id,
+        generalist=pool[GENERALIST], logs=logs,
+    )
     write_report(report, out_dir)
     (out_dir / "REPORT.md").write_text(render_report_md(report))
     print(f"pool written to {out_dir} ({report['build']['pool_bytes'] / 1e6:.1f} MB)", flush=True)
     return pool_json
 
 
-def _config_dict(cfg: BuildConfig) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(cfg)
+def _target(
+    cache: StageCache, tokenizer: PreTrainedTokenizerFast, texts: list[str], cfg: BuildConfig, seed: int
+) -> tuple[LlamaForCausalLM, list[float]]:
+    """Train (or reuse) the target; weights are rounded to the fp16 values that ship."""
+    cached = cache.load_target(cfg.device)
+    if cached is not None:
+        model, losses = cached
+    else:
+        docs = [tokenizer(t)["input_ids"] for t in texts]
+        model, losses = train_target(docs, tokenizer, cfg.target, seed, cfg.device)
+        round_to_fp16(model)
+        cache.save_target(model, tokenizer, losses)
+    model.requires_grad_(False)
+    return model, losses
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,76 @@
+"""The `build` section of report.json: what was trained, how long each stage took."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any, cast
+
+import torch
+from transformers import LlamaForCausalLM
+
+from core.eagle3 import Eagle3Drafter
+from demo.build_config import BuildConfig, aux_layers_for
+from demo.rollouts import Rollout
+from demo.train_drafters import TrainLog, response_token_counts
+
+
+def draft_vocab_coverage(drafter: Eagle3Drafter, rollouts: Sequence[Rollout]) -> float:
+    """Share of all generated tokens that the draft vocabulary can propose."""
+    counts = response_token_counts(rollouts, drafter.cfg.vocab_size)
+    t2d = cast(torch.Tensor, drafter.t2d).cpu()
+    return round(float(counts[t2d].sum() / counts.sum().clamp(min=1)), 4)
+
+
+def log_summary(log: TrainLog) -> dict[str, Any]:
+    tail = log.losses[-25:]
+    return {
+        "steps": len(log.losses),
+        "first_loss": round(log.losses[0], 4),
+        "final_loss": round(sum(tail) / len(tail), 4),
+        "final_acc_by_step": [round(a, 4) for a in log.acc[-1]] if log.acc else [],
+    }
+
+
+def build_summary(
+    cfg: BuildConfig,
+    *,
+    quick: bool,
+    seed: int,
+    timer_seconds: dict[str, float],
+    cached: list[str],
+    pool_bytes: int,
+    model: LlamaForCausalLM,
+    target_losses: list[float],
+    heldout: dict[str, float],
+    rollouts: Sequence[Rollout],
+    eos_id: int,
+    generalist: Eagle3Drafter,
+    logs: dict[str, TrainLog],
+) -> dict[str, Any]:
+    tail = target_losses[-25:]
+    return {
+        "quick": quick,
+        "seed": seed,
+        "threads": cfg.threads,
+        "device": cfg.device,
+        "cached_stages": cached,
+        "stage_seconds": timer_seconds,
+        "total_seconds": round(sum(timer_seconds.values()), 1),
+        "pool_bytes": pool_bytes,
+        "target": {
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "train_tokens": cfg.target.steps * cfg.target.batch_size * cfg.target.seq_len,
+            "final_train_loss": round(sum(tail) / len(tail), 4),
+            "heldout_loss": heldout,
+            "aux_layers": list(aux_layers_for(model.config.num_hidden_layers)),
+        },
+        "rollouts": {
+            "sequences": len(rollouts),
+            "response_tokens": sum(len(r.response_ids) for r in rollouts),
+            "ended_with_eos": sum(r.response_ids[-1] == eos_id for r in rollouts),
+            "draft_vocab_coverage": draft_vocab_coverage(generalist, rollouts),
+        },
+        "drafters": {k: log_summary(v) for k, v in logs.items()},
+        "config": asdict(cfg),
+    }

@@ -1,0 +1,73 @@
+"""Write the pool layout the gateway serves: `target/`, `drafters/<id>/`, `pool.json`,
+`eval_prompts.jsonl` (the names are a contract with the gateway's default configuration)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+from core.eagle3 import Eagle3Drafter, save_drafter
+from demo.build_config import BuildConfig
+from demo.domains import DOMAINS, eval_path
+from demo.records import cap_prompt, load_records, write_jsonl
+from demo.tokenizer import save_tokenizer
+
+GENERALIST = "generalist"
+OUTPUTS = ("target", "drafters", "pool.json", "eval_prompts.jsonl", "report.json", "REPORT.md")
+
+
+def write_pool_files(
+    out_dir: Path,
+    tokenizer: PreTrainedTokenizerFast,
+    model: LlamaForCausalLM,
+    pool: dict[str, Eagle3Drafter],
+    cfg: BuildConfig,
+    data_dir: Path,
+) -> None:
+    """Replace the build outputs in `out_dir` (other files there are left alone)."""
+    _clear(out_dir)
+    copy.deepcopy(model).half().save_pretrained(out_dir / "target")
+    save_tokenizer(tokenizer, out_dir / "target")
+    entries = []
+    for drafter_id, drafter in pool.items():
+        save_drafter(drafter, out_dir / "drafters" / drafter_id, dtype=torch.float16)
+        domain = "all" if drafter_id == GENERALIST else drafter_id
+        entries.append({"id": drafter_id, "domain": domain, "path": f"drafters/{drafter_id}"})
+    pool_json = {"target": "target", "drafters": entries}
+    (out_dir / "pool.json").write_text(json.dumps(pool_json, indent=2) + "\n")
+    write_jsonl(out_dir / "eval_prompts.jsonl", eval_prompt_rows(cfg, data_dir))
+
+
+def eval_prompt_rows(cfg: BuildConfig, data_dir: Path) -> list[dict[str, str]]:
+    """The first held-out prompts of every domain, capped as the training prompts were."""
+    return [
+        {"id": r.id, "domain": d, "prompt": cap_prompt(r.prompt, cfg.rollouts.prompt_chars)}
+        for d in DOMAINS
+        for r in load_records(eval_path(d, data_dir), d)[: cfg.eval_prompts_per_domain]
+    ]
+
+
+def _clear(out_dir: Path) -> None:
+    for name in OUTPUTS:
+        path = out_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def pool_bytes(out_dir: Path) -> int:
+    """Bytes of every file the build wrote under `out_dir`."""
+    return sum(p.stat().st_size for name in OUTPUTS for p in _files(out_dir / name))
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return [p for p in path.rglob("*") if p.is_file()]
+    return [path] if path.exists() else []
