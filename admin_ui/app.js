@@ -30,6 +30,9 @@ window.__hedgespecAdmin = {
   get renders() {
     return state.live ? state.live.renders : 0;
   },
+  get maxRenderMs() {
+    return state.live ? state.live.maxRenderMs : 0;
+  },
   get model() {
     return state.live ? state.live.model : null;
   },

@@ -54,10 +54,11 @@ const AXIS = "#6b7280";
 const GRID = "#eef0f3";
 
 // Size the backing store to the element's CSS size times the pixel ratio. Returns null while
-// the canvas is not laid out (a hidden tab), so callers simply skip drawing.
-export function setup(canvas) {
-  const w = canvas.clientWidth;
-  const hgt = canvas.clientHeight;
+// the canvas is not laid out (a hidden tab), so callers simply skip drawing. Reading the CSS
+// size forces a layout; callers drawing many canvases measure once and pass `size` instead.
+export function setup(canvas, size = null) {
+  const w = size ? size.w : canvas.clientWidth;
+  const hgt = size ? size.h : canvas.clientHeight;
   if (!w || !hgt) return null;
   const ratio = window.devicePixelRatio || 1;
   const bw = Math.round(w * ratio);
@@ -245,8 +246,8 @@ export function roundBars(canvas, { values, colors, yMax = null, empty = "no rou
 
 // The drafter chosen per round as a colour strip. Rounds are at least 2 px wide; when they do
 // not fit, the most recent rounds are shown (the strip scrolls left as the request runs).
-export function strip(canvas, drafters) {
-  const area = setup(canvas);
+export function strip(canvas, drafters, size = null) {
+  const area = setup(canvas, size);
   if (!area) return;
   const { ctx, w, h } = area;
   ctx.fillStyle = "#f3f4f6";
@@ -264,13 +265,13 @@ export function strip(canvas, drafters) {
 }
 
 // Accepted length per round as a bar sparkline (same windowing as the strip).
-export function sparkBars(canvas, values, maxValue) {
-  const area = setup(canvas);
+export function sparkBars(canvas, values, size = null) {
+  const area = setup(canvas, size);
   if (!area) return;
   const { ctx, w, h } = area;
   const n = values.length;
   if (n === 0) return;
-  const top = Math.max(1, maxValue || Math.max(...values));
+  const top = Math.max(1, ...values);
   const cell = Math.max(2, Math.min(10, w / n));
   const shown = Math.min(n, Math.floor(w / cell));
   const from = n - shown;

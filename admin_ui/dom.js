@@ -42,7 +42,8 @@ const DASH = "—";
 
 export function fmt(value, digits = 2) {
   if (value == null || Number.isNaN(value)) return DASH;
-  return Number(value).toFixed(digits);
+  const text = Number(value).toFixed(digits);
+  return /^-0\.?0*$/.test(text) ? text.slice(1) : text; // "-0.0" reads as a bug
 }
 
 export function fmtInt(value) {

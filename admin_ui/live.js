@@ -43,6 +43,8 @@ export class LiveView {
     this.rows = new Map(); // request id -> {tr, cells}
     this.selected = null;
     this.renders = 0;
+    this.lastRenderMs = 0;
+    this.maxRenderMs = 0;
     this.tbody = $("#live-table tbody", root);
     this.detail = $("#detail", root);
     this.schedule = throttle(() => this.render(), RENDER_INTERVAL_MS);
@@ -94,16 +96,38 @@ export class LiveView {
   // ---- drawing
 
   render() {
+    const started = performance.now();
+    this.draw();
     this.renders += 1;
+    this.lastRenderMs = performance.now() - started;
+    this.maxRenderMs = Math.max(this.maxRenderMs, this.lastRenderMs);
+  }
+
+  draw() {
     const model = this.model;
     if (model.structureDirty) {
       this.reconcileRows();
       model.structureDirty = false;
     }
+    // Text first (writes only), then one measurement, then canvases: interleaving writes
+    // and size reads would force a layout of the whole table per row.
+    const changed = [];
     for (const id of model.dirty) {
       const rec = model.records.get(id);
       const row = this.rows.get(id);
-      if (rec && row) updateRow(row, rec);
+      if (rec && row) {
+        updateRow(row, rec);
+        changed.push([row, rec]);
+      }
+    }
+    if (changed.length) {
+      const { strip: s, spark: k } = changed[0][0].cells;
+      const stripSize = { w: s.clientWidth, h: s.clientHeight };
+      const sparkSize = { w: k.clientWidth, h: k.clientHeight };
+      for (const [row, rec] of changed) {
+        strip(row.cells.strip, rec.drafter_per_round, stripSize);
+        sparkBars(row.cells.spark, rec.accepted_per_round, sparkSize);
+      }
     }
     const detailDirty = this.selected != null && model.dirty.has(this.selected);
     model.dirty.clear();
@@ -215,7 +239,7 @@ export class LiveView {
       empty: "no completed feedback window yet",
     });
     roundBars($("#d-accepted", d), {
-      values: rec.accepted_per_round,
+      values: rec.committed_per_round,
       colors: rec.drafter_per_round.map(colorFor),
     });
     const error = $("#d-error", d);
@@ -274,8 +298,6 @@ function updateRow(row, rec) {
   c.strip.title = summary ? `Drafter per round: ${summary}` : "No rounds yet";
   c.strip.dataset.choices = summary;
   c.spark.title = `Accepted draft tokens per round (last: ${rec.accepted_per_round.at(-1) ?? "—"})`;
-  strip(c.strip, rec.drafter_per_round);
-  sparkBars(c.spark, rec.accepted_per_round);
 }
 
 function exampleCode() {

@@ -15,14 +15,18 @@ export class LiveModel {
     this.drafters = []; // the served pool, from the snapshot
     this.droppedEvents = 0;
     this.eventsSeen = 0;
+    this.seenDrafters = new Set(); // kept up to date here, so the legend never scans rounds
   }
 
   loadSnapshot(snapshot) {
     this.records.clear();
     this.dirty.clear();
     this.drafters = (snapshot.drafters || []).map(String);
-    for (const rec of [...(snapshot.history || []), ...(snapshot.active || [])]) {
-      this.records.set(rec.request_id, normalise(rec));
+    for (const raw of [...(snapshot.history || []), ...(snapshot.active || [])]) {
+      const rec = normalise(raw);
+      this.records.set(rec.request_id, rec);
+      this.noteDrafters(rec.drafters);
+      this.noteDrafters(rec.drafter_per_round);
     }
     this.enforceLimit();
     this.structureDirty = true;
@@ -44,10 +48,12 @@ export class LiveModel {
         rec.prompt_tokens = event.prompt_tokens ?? null;
         rec.max_tokens = event.max_tokens ?? null;
         rec.temperature = event.temperature ?? null;
+        this.noteDrafters(rec.drafters);
         break;
       }
       case "round":
         applyRound(this.ensure(event.request_id, event.ts), event);
+        if (event.drafter != null) this.seenDrafters.add(String(event.drafter));
         break;
       case "request_finished":
         applyFinished(this.ensure(event.request_id, event.ts), event);
@@ -98,13 +104,12 @@ export class LiveModel {
     return { running, finished: this.records.size - running };
   }
 
+  noteDrafters(ids) {
+    for (const d of ids) if (d != null) this.seenDrafters.add(String(d));
+  }
+
   knownDrafters() {
-    const ids = new Set(this.drafters);
-    for (const rec of this.records.values()) {
-      for (const d of rec.drafters) ids.add(d);
-      for (const d of rec.drafter_per_round) if (d != null) ids.add(d);
-    }
-    return Array.from(ids);
+    return Array.from(new Set([...this.drafters, ...this.seenDrafters]));
   }
 }
 

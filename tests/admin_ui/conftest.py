@@ -81,7 +81,8 @@ def openai_client(server: ServerProcess) -> OpenAI:
 
 
 def stream_chat(client: OpenAI, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
-    """One streaming chat completion; returns its text and final speculative metrics."""
+    """One streaming chat completion: its id, text and final speculative metrics. The gateway's
+    engine request id (what the admin page shows) is `<id>-<choice index>`."""
     stream = client.chat.completions.create(
         model=MODEL_NAME,
         messages=[{"role": "user", "content": prompt}],
@@ -90,14 +91,15 @@ def stream_chat(client: OpenAI, prompt: str, max_tokens: int, **extra: Any) -> d
         stream_options={"include_usage": True},
         extra_body={"ignore_eos": True, **extra},
     )
-    text, metrics = [], None
+    text, metrics, completion_id = [], None, None
     for chunk in stream:
+        completion_id = chunk.id
         if chunk.choices and chunk.choices[0].delta.content:
             text.append(chunk.choices[0].delta.content)
         extra_fields = chunk.model_extra or {}
         if extra_fields.get("metrics"):
             metrics = extra_fields["metrics"]
-    return {"text": "".join(text), "metrics": metrics}
+    return {"id": completion_id, "text": "".join(text), "metrics": metrics}
 
 
 class Background:
@@ -158,13 +160,21 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    """A fresh context per test (empty sessionStorage), 1440x900, console errors collected."""
+    """A fresh context per test (empty sessionStorage), 1440x900; script errors collected in
+    `page.js_errors`."""
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
     page.set_default_timeout(30_000)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+
+    def on_console(msg: Any) -> None:
+        # HTTP error statuses are logged by Chromium as "Failed to load resource"; the tests
+        # provoke them on purpose (401s, pool API errors), so only script errors count.
+        if msg.type == "error" and not msg.text.startswith("Failed to load resource"):
+            errors.append(msg.text)
+
+    page.on("console", on_console)
     page.js_errors = errors
     try:
         yield page
