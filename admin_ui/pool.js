@@ -110,12 +110,14 @@ export class PoolView {
     const events = (body && body.data) || [];
     if (events.length === 0) list.append(h("li", { class: "muted", text: "No changes yet." }));
     for (const ev of events.slice(0, 15)) {
+      const change = ev.detail && ev.detail.to ? `${ev.detail.from ?? "?"} → ${ev.detail.to}` : "";
       list.append(
         h("li", {},
-          h("span", { class: "audit-time", text: fmtDateTime(ev.at) }),
-          h("span", { class: "audit-action", text: ev.action }),
-          h("span", { class: "mono", text: ev.target ?? "" }),
-          h("span", { class: "muted", text: ev.actor ? `by ${ev.actor}` : "" })),
+          h("div", {},
+            h("span", { class: "audit-action", text: ev.action }), " ",
+            h("span", { class: "mono", text: ev.target ?? "" }), " ",
+            h("span", { class: "audit-change", text: change })),
+          h("div", { class: "audit-meta", text: `${fmtDateTime(ev.at)}${ev.actor ? ` · ${ev.actor}` : ""}` })),
       );
     }
   }

@@ -152,6 +152,35 @@ def test_sign_in_refuses_a_wrong_key_and_keeps_the_key_out_of_urls(
     assert not page.js_errors, page.js_errors
 
 
+def test_sign_in_explains_a_disabled_admin_api(page: Any, server: ServerProcess) -> None:
+    """A server started without an admin key answers 403 `admin_disabled`: the page says so."""
+    message = (
+        "The admin API is disabled: start the server with an admin key "
+        "(--admin-key or HEDGESPEC_ADMIN_KEY)."
+    )
+    page.route(
+        "**/admin/api/overview",
+        lambda route: fulfil_json(
+            route,
+            403,
+            {
+                "error": {
+                    "message": message,
+                    "type": "permission_error",
+                    "param": None,
+                    "code": "admin_disabled",
+                }
+            },
+        ),
+    )
+    page.goto(f"{server.base_url}/admin/")
+    page.fill("#admin-key", "anything")
+    page.click("#signin-form button[type=submit]")
+    expect(page.locator("#signin-error")).to_have_text(message)
+    expect(page.locator("#app")).to_be_hidden()
+    assert not page.js_errors, page.js_errors
+
+
 # ---- live --------------------------------------------------------------------------------------
 
 
@@ -504,7 +533,7 @@ def test_pool_add_from_the_fake_hub_until_ready_then_remove(
 def test_pool_hostile_name_and_error_stay_text(page: Any, server: ServerProcess) -> None:
     sign_in(page, server.base_url)
     page.click(".tabs [data-tab=pool]")
-    page.check("#pool-form input[value=local]")
+    page.locator("#pool-form .segmented label", has_text="Local path").click()
     page.fill("#pool-form input[name=name]", XSS)
     page.fill("#pool-form input[name=path]", "/nonexistent/hedgespec-test-drafter")
     page.fill("#pool-form input[name=id]", "hostile-name")
