@@ -23,7 +23,9 @@ streams it serves. Because a page stream registers and takes its snapshot in one
 step on the event loop, a page sees every event after its snapshot exactly once, with no gap.
 Each page stream coalesces events for `FLUSH_S` and sends them as one SSE frame, so a hundred
 concurrent requests cost the browser at most ten frames a second. A page stream that falls
-`LISTENER_BUFFER` events behind is sent a fresh snapshot instead of the events it lost.
+`LISTENER_BUFFER` events behind is sent a fresh snapshot instead of the events it lost. The
+aggregator subscribes at start-up only when an admin key is configured; without one the engine
+worker skips building per-round events altogether (the bus has no subscriber).
 
 History: finished requests are kept in memory (the last `HISTORY_SIZE`). When request logging
 to the database is wired (`app.state.request_log` set), `/admin/api/requests` reads
@@ -545,7 +547,14 @@ def _new_aggregator(app: FastAPI) -> LiveAggregator:
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Subscribe at start-up, so the overview counts requests served before anyone looks."""
+    """Subscribe at start-up, so the overview counts requests served before anyone looks.
+
+    Only with an admin key configured: otherwise nobody may read the data, and without a
+    subscriber the engine worker does not even build the per-round events.
+    """
+    if not app.state.admin_keys.enabled:
+        yield
+        return
     aggregator = _new_aggregator(app)
     try:
         yield

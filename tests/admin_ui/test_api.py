@@ -222,6 +222,9 @@ def test_admin_is_disabled_without_an_admin_key(tmp_path: Path) -> None:
         warmup=False,
     )  # fmt: skip
     with TestClient(create_app(settings)) as client:
+        # Nobody may read live data, so none is collected (no event bus subscriber at all).
+        assert getattr(client.app.state, "admin_live", None) is None  # type: ignore[attr-defined]
+        assert not client.app.state.events.has_subscribers  # type: ignore[attr-defined]
         for path in DATA_ROUTES:
             resp = client.get(path, headers=ADMIN)
             assert resp.status_code == 403 and resp.json()["error"]["code"] == "admin_disabled"
