@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.config import LEARNER_NAMES, EngineConfig, SelectorConfig, TreeConfig
@@ -22,6 +22,13 @@ from core.config import LEARNER_NAMES, EngineConfig, SelectorConfig, TreeConfig
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POOL = REPO_ROOT / "demo" / "pool" / "pool.json"
 DEFAULT_DATABASE_URL = f"sqlite:///{REPO_ROOT / 'var' / 'hedgespec.db'}"
+
+
+def _default_hf_cache() -> Path:
+    """huggingface_hub's own cache (HF_HUB_CACHE, else HF_HOME/hub), read when Settings is built."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
 
 
 def _split_list(value: Any) -> Any:
@@ -59,6 +66,20 @@ class Settings(BaseSettings):
     drafters: Annotated[list[str], NoDecode] = Field(default_factory=list)  # "id=path"
     model_name: str | None = None  # served model id; default: the engine's name
     database_url: str = DEFAULT_DATABASE_URL
+
+    # --- drafter registry (see gateway/registry_service.py) ------------------------------------
+    # Downloads land in the standard HF cache layout, so `HF_HOME` moves them as usual.
+    hf_cache_dir: Path = Field(default_factory=_default_hf_cache)
+    # For gated or private drafter repos; `HF_TOKEN` is honoured too, as huggingface_hub does.
+    hf_token: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("hedgespec_hf_token", "hf_token")
+    )
+    # A HedgeSpec-style pool JSON whose drafters are registered (idempotently) on every start.
+    # Only drafters come from it: the target is always the one loaded from `pool`/`target`.
+    seed_pool: Path | None = None
+    pool_sync_interval_s: float = Field(default=1.0, gt=0, le=60)  # registry -> engine polling
+    log_prompts: bool = False  # store prompt text in request_logs (off: statistics only)
+    request_log_retention_days: float = Field(default=7.0, ge=0)  # 0 keeps logs forever
 
     # --- engine ------------------------------------------------------------------------------
     device: str = "cpu"
