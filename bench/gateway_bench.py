@@ -180,6 +180,7 @@ def start_server(pool: Path, workdir: Path, threads: int) -> tuple[subprocess.Po
         "--torch-threads", str(threads), "--log-level", "warning",
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     with log_path.open("wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 300

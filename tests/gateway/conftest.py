@@ -17,6 +17,7 @@ import pytest
 
 from tests.gateway.tiny_pool import MODEL_NAME, build_pool
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk-test-key"
 SECOND_KEY = "sk-second-key"
 ADMIN_KEY = "admin-secret"
@@ -59,6 +60,8 @@ class ServerProcess:
         # One BLAS thread: the test machine is shared, and oversubscribed threads make every
         # round 100x slower.
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        # Importable from the temporary working directory even without an editable install.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         env = {k: v for k, v in env.items() if not k.startswith("HEDGESPEC_")}
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
