@@ -24,7 +24,8 @@ from gateway.events import EventBus
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import ArrivalClock, BodySizeLimit
 from gateway.registry_link import RegistryLink
-from gateway.routes import admin_live, health, openai
+from gateway.registry_service import RegistryService
+from gateway.routes import admin, admin_live, health, openai
 from gateway.runner import Engine, EngineRunner
 from gateway.serving import Serving
 
@@ -65,15 +66,20 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         warmup=settings.warmup,
     )
     registry = RegistryLink(settings.database_url)
+    registry_service = RegistryService(settings, runner, events, registry)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app_: FastAPI) -> AsyncIterator[None]:
         events.bind(asyncio.get_running_loop())
         runner.start()
         await asyncio.to_thread(registry.open)
+        await registry_service.start()  # served pool -> registry, fetcher, pool sync, logs
+        app_.state.request_log = registry_service.request_log
         yield
+        await registry_service.stop_background()  # no pool changes while draining
         log.info("draining %d in-flight requests", runner.in_flight)
         await runner.stop(settings.drain_timeout_s)
+        await registry_service.close()  # after the drain, so its requests are logged
         registry.close()
 
     app = FastAPI(title="HedgeSpec Gateway", version="0.1.0", lifespan=lifespan)
@@ -83,6 +89,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.metrics = metrics
     app.state.events = events
     app.state.registry = registry
+    app.state.registry_service = registry_service
     app.state.api_keys = KeySet(settings.api_keys)
     app.state.admin_keys = KeySet([settings.admin_key] if settings.admin_key else [])
     install_error_handlers(app)
@@ -98,4 +105,5 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(health.router)
     app.include_router(openai.router)
     app.include_router(admin_live.router)  # /admin page + live stream (starts its aggregator)
+    app.include_router(admin.router)  # /admin/api/drafters, /events, /pool (the registry)
     return app

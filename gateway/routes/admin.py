@@ -1,0 +1,211 @@
+"""The admin pool API: the drafter registry over HTTP (what the admin page's Pool tab calls).
+
+    GET    /admin/api/drafters               list, with status, progress and `serving` (here)
+    POST   /admin/api/drafters               register {name, source: hf|local, repo_id, revision,
+                                             subfolder, path, domain, id?, tags?} -> 202 + drafter
+    GET    /admin/api/drafters/{id}          one drafter
+    PATCH  /admin/api/drafters/{id}          {"enabled": bool} and/or name, domain, tags
+    DELETE /admin/api/drafters/{id}          remove (leaves the pool for new requests)
+    POST   /admin/api/drafters/{id}/retry    failed -> pending, fetched again -> 202
+    GET    /admin/api/events                 the audit log, newest first (?limit, target, before_id)
+    GET    /admin/api/pool                   this replica's pool sync state
+
+Auth as every `/admin/api/*` route: the admin key as a bearer token (`require_admin_key`); no
+admin key configured means 403 `admin_disabled`, never open.
+
+Routes are thin: validation is the registry's DTOs and CRUD, the work is `RegistryService`.
+They are plain `def` functions, so FastAPI runs their blocking database calls in its thread
+pool, off the event loop. A POST returns 202 at once: downloading and validating happen in the
+background, and a drafter becomes usable when its `status` is `ready` (on this replica at that
+moment; other replicas follow within about `pool_sync_interval_s`).
+
+Errors are OpenAI-shaped: 400 for invalid fields, 404 for an unknown id, 409 for a taken id or
+name and for an action the drafter's status does not allow, 503 when the registry database is
+unavailable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import ConfigDict, StrictBool
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from drafter_registry import crud
+from drafter_registry.db import pool_version
+from drafter_registry.errors import (
+    DrafterConflict,
+    DrafterNotFound,
+    InvalidDrafter,
+    InvalidIdentifier,
+    StatusConflict,
+)
+from drafter_registry.models import Drafter, DrafterStatus
+from drafter_registry.schemas import (
+    AuditEventPublic,
+    DrafterCreate,
+    DrafterPublic,
+    DrafterUpdate,
+)
+from gateway.auth import require_admin_key
+from gateway.errors import APIError
+from gateway.registry_service import RegistryService
+
+T = TypeVar("T")
+ACTOR = "admin-api"
+
+router = APIRouter(prefix="/admin/api", tags=["admin"], dependencies=[Depends(require_admin_key)])
+
+
+class DrafterPatch(DrafterUpdate):
+    """PATCH body: `enabled` plus the descriptive fields; strict so `"no"` is not `True`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: StrictBool | None = None
+
+
+def _service(request: Request) -> RegistryService:
+    service: RegistryService | None = getattr(request.app.state, "registry_service", None)
+    if service is None or not service.available:
+        error = getattr(request.app.state.registry, "error", None)
+        raise APIError(f"The drafter registry is unavailable: {error or 'not started'}.",
+                       status=503, type="server_error", code="registry_unavailable")
+    return service
+
+
+@contextmanager
+def _session(service: RegistryService) -> Iterator[Session]:
+    """A session whose registry errors become OpenAI-shaped client errors."""
+    assert service.session_factory is not None
+    try:
+        with service.session_factory() as session:
+            yield session
+    except DrafterNotFound as exc:
+        raise APIError(str(exc), status=404, code="drafter_not_found") from None
+    except DrafterConflict as exc:
+        raise APIError(str(exc), status=409, code="conflict") from None
+    except StatusConflict as exc:
+        raise APIError(str(exc), status=409, code="invalid_status") from None
+    except (InvalidDrafter, InvalidIdentifier) as exc:
+        raise APIError(str(exc), status=400, code="invalid_value") from None
+    except SQLAlchemyError as exc:
+        raise APIError(f"The registry database failed: {type(exc).__name__}.", status=503,
+                       type="server_error", code="registry_unavailable") from None
+
+
+def _public(drafter: Drafter, serving: set[str]) -> dict[str, Any]:
+    body = DrafterPublic.model_validate(drafter).model_dump(mode="json")
+    body["enabled"] = drafter.status != DrafterStatus.DISABLED.value
+    body["serving"] = drafter.id in serving  # in this replica's engine right now
+    return body
+
+
+def _serving(request: Request) -> set[str]:
+    info = request.app.state.runner.info
+    return set(info.drafter_ids) if info is not None else set()
+
+
+def _one(service: RegistryService, fn: Callable[[Session], T]) -> T:
+    with _session(service) as session:
+        return fn(session)
+
+
+@router.get("/drafters")
+def list_drafters(request: Request) -> JSONResponse:
+    service = _service(request)
+    with _session(service) as session:
+        version = pool_version(session)
+        rows = crud.list_drafters(session)
+    serving = _serving(request)
+    data = [_public(d, serving) for d in rows]
+    return JSONResponse({"data": data, "count": len(data), "pool_version": version})
+
+
+@router.post("/drafters", status_code=202)
+def create_drafter(request: Request, spec: DrafterCreate) -> JSONResponse:
+    service = _service(request)
+    drafter = _one(service, lambda s: crud.create_drafter_from_spec(s, spec=spec, actor=ACTOR))
+    service.submit(drafter.id)
+    return JSONResponse(_public(drafter, _serving(request)), status_code=202)
+
+
+@router.get("/drafters/{drafter_id}")
+def get_drafter(request: Request, drafter_id: str) -> JSONResponse:
+    service = _service(request)
+    drafter = _one(service, lambda s: crud.get_drafter(s, drafter_id=drafter_id))
+    if drafter is None:
+        raise APIError(f"drafter {drafter_id!r} not found", status=404, code="drafter_not_found")
+    return JSONResponse(_public(drafter, _serving(request)))
+
+
+@router.patch("/drafters/{drafter_id}")
+def patch_drafter(request: Request, drafter_id: str, patch: DrafterPatch) -> JSONResponse:
+    service = _service(request)
+    changes = patch.model_dump(exclude_unset=True, exclude={"enabled"})
+    with _session(service) as session:
+        drafter = crud.get_drafter(session, drafter_id=drafter_id)
+        if drafter is None:
+            raise DrafterNotFound(drafter_id)
+        if changes:
+            drafter = crud.update_drafter(session, drafter_id=drafter_id, changes=changes,
+                                          actor=ACTOR)
+        if patch.enabled is not None:
+            drafter = crud.set_enabled(session, drafter_id=drafter_id, enabled=patch.enabled,
+                                       actor=ACTOR)
+    if drafter.status == DrafterStatus.PENDING.value:
+        service.submit(drafter_id)  # re-enabled before it was ever validated: fetch it now
+    return JSONResponse(_public(drafter, _serving(request)))
+
+
+@router.delete("/drafters/{drafter_id}")
+def delete_drafter(request: Request, drafter_id: str) -> JSONResponse:
+    service = _service(request)
+    _one(service, lambda s: crud.delete_drafter(s, drafter_id=drafter_id, actor=ACTOR))
+    return JSONResponse({"id": drafter_id, "object": "drafter", "deleted": True})
+
+
+@router.post("/drafters/{drafter_id}/retry", status_code=202)
+def retry_drafter(request: Request, drafter_id: str) -> JSONResponse:
+    service = _service(request)
+    drafter = _one(service, lambda s: crud.retry_drafter(s, drafter_id=drafter_id, actor=ACTOR))
+    service.submit(drafter_id)
+    return JSONResponse(_public(drafter, _serving(request)), status_code=202)
+
+
+@router.get("/events")
+def list_events(
+    request: Request,
+    limit: int = Query(default=100, ge=1, le=1000),
+    target: str | None = Query(default=None, max_length=64),
+    before_id: int | None = Query(default=None, ge=1),
+) -> JSONResponse:
+    service = _service(request)
+    with _session(service) as session:
+        events = crud.list_events(session, limit=limit, target=target, before_id=before_id)
+    data = [AuditEventPublic.model_validate(e).model_dump(mode="json") for e in events]
+    return JSONResponse({"data": data, "count": len(data)})
+
+
+@router.get("/pool")
+def pool_state(request: Request) -> JSONResponse:
+    """Whether this replica's engine matches the registry (convergence, for operators)."""
+    service = _service(request)
+    with _session(service) as session:
+        version = pool_version(session)
+    sync = service.pool_sync.status if service.pool_sync is not None else None
+    return JSONResponse({
+        "replica": service.replica,
+        "pool_version": version,
+        "synced_version": sync.synced_version if sync else None,
+        "in_sync": sync is not None and sync.synced_version == version,
+        "last_sync_at": sync.last_sync_at if sync else None,
+        "last_error": sync.last_error if sync else None,
+        "recent_changes": sync.changes if sync else [],
+        "serving": sorted(_serving(request)),
+    })
