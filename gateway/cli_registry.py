@@ -1,0 +1,236 @@
+"""`hedgespec drafter add|list|enable|disable|remove|retry|import`: the registry from a shell.
+
+These commands talk to the registry database directly (`--database-url`, default the server's
+setting: `HEDGESPEC_DATABASE_URL`, `.env`, else var/hedgespec.db), so they work with or without a
+running server. They only change rows: a running gateway notices within about a second (its pool
+sync polls the pool version), downloads and validates new drafters in the background and updates
+its serving pool; with no server running, the next `hedgespec serve` does it on start.
+
+Output: `list` prints a table (`--json` for JSON); the other commands print the drafter (or the
+import results) as JSON. Exit status: 0 done, 1 refused by the registry (unknown id, taken id or
+name, a status that does not allow the change), 2 invalid input or unreadable file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ACTOR = "cli"
+# Column, width for `hedgespec drafter list`.
+COLUMNS = (("id", 20), ("status", 11), ("progress", 8), ("domain", 10), ("source", 0))
+
+
+def register(drafter_sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--database-url", help="registry database (default: the server's setting)")
+
+    add = drafter_sub.add_parser(
+        "add", parents=[common], help="register a drafter (Hugging Face repo or local directory)",
+        description="Register a drafter as `pending`; a running server (or the next one to "
+                    "start) downloads and validates it.",
+    )
+    where = add.add_mutually_exclusive_group(required=True)
+    where.add_argument("--repo-id", help="Hugging Face repo, e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
+    where.add_argument("--path", type=Path, help="a local drafter directory")
+    add.add_argument("--revision", help="branch, tag or commit (default main)")
+    add.add_argument("--subfolder", help="the drafter's sub-folder inside the repo")
+    add.add_argument("--name", help="display name (default: from the id, sub-folder or repo)")
+    add.add_argument("--id", dest="drafter_id", help="the id used in fixed:<id> (default: from the name)")
+    add.add_argument("--domain", help="domain tag, e.g. python")
+    add.add_argument("--tag", action="append", default=[], help="extra tag (repeatable)")
+    add.set_defaults(handler=add_drafter)
+
+    ls = drafter_sub.add_parser("list", parents=[common], help="list registered drafters")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ls.set_defaults(handler=list_drafters)
+
+    for name, handler, text in (
+        ("enable", enable_drafter, "put a drafter back into the pool"),
+        ("disable", disable_drafter, "take a drafter out of the pool (kept in the registry)"),
+        ("remove", remove_drafter, "delete a drafter from the registry"),
+        ("retry", retry_drafter, "fetch a failed drafter again"),
+    ):
+        p = drafter_sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("drafter_id", metavar="ID")
+        p.set_defaults(handler=handler)
+
+    imp = drafter_sub.add_parser(
+        "import", parents=[common], help="register the drafters of a seed pool JSON",
+        description="Idempotent: drafters already registered are left as they are.",
+    )
+    imp.add_argument("pool_file", type=Path, metavar="POOL.json")
+    imp.add_argument("--base-dir", type=Path, default=None,
+                     help="directory relative local paths are resolved against (default: cwd)")
+    imp.set_defaults(handler=import_pool)
+
+
+# ---- handlers ---------------------------------------------------------------------------------
+
+
+def add_drafter(args: argparse.Namespace) -> int:
+    from drafter_registry import crud
+
+    source = "hf" if args.repo_id else "local"
+    name = args.name or args.drafter_id or _default_name(args)
+    path = str(Path(args.path).expanduser().resolve()) if args.path else None
+    return _run(args, "add", lambda s: _drafter_json(crud.create_drafter(
+        s, actor=ACTOR, drafter_id=args.drafter_id, name=name, source=source,
+        repo_id=args.repo_id, revision=args.revision, subfolder=args.subfolder, path=path,
+        domain=args.domain, tags=args.tag,
+    )))
+
+
+def list_drafters(args: argparse.Namespace) -> int:
+    from drafter_registry import crud
+    from drafter_registry.db import pool_version
+
+    def show(session: Any) -> None:
+        rows = [_public(d) for d in crud.list_drafters(session)]
+        if args.json:
+            print(json.dumps({"data": rows, "count": len(rows),
+                              "pool_version": pool_version(session)}, indent=2))
+        else:
+            print(_table(rows))
+
+    return _run(args, "list", show)
+
+
+def enable_drafter(args: argparse.Namespace) -> int:
+    return _set_enabled(args, True)
+
+
+def disable_drafter(args: argparse.Namespace) -> int:
+    return _set_enabled(args, False)
+
+
+def remove_drafter(args: argparse.Namespace) -> int:
+    from drafter_registry import crud
+
+    def remove(session: Any) -> None:
+        crud.delete_drafter(session, drafter_id=args.drafter_id, actor=ACTOR)
+        print(json.dumps({"id": args.drafter_id, "deleted": True}))
+
+    return _run(args, "remove", remove)
+
+
+def retry_drafter(args: argparse.Namespace) -> int:
+    from drafter_registry import crud
+
+    return _run(args, "retry", lambda s: _drafter_json(
+        crud.retry_drafter(s, drafter_id=args.drafter_id, actor=ACTOR)))
+
+
+def import_pool(args: argparse.Namespace) -> int:
+    from drafter_registry.seed import import_seed_pool, load_seed_pool
+
+    def run(session: Any) -> None:
+        pool = load_seed_pool(args.pool_file)
+        base = args.base_dir if args.base_dir is not None else Path.cwd()
+        results = import_seed_pool(session, pool, actor=ACTOR, base_dir=base)
+        print(json.dumps({
+            "target": pool.target,
+            "results": [{"id": r.drafter_id, "action": r.action, "detail": r.detail}
+                        for r in results],
+        }, indent=2))
+
+    return _run(args, "import", run)
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+
+def _set_enabled(args: argparse.Namespace, enabled: bool) -> int:
+    from drafter_registry import crud
+
+    return _run(args, "enable" if enabled else "disable", lambda s: _drafter_json(
+        crud.set_enabled(s, drafter_id=args.drafter_id, enabled=enabled, actor=ACTOR)))
+
+
+def _run(args: argparse.Namespace, command: str, action: Callable[[Any], Any]) -> int:
+    """Open the database (migrated to head), run `action(session)`, map errors to exit codes."""
+    from drafter_registry.errors import DrafterConflict, DrafterNotFound, StatusConflict
+
+    try:
+        with _session(args) as session:
+            action(session)
+    except (DrafterNotFound, DrafterConflict, StatusConflict) as exc:
+        return _fail(command, str(exc), 1)
+    except ValueError as exc:  # InvalidIdentifier, InvalidDrafter, bad settings
+        return _fail(command, str(exc), 2)
+    except Exception as exc:  # the database: unreachable, wrong URL, ...
+        from sqlalchemy.exc import SQLAlchemyError
+
+        if isinstance(exc, (SQLAlchemyError, OSError)):
+            return _fail(command, f"registry database error: {type(exc).__name__}: {exc}", 2)
+        raise
+    return 0
+
+
+@contextmanager
+def _session(args: argparse.Namespace) -> Iterator[Any]:
+    from drafter_registry.db import make_engine, make_session_factory, upgrade
+
+    url = args.database_url or _default_database_url()
+    upgrade(url)  # idempotent; a fresh database works the same as a served one
+    engine = make_engine(url)
+    try:
+        with make_session_factory(engine)() as session:
+            yield session
+    finally:
+        engine.dispose()
+
+
+def _default_database_url() -> str:
+    from gateway.config import Settings
+
+    return Settings().database_url
+
+
+def _fail(command: str, message: str, code: int) -> int:
+    print(f"hedgespec drafter {command}: {message}", file=sys.stderr)
+    return code
+
+
+def _default_name(args: argparse.Namespace) -> str:
+    if args.subfolder:
+        return str(args.subfolder).rstrip("/").split("/")[-1]
+    if args.repo_id:
+        return str(args.repo_id).split("/")[-1]
+    return Path(args.path).expanduser().resolve().name
+
+
+def _public(drafter: Any) -> dict[str, Any]:
+    from drafter_registry.schemas import DrafterPublic
+
+    body: dict[str, Any] = DrafterPublic.model_validate(drafter).model_dump(mode="json")
+    body["enabled"] = body["status"] != "disabled"
+    return body
+
+
+def _drafter_json(drafter: Any) -> None:
+    print(json.dumps(_public(drafter), indent=2))
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no drafters registered"
+    lines = ["  ".join(name.upper().ljust(width) for name, width in COLUMNS).rstrip()]
+    for row in rows:
+        progress = "" if row["progress"] is None else f"{row['progress']:.0%}"
+        if row["source"] == "hf":
+            source = f"{row['repo_id']}@{row['revision']}" + (
+                f"/{row['subfolder']}" if row["subfolder"] else "")
+        else:
+            source = str(row["local_path"])
+        values = {"id": row["id"], "status": row["status"], "progress": progress,
+                  "domain": row["domain"] or "", "source": source}
+        lines.append("  ".join(str(values[n]).ljust(w) for n, w in COLUMNS).rstrip())
+        if row["error"]:
+            lines.append(f"    error: {row['error']}")
+    return "\n".join(lines)
