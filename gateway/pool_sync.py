@@ -153,6 +153,7 @@ class PoolSync:
                 self._unpin(entries)
                 raise
             self._keys.update(entries)
+        self._record_change(None, added=list(entries), removed=[])
         return True
 
     def release(self, drafter_id: str) -> None:
@@ -239,15 +240,7 @@ class PoolSync:
             except (StatusConflict, DrafterNotFound):
                 pass  # changed meanwhile: the next pass sees the new state
         if added or removed:
-            log.info("pool synced to version %d: added %s, removed %s", version, added, removed)
-            change = {"replica": self.replica, "version": version, "added": added,
-                      "removed": removed}
-            self.status.changes = [*self.status.changes[-9:], change]
-            try:
-                with self._session_factory() as session:
-                    crud.record_event(session, actor=ACTOR, action="pool.sync", detail=change)
-            except Exception:
-                log.exception("could not record the pool.sync audit event")
+            self._record_change(version, added=added, removed=removed)
         self.status.passes += 1
         self.status.last_sync_at = time.time()
         # Failures moved rows to `failed` (a new version): the next poll runs another pass.
@@ -255,6 +248,17 @@ class PoolSync:
         self.status.last_error = None
 
     # ---- helpers -------------------------------------------------------------------------------
+
+    def _record_change(self, version: int | None, *, added: list[str], removed: list[str]) -> None:
+        """Log and audit what this replica changed in its engine (`version` None: a preload)."""
+        log.info("pool changed (version %s): added %s, removed %s", version, added, removed)
+        change = {"replica": self.replica, "version": version, "added": added, "removed": removed}
+        self.status.changes = [*self.status.changes[-9:], change]
+        try:
+            with self._session_factory() as session:
+                crud.record_event(session, actor=ACTOR, action="pool.sync", detail=change)
+        except Exception:  # the audit row is informative; the pool change itself happened
+            log.exception("could not record the pool.sync audit event")
 
     def _engine_call(self, fn: Callable[[Any], Any]) -> Any:
         return self._runner.call(fn).result(timeout=ENGINE_CALL_TIMEOUT_S)
