@@ -23,6 +23,7 @@ from gateway.errors import install_error_handlers
 from gateway.events import EventBus
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import ArrivalClock, BodySizeLimit
+from gateway.ratelimit import RateLimit
 from gateway.registry_link import RegistryLink
 from gateway.registry_service import RegistryService
 from gateway.routes import admin, admin_live, health, openai
@@ -93,6 +94,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.api_keys = KeySet(settings.api_keys)
     app.state.admin_keys = KeySet([settings.admin_key] if settings.admin_key else [])
     install_error_handlers(app)
+    if settings.rate_limit_rps is not None:  # inside CORS, so a 429 still carries its headers
+        app.add_middleware(RateLimit, rps=settings.rate_limit_rps,
+                           burst=settings.rate_limit_burst, keys=app.state.api_keys,
+                           metrics=metrics)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

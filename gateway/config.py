@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     # --- security (SecretStr keeps keys out of reprs and logs) -----------------------------
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     admin_key: SecretStr | None = None
+    # Per-client token bucket for /v1/* (gateway/ratelimit.py): sustained requests per second
+    # per API key (per client address without one); None = no limit. Burst default: ceil(rps).
+    rate_limit_rps: float | None = Field(default=None, gt=0)
+    rate_limit_burst: int | None = Field(default=None, ge=1)
 
     # --- model pool ---------------------------------------------------------------------------
     pool: Path | None = DEFAULT_POOL  # pool.json; ignored when `target` is set
