@@ -126,7 +126,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 
 
 def start_server(pool: Path, workdir: Path, *, database_url: str, hub: FakeHub | None = None,
-                 env: dict[str, str] | None = None, timeout_s: float = 120) -> ServerProcess:
+                 env: dict[str, str] | None = None, timeout_s: float = 120,
+                 wait: bool = True) -> ServerProcess:
     """`python -m gateway serve` on a free loopback port, with its own HF cache and the fake
     Hub as `HF_ENDPOINT`; HEDGESPEC_* comes only from `env` (never the developer's)."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -146,7 +147,8 @@ def start_server(pool: Path, workdir: Path, *, database_url: str, hub: FakeHub |
     with log_path.open("wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=child)
     server = ServerProcess(proc, log_path)
-    server._wait_ready(timeout_s)
+    if wait:  # else the caller starts several at once and calls `_wait_ready` itself
+        server._wait_ready(timeout_s)
     return server
 
 
