@@ -71,7 +71,7 @@ def plan(
 ) -> tuple[list[str], list[str]]:
     """`(remove, add)` turning the engine's pool `loaded` (id -> key, None if unknown) into
     `wanted`; ids in `keep` are never removed. A changed key is a remove plus an add."""
-    remove = [i for i, key in loaded.items() if i not in keep and wanted.get(i) != key]
+    remove = [i for i, key in loaded.items() if i not in keep and (i not in wanted or wanted[i] != key)]
     add = [i for i, key in wanted.items() if loaded.get(i) != key]
     return remove, add
 
