@@ -40,6 +40,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ SERVED_ACTOR = "served-pool"
 SEED_ACTOR = "seed-pool"
 FETCH_ACTOR = "fetcher"
 ENGINE_INFO_TIMEOUT_S = 60.0
+ENGINE_LOAD_WAIT_S = 3600.0  # a validation waits this long at most for the engine to load
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,7 @@ class RegistryService:
         self._inflight_lock = threading.Lock()
         self._aux_layers: tuple[int, int, int] | None = None
         self._log_task: asyncio.Task[None] | None = None
+        self._stopping = threading.Event()
 
     @property
     def available(self) -> bool:
@@ -272,6 +275,7 @@ class RegistryService:
     async def stop_background(self) -> None:
         """Before the engine drains: no pool changes or downloads during shutdown (interrupted
         downloads stay `downloading` and resume on the next start)."""
+        self._stopping.set()
         if self.pool_sync is not None:
             await asyncio.to_thread(self.pool_sync.stop)
         if self.fetcher is not None:
@@ -339,6 +343,9 @@ class RegistryService:
         if self.target_dir is None:
             return {"compatible": False,
                     "reason": "the served target directory is unknown: cannot validate drafters"}
+        # Drafters resumed at start validate while the engine may still be loading: wait for
+        # it, so that `ready` still means "served here" (this thread is a background one).
+        self._wait_for_engine()
         report = dict(inspect_drafter(path, self.target_dir, None, self._target_aux_layers()))
         if not report.get("compatible") or self.pool_sync is None:
             return report
@@ -349,6 +356,14 @@ class RegistryService:
             return {**report, "compatible": False,
                     "reason": f"the engine could not load it: {type(exc).__name__}: {exc}"}
         return report
+
+    def _wait_for_engine(self) -> None:
+        """Until the engine is loaded; returns early if it failed to load or we shut down (then
+        the pool sync adds the drafter later, if ever)."""
+        deadline = time.monotonic() + ENGINE_LOAD_WAIT_S
+        while not self.runner.ready and self.runner.load_error is None:
+            if self._stopping.wait(0.2) or time.monotonic() > deadline:
+                return
 
     def _validating_here(self, path: Path) -> dict[str, str]:
         """id -> key of the rows this replica is validating from `path` (usually one)."""
