@@ -1,0 +1,966 @@
+"""Reliability benchmark (issue 9): load, overload, disconnect storms, hot pool changes, a
+database outage, a crash during a download, corrupt weights and input fuzzing, each against a
+real `hedgespec serve` process on a loopback port, written up in one report.
+
+    python -m bench.reliability [--soak] [--out bench/results/reliability.md]
+
+writes `bench/results/reliability.md` and `.json`. `--soak` adds a long constant-load run that
+samples the server's memory (RSS) and scales the fuzz budget up. The database outage needs a
+PostgreSQL server (`HEDGESPEC_TEST_POSTGRES_URL`, as in CI: `.ci/postgres.sh`); without one
+that scenario is reported as not run.
+
+The scenario functions here are what the CI suites in `tests/reliability/` call with smaller
+sizes, so the report and CI measure the same things. Every loop is bounded in count and time.
+
+Vocabulary: a request is `ok` when it got a 200 and a complete stream (`[DONE]`, no in-band
+error); `rejected` when it got a well-formed 429 (OpenAI error body and `Retry-After`);
+anything else is a failure, and a failure is *lost* when the client got no well-formed answer
+at all (a transport error, a 5xx, a stream cut without `[DONE]`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "bench" / "results"
+MODEL = "tiny-target"
+API_KEY = "sk-reliability-client"
+ADMIN_KEY = "sk-reliability-admin"
+SECOND_KEY = "sk-reliability-second"
+KEYS = (API_KEY, ADMIN_KEY, SECOND_KEY)
+HOT_ID_PREFIX = "hot-"
+# Offline by default: nothing in these runs may reach the real Hugging Face Hub.
+OFFLINE_HF = {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+
+
+def auth(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def chat_body(max_tokens: int = 16, *, policy: str = "auto", prompt: str = "Tell me a story.",
+              stream: bool = True) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": stream,
+        "hedgespec": {"policy": policy},
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+# ---- the server process, seen from outside --------------------------------------------------
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """RSS (bytes), thread count and open file descriptors of a live process (Linux /proc)."""
+    fields: dict[str, int] = {}
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name == "VmRSS":
+                fields["rss_bytes"] = int(value.split()[0]) * 1024
+            elif name == "Threads":
+                fields["threads"] = int(value)
+    fields["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+    return fields
+
+
+def thread_names(pid: int) -> Counter[str]:
+    """How many threads of each name (Linux truncates names to 15 characters)."""
+    names: Counter[str] = Counter()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm", encoding="utf-8", errors="replace") as comm:
+                names[comm.read().strip()] += 1
+        except OSError:
+            continue  # the thread ended meanwhile
+    return names
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {"name{labels}": value} (labels as exposed, comments dropped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def metric_sum(metrics: dict[str, float], name: str, **labels: str) -> float:
+    """Sum of a metric's series whose labels include `labels`."""
+    total = 0.0
+    wanted = [f'{k}="{v}"' for k, v in labels.items()]
+    for key, value in metrics.items():
+        base = key.split("{", 1)[0]
+        if base == name and all(w in key for w in wanted):
+            total += value
+    return total
+
+
+def load_gauges(base_url: str) -> dict[str, float]:
+    """What the server says it is working on: /ready's in_flight and the load gauges."""
+    with httpx.Client(base_url=base_url, timeout=10) as http:
+        ready = http.get("/ready")
+        metrics = parse_metrics(http.get("/metrics").text)
+    in_flight = ready.json().get("in_flight", -1) if ready.status_code == 200 else -1
+    return {
+        "in_flight": float(in_flight),
+        "running": metric_sum(metrics, "hedgespec_num_requests_running"),
+        "waiting": metric_sum(metrics, "hedgespec_num_requests_waiting"),
+    }
+
+
+def wait_idle(base_url: str, timeout_s: float = 30.0) -> dict[str, float]:
+    """Poll until nothing is in flight, running or waiting; raises with the last gauges."""
+    deadline = time.monotonic() + timeout_s
+    gauges: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        gauges = load_gauges(base_url)
+        if gauges == {"in_flight": 0.0, "running": 0.0, "waiting": 0.0}:
+            return gauges
+        time.sleep(0.1)
+    raise AssertionError(f"the server did not go idle within {timeout_s} s: {gauges}")
+
+
+def admin_live_state(base_url: str, admin_key: str) -> dict[str, Any]:
+    """The admin aggregator's view: active request traces and open live streams."""
+    with httpx.Client(base_url=base_url, timeout=10, headers=auth(admin_key)) as http:
+        overview = http.get("/admin/api/overview").json()
+        with http.stream("GET", "/admin/api/live") as live:
+            snapshot: dict[str, Any] = {}
+            for line in live.iter_lines():
+                if line.startswith("data: "):
+                    snapshot = json.loads(line[6:])
+                    break
+    return {
+        "active_traces": len(snapshot.get("active", [])),
+        # This probe's own stream was still open when the overview was taken? No: the overview
+        # was read first, so live_streams counts other clients only.
+        "live_streams": overview["load"]["live_streams"],
+        "running": overview["load"]["running"],
+        "queued": overview["load"]["queued"],
+    }
+
+
+# ---- answers ----------------------------------------------------------------------------------
+
+
+def error_shape_problem(status: int, body: bytes) -> str | None:
+    """Why `body` is not a well-formed OpenAI error, or None when it is."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return f"{status}: body is not JSON: {body[:120]!r}"
+    err = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(err, dict):
+        return f"{status}: no error object: {body[:120]!r}"
+    if set(err) != {"message", "type", "param", "code"}:
+        return f"{status}: error keys {sorted(err)}"
+    if not isinstance(err["message"], str) or not err["message"]:
+        return f"{status}: empty or non-string message"
+    if not isinstance(err["type"], str):
+        return f"{status}: non-string type"
+    for key in ("param", "code"):
+        if err[key] is not None and not isinstance(err[key], str):
+            return f"{status}: {key} is {type(err[key]).__name__}, not a string or null"
+    return None
+
+
+@dataclass
+class Outcome:
+    """One request as the client saw it."""
+
+    kind: str  # ok | rejected | client_error | server_error | malformed | transport
+    status: int  # 0: no HTTP answer
+    latency_s: float
+    ttft_s: float | None = None
+    tokens: int = 0
+    code: str | None = None  # the OpenAI error code, when there was one
+    detail: str | None = None
+
+    @property
+    def lost(self) -> bool:
+        return self.kind in ("server_error", "transport", "malformed")
+
+
+def _rejection(status: int, body: bytes, headers: httpx.Headers, started: float) -> Outcome:
+    latency = time.perf_counter() - started
+    problem = error_shape_problem(status, body)
+    code = None
+    if problem is None:
+        code = json.loads(body)["error"]["code"]
+    if status >= 500:
+        return Outcome("server_error", status, latency, code=code, detail=problem or body[:200].decode(errors="replace"))
+    if problem is not None:
+        return Outcome("malformed", status, latency, detail=problem)
+    if status == 429:
+        if not headers.get("retry-after", "").isdigit():
+            return Outcome("malformed", status, latency, code=code, detail="429 without Retry-After")
+        return Outcome("rejected", status, latency, code=code)
+    return Outcome("client_error", status, latency, code=code, detail=body[:200].decode(errors="replace"))
+
+
+async def stream_request(http: httpx.AsyncClient, body: dict[str, Any], key: str | None,
+                         path: str = "/v1/chat/completions") -> Outcome:
+    """One streaming request, read to its end and checked frame by frame."""
+    started = time.perf_counter()
+    try:
+        async with http.stream("POST", path, json=body, headers=auth(key)) as resp:
+            if resp.status_code != 200:
+                return _rejection(resp.status_code, await resp.aread(), resp.headers, started)
+            ttft, tokens, done = None, 0, False
+            async for line in resp.aiter_lines():
+                if not line or line.startswith(":"):
+                    continue  # frame separators and keep-alive comments
+                if not line.startswith("data: "):
+                    return Outcome("malformed", 200, time.perf_counter() - started,
+                                   detail=f"not an SSE data line: {line[:80]!r}")
+                data = line[6:]
+                if data == "[DONE]":
+                    done = True
+                    continue
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    err = chunk["error"]
+                    kind = "server_error" if err.get("type") == "server_error" else "client_error"
+                    return Outcome(kind, 200, time.perf_counter() - started, ttft, tokens,
+                                   code=err.get("code"), detail=err.get("message"))
+                if ttft is None and any((c.get("delta") or {}).get("content") or c.get("text")
+                                        for c in chunk.get("choices", [])):
+                    ttft = time.perf_counter() - started
+                if chunk.get("usage"):
+                    tokens = int(chunk["usage"]["completion_tokens"])
+            latency = time.perf_counter() - started
+            if not done:
+                return Outcome("malformed", 200, latency, ttft, tokens, detail="no [DONE]")
+            return Outcome("ok", 200, latency, ttft, tokens)
+    except (httpx.HTTPError, ValueError) as exc:
+        return Outcome("transport", 0, time.perf_counter() - started,
+                       detail=f"{type(exc).__name__}: {exc}")
+
+
+# ---- load ---------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in [0, 100]); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class LoadResult:
+    clients: int
+    duration_s: float
+    wall_s: float
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        kinds = Counter(o.kind for o in self.outcomes)
+        ok = [o for o in self.outcomes if o.kind == "ok"]
+        latencies = [o.latency_s for o in ok]
+        ttfts = [o.ttft_s for o in ok if o.ttft_s is not None]
+        tokens = sum(o.tokens for o in ok)
+        failures = [o for o in self.outcomes if o.kind not in ("ok", "rejected")]
+        return {
+            "clients": self.clients,
+            "duration_s": self.duration_s,
+            "wall_s": round(self.wall_s, 3),
+            "requests": len(self.outcomes),
+            "ok": kinds["ok"],
+            "rejected_429": kinds["rejected"],
+            "rejected_codes": dict(Counter(o.code for o in self.outcomes if o.kind == "rejected")),
+            "errors": len(failures),
+            "status_5xx": sum(1 for o in self.outcomes if o.status >= 500 or o.kind == "server_error"),
+            "lost": sum(1 for o in self.outcomes if o.lost),
+            "kinds": dict(kinds),
+            "failure_samples": [asdict(o) for o in failures[:5]],
+            "latency_p50_s": _round(percentile(latencies, 50)),
+            "latency_p99_s": _round(percentile(latencies, 99)),
+            "ttft_p50_s": _round(percentile(ttfts, 50)),
+            "ttft_p99_s": _round(percentile(ttfts, 99)),
+            "completion_tokens": tokens,
+            "tokens_per_s": round(tokens / self.wall_s, 1) if self.wall_s > 0 else None,
+        }
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+async def run_load(base_url: str, *, clients: int, duration_s: float,
+                   body: Callable[[int, int], dict[str, Any]] | dict[str, Any],
+                   key: str | None = API_KEY, max_requests: int = 100_000,
+                   timeout_s: float = 120.0, stop: asyncio.Event | None = None,
+                   backoff_s: float = 0.05) -> LoadResult:
+    """`clients` closed-loop streaming clients for `duration_s` (or until `stop`): each sends
+    its next request when the previous one ended (after `backoff_s` when it was refused).
+    `body(client, i)` may vary the requests. Bounded by `max_requests` in total."""
+    make = body if callable(body) else (lambda _c, _i: dict(body))  # type: ignore[misc]
+    result = LoadResult(clients, duration_s, 0.0)
+    deadline = time.monotonic() + duration_s
+    limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as http:
+
+        async def client(c: int) -> None:
+            i = 0
+            while (time.monotonic() < deadline and len(result.outcomes) < max_requests
+                   and not (stop is not None and stop.is_set())):
+                outcome = await stream_request(http, make(c, i), key)
+                result.outcomes.append(outcome)
+                i += 1
+                if outcome.kind != "ok":
+                    await asyncio.sleep(backoff_s)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client(c) for c in range(clients)))
+        result.wall_s = time.perf_counter() - started
+    return result
+
+
+def load_test(base_url: str, *, clients: int, duration_s: float, max_tokens: int = 16,
+              key: str | None = API_KEY) -> dict[str, Any]:
+    return asyncio.run(run_load(base_url, clients=clients, duration_s=duration_s,
+                                body=chat_body(max_tokens), key=key)).summary()
+
+
+# ---- disconnect storms ------------------------------------------------------------------------
+
+
+STORM_MODES = ("before_headers", "after_headers", "mid_stream", "mid_stream_rst",
+               "non_streaming", "admin_live")
+
+
+async def _drop_one(host: str, port: int, mode: str, rng: random.Random, *, key: str,
+                    admin_key: str | None, max_tokens: int) -> str:
+    """One client that goes away at a chosen moment; returns what it did."""
+    if mode == "admin_live" and not admin_key:
+        mode = "mid_stream"
+    stream = mode != "non_streaming"
+    if mode == "admin_live":
+        request = (f"GET /admin/api/live HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+                   f"Authorization: Bearer {admin_key}\r\nAccept: text/event-stream\r\n\r\n").encode()
+    else:
+        payload = json.dumps(chat_body(max_tokens, stream=stream,
+                                       policy=rng.choice(["auto", "none", "fixed:alpha"]))).encode()
+        request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+                   f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        if mode == "before_headers":
+            await asyncio.sleep(rng.uniform(0, 0.05))
+        elif mode == "non_streaming":
+            await asyncio.sleep(rng.uniform(0.01, 0.3))  # mostly mid-generation
+        else:
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)  # the headers
+            if mode != "after_headers":
+                for _ in range(rng.randint(1, 4)):  # a few reads: one or more SSE frames
+                    if not await asyncio.wait_for(reader.read(1 << 16), 30):
+                        break
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
+            ConnectionError):
+        pass  # it may have finished (or failed) first: the drop still happens below
+    finally:
+        if mode == "mid_stream_rst":
+            writer.transport.abort()  # RST instead of FIN
+        else:
+            writer.close()
+        with suppress(ConnectionError, OSError):
+            await writer.wait_closed()
+    return mode
+
+
+async def run_storm(base_url: str, *, clients: int, key: str = API_KEY,
+                    admin_key: str | None = ADMIN_KEY, seed: int = 0,
+                    max_tokens: int = 200, waves: int = 1) -> dict[str, int]:
+    """`waves` waves of `clients` concurrent clients that all disconnect early."""
+    host, port = base_url.removeprefix("http://").rsplit(":", 1)
+    rng = random.Random(seed)
+    done: Counter[str] = Counter()
+    for _ in range(waves):
+        modes = [STORM_MODES[i % len(STORM_MODES)] for i in range(clients)]
+        rng.shuffle(modes)
+        for mode in await asyncio.gather(*(
+            _drop_one(host, int(port), m, random.Random(rng.random()), key=key,
+                      admin_key=admin_key, max_tokens=max_tokens) for m in modes
+        )):
+            done[mode] += 1
+    return dict(done)
+
+
+def disconnect_storm(base_url: str, pid: int, *, clients: int, waves: int, rounds: int = 2,
+                     admin_key: str | None = ADMIN_KEY, seed: int = 0) -> dict[str, Any]:
+    """Storms separated by idle checks. Nothing may stay behind after each: no request in
+    flight, running or waiting, no live trace or admin stream, and threads, file descriptors
+    and memory must not grow from one round to the next (a leak grows with every storm)."""
+    wait_idle(base_url)
+    # Warm-up: one storm of the same size, so thread pools that grow on demand and keep idle
+    # workers (AnyIO's, for sync background tasks) are at their working size before measuring.
+    asyncio.run(run_storm(base_url, clients=clients, waves=1, admin_key=admin_key, seed=seed + 99))
+    wait_idle(base_url)
+    time.sleep(0.5)
+    before = proc_status(pid)
+    rounds_out = []
+    for r in range(rounds):
+        modes = asyncio.run(run_storm(base_url, clients=clients, waves=waves, admin_key=admin_key,
+                                      seed=seed + r))
+        started = time.monotonic()
+        gauges = wait_idle(base_url)
+        settle_s = time.monotonic() - started
+        time.sleep(0.5)  # let sockets finish closing on the server side
+        state = admin_live_state(base_url, admin_key) if admin_key else {}
+        stats = proc_status(pid)
+        rounds_out.append({"clients": clients * waves, "modes": modes, "settle_s": round(settle_s, 2),
+                           **gauges, **state, **stats})
+    return {"before": before, "rounds": rounds_out,
+            "dropped_total": sum(r["clients"] for r in rounds_out)}
+
+
+THREAD_SLACK = 4  # idle pool workers may come and go between samples
+FD_SLACK = 2  # a probe's own connection may still be closing
+
+
+def storm_leaks(storm: dict[str, Any]) -> list[str]:
+    """What a disconnect storm left behind (empty: nothing)."""
+    before, problems = storm["before"], []
+    for i, r in enumerate(storm["rounds"], 1):
+        for gauge in ("in_flight", "running", "waiting", "active_traces", "live_streams"):
+            if r.get(gauge, 0) != 0:
+                problems.append(f"round {i}: {gauge} = {r[gauge]} after the storm")
+        if r["threads"] > before["threads"] + THREAD_SLACK:
+            problems.append(f"round {i}: {r['threads']} threads (warmed up: {before['threads']})")
+        if r["fds"] > before["fds"] + FD_SLACK:
+            problems.append(f"round {i}: {r['fds']} open fds (warmed up: {before['fds']})")
+    return problems
+
+
+# ---- figures of a server run ----------------------------------------------------------------
+
+
+def server_counters(base_url: str) -> dict[str, float]:
+    """Finished and refused requests by the server's own count."""
+    metrics = parse_metrics(httpx.get(f"{base_url}/metrics", timeout=10).text)
+    return {
+        "finished": metric_sum(metrics, "hedgespec_requests_total"),
+        "aborted": metric_sum(metrics, "hedgespec_requests_total", finish_reason="abort"),
+        "rejected_overloaded": metric_sum(metrics, "hedgespec_requests_rejected_total",
+                                          reason="overloaded"),
+        "rejected_rate_limited": metric_sum(metrics, "hedgespec_requests_rejected_total",
+                                            reason="rate_limited"),
+    }
+
+
+def server_log_problems(log: str) -> list[str]:
+    """Lines of a server log that mean a bug: tracebacks and unhandled errors."""
+    bad = ("Traceback (most recent call last)", "unhandled error", "Exception in ASGI application",
+           "engine step failed")
+    return [line for line in log.splitlines() if any(b in line for b in bad)]
+
+
+# ---- rate limit -------------------------------------------------------------------------------
+
+
+def rate_limit_check(base_url: str, *, rps: float, burst: int) -> dict[str, Any]:
+    """Two keys hammer a cheap /v1 route: each gets its burst, then 429s with Retry-After; the
+    other key is not affected; waiting Retry-After is enough to be served again."""
+    out: dict[str, Any] = {"rps": rps, "burst": burst}
+    with httpx.Client(base_url=base_url, timeout=10) as http:
+        first = [http.get("/v1/models", headers=auth(API_KEY)) for _ in range(burst + 3)]
+        codes = [r.status_code for r in first]
+        refused = [r for r in first if r.status_code == 429]
+        out["first_key_statuses"] = codes
+        out["second_key_status"] = http.get("/v1/models", headers=auth(SECOND_KEY)).status_code
+        problems = [error_shape_problem(429, r.content) for r in refused]
+        out["well_formed_429"] = all(p is None for p in problems) and all(
+            r.headers.get("retry-after", "").isdigit()
+            and r.json()["error"]["code"] == "rate_limit_exceeded" for r in refused)
+        retry_after = max((int(r.headers["retry-after"]) for r in refused), default=0)
+        time.sleep(retry_after)
+        out["after_retry_after"] = http.get("/v1/models", headers=auth(API_KEY)).status_code
+        out["retry_after_s"] = retry_after
+    return out
+
+
+# ---- hot pool changes under load ----------------------------------------------------------------
+
+
+def _admin(base_url: str) -> httpx.Client:
+    return httpx.Client(base_url=base_url, timeout=30, headers=auth(ADMIN_KEY))
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str,
+             interval_s: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def drafter_state(http: httpx.Client, drafter_id: str) -> dict[str, Any] | None:
+    resp = http.get(f"/admin/api/drafters/{drafter_id}")
+    if resp.status_code == 404:
+        return None
+    resp.raise_for_status()
+    data: dict[str, Any] = resp.json()
+    return data
+
+
+def serving_ids(http: httpx.Client) -> list[str]:
+    ids: list[str] = http.get("/admin/api/pool").json()["serving"]
+    return ids
+
+
+def hot_cycle(http: httpx.Client, drafter_id: str, path: Path, *, timeout_s: float = 60) -> dict[str, float]:
+    """Register a local drafter, wait until this replica serves it, remove it, wait until it is
+    gone from the engine; the seconds each half took."""
+    started = time.monotonic()
+    created = http.post("/admin/api/drafters", json={
+        "id": drafter_id, "name": drafter_id, "source": "local", "path": str(path),
+    })
+    if created.status_code != 202:
+        raise AssertionError(f"register {drafter_id}: {created.status_code} {created.text}")
+
+    def ready() -> bool:
+        state = drafter_state(http, drafter_id)
+        if state is not None and state["status"] == "failed":
+            raise AssertionError(f"{drafter_id} failed: {state.get('error')}")
+        return bool(state and state["status"] == "ready" and state["serving"])
+
+    wait_for(ready, timeout_s, f"{drafter_id} ready and serving")
+    added = time.monotonic()
+    deleted = http.delete(f"/admin/api/drafters/{drafter_id}")
+    if deleted.status_code != 200:
+        raise AssertionError(f"delete {drafter_id}: {deleted.status_code} {deleted.text}")
+    wait_for(lambda: drafter_id not in serving_ids(http), timeout_s, f"{drafter_id} removed")
+    return {"add_s": added - started, "remove_s": time.monotonic() - added}
+
+
+def hot_pool_under_load(base_url: str, drafter_dir: Path, *, cycles: int, clients: int,
+                        max_tokens: int = 24) -> dict[str, Any]:
+    """`cycles` add/remove cycles of a drafter while `clients` stream without pause."""
+
+    def body(c: int, i: int) -> dict[str, Any]:
+        return chat_body(max_tokens, policy=("auto", "fixed:alpha", "normalhedge")[(c + i) % 3])
+
+    async def main() -> tuple[LoadResult, list[dict[str, float]]]:
+        stop = asyncio.Event()
+
+        def cycle_all() -> list[dict[str, float]]:
+            try:
+                with _admin(base_url) as http:
+                    return [hot_cycle(http, f"{HOT_ID_PREFIX}{i}", drafter_dir) for i in range(cycles)]
+            finally:
+                stop.set()
+
+        load_task = asyncio.create_task(run_load(base_url, clients=clients, duration_s=3600,
+                                                 body=body, stop=stop))
+        timings = await asyncio.to_thread(cycle_all)
+        return await load_task, timings
+
+    load, timings = asyncio.run(main())
+    summary = load.summary()
+    adds = [t["add_s"] for t in timings]
+    removes = [t["remove_s"] for t in timings]
+    return {"cycles": len(timings), "load": summary,
+            "add_p50_s": _round(percentile(adds, 50)), "add_max_s": _round(max(adds, default=0)),
+            "remove_p50_s": _round(percentile(removes, 50)),
+            "remove_max_s": _round(max(removes, default=0))}
+
+
+# ---- soak -------------------------------------------------------------------------------------
+
+
+def soak(base_url: str, pid: int, *, duration_s: float, clients: int, sample_s: float = 5.0,
+         warmup_fraction: float = 0.2) -> dict[str, Any]:
+    """Constant load for `duration_s`, sampling the server's RSS; memory is compared between
+    the end of the warm-up part and the end of the run."""
+    samples: list[tuple[float, int]] = []
+
+    async def main() -> LoadResult:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_load(base_url, clients=clients, duration_s=duration_s,
+                                            body=chat_body(32), stop=stop))
+        started = time.monotonic()
+        while not task.done():
+            samples.append((round(time.monotonic() - started, 1), proc_status(pid)["rss_bytes"]))
+            await asyncio.wait({task}, timeout=sample_s)
+        return await task
+
+    load = asyncio.run(main())
+    wait_idle(base_url)
+    samples.append((round(duration_s, 1), proc_status(pid)["rss_bytes"]))
+    warm = [rss for t, rss in samples if t >= duration_s * warmup_fraction]
+    after_warmup = warm[0] if warm else samples[0][1]
+    return {"duration_s": duration_s, "clients": clients, "load": load.summary(),
+            "rss_samples": samples, "rss_after_warmup": after_warmup,
+            "rss_end": samples[-1][1], "rss_max": max(r for _, r in samples),
+            "rss_growth_bytes": samples[-1][1] - after_warmup}
+
+
+# ---- running it all -----------------------------------------------------------------------------
+
+
+@contextmanager
+def patched_environ(values: dict[str, str]) -> Iterator[None]:
+    """Set process environment variables for a child started inside the block."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def start_server(pool: Path, workdir: Path, *flags: str, settings: dict[str, str] | None = None,
+                 environ: dict[str, str] | None = None, timeout_s: float = 120) -> Any:
+    """A real `hedgespec serve` on a free loopback port (tests.gateway.conftest.ServerProcess);
+    `settings` without a CLI flag go to its `.env`, `environ` to its environment."""
+    from tests.gateway.conftest import ServerProcess
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {"HEDGESPEC_HF_CACHE_DIR": str(workdir / "hf-cache"), **(settings or {})}
+    (workdir / ".env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    with patched_environ({**OFFLINE_HF, **(environ or {})}):
+        return ServerProcess.start(pool, workdir, *flags, timeout_s=timeout_s)
+
+
+KEY_FLAGS = ("--api-key", API_KEY, "--api-key", SECOND_KEY, "--admin-key", ADMIN_KEY)
+
+
+def run_fuzz_suite(out_json: Path, *, soak_run: bool) -> dict[str, Any]:
+    """The Hypothesis fuzz suite (tests/reliability/test_fuzz.py), with its counts recorded."""
+    env = {**os.environ, "HEDGESPEC_FUZZ_STATS": str(out_json)}
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            str(REPO_ROOT / "tests" / "reliability" / "test_fuzz.py")]
+    if soak_run:
+        args.append("--soak")
+    proc = subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=3600, check=False)
+    stats = json.loads(out_json.read_text()) if out_json.is_file() else {}
+    return {"pytest_exit": proc.returncode, "pytest_tail": proc.stdout[-600:], **stats}
+
+
+def scenario(results: dict[str, Any], name: str, fn: Callable[[], Any]) -> None:
+    print(f"[reliability] {name} ...", flush=True)
+    started = time.monotonic()
+    try:
+        results[name] = fn()
+    except Exception as exc:  # recorded, and the report shows it as failed
+        results[name] = {"failed": f"{type(exc).__name__}: {exc}"}
+    results[name + "_wall_s"] = round(time.monotonic() - started, 1)
+
+
+def run_all(args: argparse.Namespace) -> dict[str, Any]:
+    from tests.reliability.scenarios import (  # heavier fixtures live next to the tests
+        corrupt_drafters,
+        database_outage,
+        download_crash,
+    )
+
+    from tests.gateway.tiny_pool import build_pool
+
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="hedgespec-reliability-") as tmp:
+        root = Path(tmp)
+        pool = build_pool(root / "pool")
+        drafter_dir = pool.parent / "drafters" / "alpha"
+
+        limits = start_server(pool, root / "limits", *KEY_FLAGS, "--max-running", "2",
+                              "--max-queue", "2", "--request-timeout", "60")
+        try:
+            pid, url = limits.proc.pid, limits.base_url
+            results["rss_start"] = proc_status(pid)["rss_bytes"]
+            scenario(results, "load_below_limit",
+                     lambda: load_test(url, clients=4, duration_s=args.load_s))
+            scenario(results, "load_above_limit",
+                     lambda: load_test(url, clients=12, duration_s=args.load_s))
+            scenario(results, "disconnect_storm",
+                     lambda: disconnect_storm(url, pid, clients=24, waves=4, rounds=3))
+            if args.soak:
+                scenario(results, "soak", lambda: soak(url, pid, duration_s=args.soak_s, clients=4))
+            wait_idle(url)
+            results["rss_end"] = proc_status(pid)["rss_bytes"]
+            results["limits_counters"] = server_counters(url)
+        finally:
+            limits.stop()
+            results["limits_log_problems"] = server_log_problems(limits.log())
+
+        rate = start_server(pool, root / "rate", *KEY_FLAGS,
+                            settings={"HEDGESPEC_RATE_LIMIT_RPS": "1", "HEDGESPEC_RATE_LIMIT_BURST": "5"})
+        try:
+            scenario(results, "rate_limit", lambda: rate_limit_check(rate.base_url, rps=1, burst=5))
+        finally:
+            rate.stop()
+
+        hot = start_server(pool, root / "hot", *KEY_FLAGS, "--max-running", "8",
+                           settings={"HEDGESPEC_POOL_SYNC_INTERVAL_S": "0.1"})
+        try:
+            scenario(results, "hot_pool", lambda: hot_pool_under_load(
+                hot.base_url, drafter_dir, cycles=args.cycles, clients=3))
+            scenario(results, "corrupt_drafters", lambda: corrupt_drafters(hot.base_url, root / "corrupt", drafter_dir))
+        finally:
+            hot.stop()
+            results["hot_log_problems"] = server_log_problems(hot.log())
+
+        pg_url = os.environ.get("HEDGESPEC_TEST_POSTGRES_URL")
+        if pg_url:
+            scenario(results, "database_outage",
+                     lambda: database_outage(pool, root / "db", pg_url, load_s=args.outage_s))
+        else:
+            results["database_outage"] = {"skipped": "HEDGESPEC_TEST_POSTGRES_URL is not set"}
+        scenario(results, "download_crash", lambda: download_crash(pool, root / "crash"))
+        scenario(results, "fuzz", lambda: run_fuzz_suite(root / "fuzz.json", soak_run=args.soak))
+    return results
+
+
+# ---- report -------------------------------------------------------------------------------------
+
+
+def _mib(n: float | None) -> str:
+    return "n/a" if n is None else f"{n / 2**20:.1f} MiB"
+
+
+def _s(value: Any) -> str:
+    return "n/a" if value is None else f"{value * 1000:.0f} ms" if value < 10 else f"{value:.1f} s"
+
+
+def _row(name: str, s: dict[str, Any]) -> str:
+    if "failed" in s:
+        return f"| {name} | FAILED: {s['failed']} |||||||||"
+    codes = ", ".join(f"{k}: {v}" for k, v in s.get("rejected_codes", {}).items()) or "-"
+    return (f"| {name} | {s['clients']} | {s['requests']} | {s['ok']} | {s['rejected_429']} ({codes}) "
+            f"| {s['errors']} | {s['status_5xx']} | {_s(s['latency_p50_s'])} / {_s(s['latency_p99_s'])} "
+            f"| {_s(s['ttft_p50_s'])} / {_s(s['ttft_p99_s'])} | {s['tokens_per_s']} |")
+
+
+def verdicts(r: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """(claim, holds, evidence) for the report's summary table."""
+    out: list[tuple[str, bool, str]] = []
+
+    def get(name: str) -> dict[str, Any]:
+        value = r.get(name) or {}
+        return value if isinstance(value, dict) else {}
+
+    below, above = get("load_below_limit"), get("load_above_limit")
+    out.append(("zero errors below the queue limit", bool(below) and "failed" not in below
+                and below.get("errors") == 0 and below.get("rejected_429") == 0,
+                f"{below.get('requests')} requests, {below.get('errors')} errors, {below.get('rejected_429')} 429s"))
+    out.append(("clean 429s above it, nothing else", bool(above) and "failed" not in above
+                and above.get("errors") == 0 and (above.get("rejected_429") or 0) > 0,
+                f"{above.get('requests')} requests, {above.get('rejected_429')} clean 429s, {above.get('errors')} errors"))
+    storm = get("disconnect_storm")
+    rounds, before = storm.get("rounds", []), storm.get("before", {})
+    leaks = storm_leaks(storm) if rounds else ["not run"]
+    out.append(("disconnect storms leave nothing behind", not leaks,
+                f"{storm.get('dropped_total')} dropped clients; threads {before.get('threads')} -> "
+                f"{[x['threads'] for x in rounds]}, fds {before.get('fds')} -> "
+                f"{[x['fds'] for x in rounds]}" + (f"; {leaks[:3]}" if leaks else "")))
+    hot = get("hot_pool")
+    hot_load = hot.get("load", {})
+    out.append(("hot add/remove under load: zero failed requests", bool(hot) and "failed" not in hot
+                and hot.get("cycles", 0) >= 1 and hot_load.get("errors") == 0
+                and hot_load.get("rejected_429") == 0,
+                f"{hot.get('cycles')} cycles, {hot_load.get('requests')} requests, {hot_load.get('errors')} errors"))
+    db = get("database_outage")
+    if "skipped" in db:
+        out.append(("database outage: serving stays up, admin 503, recovery", False, db["skipped"]))
+    else:
+        out.append(("database outage: serving stays up, admin 503, recovery",
+                    bool(db) and "failed" not in db and db.get("held", False),
+                    f"{db.get('load', {}).get('requests')} requests during the outage, "
+                    f"{db.get('load', {}).get('errors')} errors; admin {db.get('admin_during')}, "
+                    f"after {db.get('admin_after')}"))
+    crash = get("download_crash")
+    out.append(("kill -9 during a download: registry consistent, download resumed",
+                bool(crash) and "failed" not in crash and crash.get("held", False),
+                f"killed at {crash.get('killed_at_bytes')} B of {crash.get('file_bytes')} B; "
+                f"status after restart {crash.get('status_after_restart')} -> {crash.get('final_status')}; "
+                f"bytes re-sent {crash.get('bytes_after_restart')}"))
+    corrupt = get("corrupt_drafters")
+    out.append(("corrupt drafter files end in `failed`", bool(corrupt) and "failed" not in corrupt
+                and corrupt.get("held", False),
+                ", ".join(f"{k}: {v}" for k, v in corrupt.get("statuses", {}).items())))
+    rate = get("rate_limit")
+    out.append(("rate limit per key", bool(rate) and "failed" not in rate and rate.get("well_formed_429", False)
+                and 429 in rate.get("first_key_statuses", []) and rate.get("second_key_status") != 429
+                and rate.get("after_retry_after") != 429,
+                f"key A {rate.get('first_key_statuses')}, key B {rate.get('second_key_status')}, "
+                f"after Retry-After {rate.get('after_retry_after')}"))
+    fuzz = get("fuzz")
+    out.append(("fuzzing: only 4xx or valid answers, zero 5xx", bool(fuzz) and fuzz.get("pytest_exit") == 0
+                and fuzz.get("status_5xx", 1) == 0,
+                f"{fuzz.get('requests')} requests, {fuzz.get('status_5xx')} 5xx, pytest exit {fuzz.get('pytest_exit')}"))
+    problems = (r.get("limits_log_problems") or []) + (r.get("hot_log_problems") or [])
+    out.append(("no traceback in the server logs", not problems, f"{len(problems)} lines"))
+    if "soak" in r:
+        s = get("soak")
+        out.append(("soak: RSS flat (growth < 64 MiB after warm-up)", "failed" not in s
+                    and s.get("rss_growth_bytes", 1 << 40) < 64 * 2**20,
+                    f"{_mib(s.get('rss_after_warmup'))} -> {_mib(s.get('rss_end'))} over {s.get('duration_s')} s"))
+    return out
+
+
+def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
+    lines = [
+        "# Reliability report (issue 9)",
+        "",
+        f"Regenerate: `{meta['command']}` ({meta['wall_s']:.0f} s here). Generated {meta['date']} on "
+        f"{meta['machine']}; tiny random test pool (4-layer Llama, hidden 64, two EAGLE-3 "
+        "drafters), CPU, one torch thread, every server a real `hedgespec serve` on 127.0.0.1.",
+        "",
+        "## Verdicts",
+        "",
+        "| claim | holds | evidence |",
+        "|---|---|---|",
+    ]
+    for claim, ok, evidence in verdicts(r):
+        lines.append(f"| {claim} | {'yes' if ok else '**NO**'} | {evidence} |")
+    lines += [
+        "",
+        "## Load (closed-loop streaming clients, `max_tokens` 16, `--max-running 2 --max-queue 2`)",
+        "",
+        "| run | clients | requests | ok | 429 (codes) | errors | 5xx | latency p50 / p99 | TTFT p50 / p99 | tokens/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in ("load_below_limit", "load_above_limit"):
+        if name in r:
+            lines.append(_row(name.replace("_", " "), r[name]))
+    hot = r.get("hot_pool", {})
+    if "load" in hot:
+        lines.append(_row("during hot add/remove", hot["load"]))
+    db = r.get("database_outage", {})
+    if isinstance(db.get("load"), dict):
+        lines.append(_row("during database outage", db["load"]))
+    lines += [
+        "",
+        f"Server memory: RSS {_mib(r.get('rss_start'))} at start, {_mib(r.get('rss_end'))} after the "
+        "load and storm runs. Server counters: " + json.dumps(r.get("limits_counters", {})),
+        "",
+        "## Disconnect storms",
+        "",
+        "Clients drop before the response headers, right after them, mid-stream (FIN and RST), "
+        "during non-streaming generation, and admin live streams. After each round the server must "
+        "report nothing in flight, running or waiting, no live request trace and no open admin "
+        "stream; threads and open file descriptors must not grow round over round.",
+        "",
+        "| round | dropped clients | settle | in flight | running | waiting | live traces | admin streams | threads | fds | RSS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    storm = r.get("disconnect_storm", {})
+    before = storm.get("before")
+    if before:
+        lines.append(f"| before (warmed up) | - | - | - | - | - | - | - | {before['threads']} | {before['fds']} | {_mib(before['rss_bytes'])} |")
+    for i, x in enumerate(storm.get("rounds", []), 1):
+        lines.append(f"| {i} | {x['clients']} | {x['settle_s']} s | {x['in_flight']:.0f} | {x['running']:.0f} "
+                     f"| {x['waiting']:.0f} | {x.get('active_traces', '-')} | {x.get('live_streams', '-')} "
+                     f"| {x['threads']} | {x['fds']} | {_mib(x['rss_bytes'])} |")
+    if "failed" in storm:
+        lines.append(f"\nFAILED: {storm['failed']}")
+    lines += ["", "## Faults injected", ""]
+    lines.append(f"- Hot pool: {hot.get('cycles', 0)} register → ready+serving → delete → gone "
+                 f"cycles of a local drafter while 3 clients streamed (policies auto, fixed:alpha, "
+                 f"normalhedge); add p50 {_s(hot.get('add_p50_s'))} (max {_s(hot.get('add_max_s'))}), "
+                 f"remove p50 {_s(hot.get('remove_p50_s'))}."
+                 + (f" FAILED: {hot['failed']}" if "failed" in hot else ""))
+    lines.append("- Database outage (PostgreSQL behind a loopback TCP proxy that is cut, then "
+                 "restored): " + json.dumps({k: v for k, v in db.items() if k != "load"}))
+    lines.append("- Crash during a download (kill -9 of the server while a drafter downloads from "
+                 "a throttled fake Hub, then a restart on the same database and cache): "
+                 + json.dumps(r.get("download_crash", {})))
+    lines.append("- Corrupt drafter files (garbage, truncated and wrong-shape weights; an "
+                 "unparseable config): " + json.dumps(r.get("corrupt_drafters", {})))
+    lines.append("- Rate limit: " + json.dumps(r.get("rate_limit", {})))
+    fuzz = r.get("fuzz", {})
+    lines += [
+        "",
+        "## Fuzzing (`tests/reliability/test_fuzz.py`)",
+        "",
+        f"{fuzz.get('requests')} requests over every route of the app; statuses "
+        f"{json.dumps(fuzz.get('statuses', {}))}; 5xx: {fuzz.get('status_5xx')}; "
+        f"pytest exit {fuzz.get('pytest_exit')}.",
+    ]
+    if "soak" in r:
+        s = r["soak"]
+        lines += ["", "## Soak", ""]
+        if "failed" in s:
+            lines.append(f"FAILED: {s['failed']}")
+        else:
+            lines.append(_row("soak", s["load"]).replace("| soak |", "| soak |", 1))
+            lines.append("")
+            lines.append("RSS samples (s, MiB): " + ", ".join(
+                f"{t:.0f}: {rss / 2**20:.0f}" for t, rss in s["rss_samples"]))
+    problems = (r.get("limits_log_problems") or []) + (r.get("hot_log_problems") or [])
+    if problems:
+        lines += ["", "## Server log problems", "", *[f"    {p}" for p in problems[:20]]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--soak", action="store_true", help="add the long soak run")
+    parser.add_argument("--soak-s", type=float, default=600.0, help="soak duration (seconds)")
+    parser.add_argument("--load-s", type=float, default=20.0, help="each load run (seconds)")
+    parser.add_argument("--outage-s", type=float, default=8.0, help="database outage (seconds)")
+    parser.add_argument("--cycles", type=int, default=50, help="hot add/remove cycles")
+    parser.add_argument("--out", type=Path, default=RESULTS / "reliability.md")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    results = run_all(args)
+    meta = {
+        "command": "python -m bench.reliability" + (" --soak" if args.soak else ""),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
+        "wall_s": time.monotonic() - started,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(render(results, meta))
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results},
+                                                        indent=2, default=str))
+    held = all(ok for _, ok, _ in verdicts(results))
+    print(f"[reliability] wrote {args.out} ({'all claims hold' if held else 'SOME CLAIMS FAIL'})")
+    return 0 if held else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
