@@ -29,6 +29,7 @@ How it converges (polling, not LISTEN/NOTIFY; `drafter_registry` explains the ch
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -221,7 +222,7 @@ class PoolSync:
         try:
             drafter = self._loader()(self._resolve(row))
             self._engine_call(lambda e: e.add_loaded_drafter(row.id, drafter))
-        except TimeoutError:
+        except (TimeoutError, concurrent.futures.TimeoutError):
             raise  # the worker is stuck or gone: retry the whole pass later, blame no drafter
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
