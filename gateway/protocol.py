@@ -50,12 +50,22 @@ class HedgeSpecOptions(OpenAIBaseModel):
     policy: str = Field(default="auto", min_length=1, max_length=200)
 
 
+def _unicode(text: str) -> str:
+    """Refuse lone surrogates: `"\\ud800"` (or CESU-8 bytes, which `json.loads` decodes with
+    surrogatepass) is valid JSON but not Unicode text, and tokenizers raise on it (a 500)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (no unpaired surrogate code points)") from None
+    return text
+
+
 def _text_of(content: Any) -> str:
     """A message's `content` as plain text: a string, or a list of `{"type":"text"}` parts."""
     if content is None:
         return ""
     if isinstance(content, str):
-        return content
+        return _unicode(content)
     if not isinstance(content, list):
         raise ValueError("must be a string or a list of content parts")
     texts = []
@@ -66,7 +76,7 @@ def _text_of(content: Any) -> str:
         if not isinstance(part.get("text"), str):
             raise ValueError("a text content part needs a string `text`")
         texts.append(part["text"])
-    return "".join(texts)
+    return _unicode("".join(texts))
 
 
 class ChatMessage(OpenAIBaseModel):
@@ -199,7 +209,7 @@ PromptInput = list[str | list[int]]
 def _normalise_prompt(value: Any) -> PromptInput:
     """str | list[str] | list[int] | list[list[int]] -> a list of prompts (text or ids)."""
     if isinstance(value, str):
-        return [value]
+        return [_unicode(value)]
     if not isinstance(value, list) or not value:
         raise ValueError("must be a non-empty string, list of strings, or list of token ids")
     if all(isinstance(x, int) and not isinstance(x, bool) for x in value):
@@ -207,7 +217,7 @@ def _normalise_prompt(value: Any) -> PromptInput:
     prompts: PromptInput = []
     for item in value:
         if isinstance(item, str):
-            prompts.append(item)
+            prompts.append(_unicode(item))
         elif isinstance(item, list) and item and all(isinstance(x, int) for x in item):
             prompts.append(list(item))
         else:
