@@ -38,6 +38,9 @@ from gateway.service import (
 
 log = logging.getLogger(__name__)
 SEED_MODULUS = 2**63
+# Temperatures below this sample as greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow
+# to inf and the softmax to NaN, which failed the engine round (a 500 for every request in it).
+GREEDY_BELOW_TEMPERATURE = 1e-5
 # Prompts longer than this are tokenized on a thread, so one huge prompt cannot stall every
 # other stream's frames on the event loop; short ones skip the thread hop (TTFT).
 OFFLOAD_CHARS = 16_384
@@ -192,7 +195,7 @@ class Serving:
         request_id = f"{job.id}-{index}"
         params = SamplingParams(
             max_new_tokens=max_new,
-            temperature=1.0 if req.temperature is None else req.temperature,
+            temperature=_temperature(req.temperature),
             top_p=1.0 if req.top_p is None else req.top_p,
             top_k=req.top_k or 0,
             seed=None if req.seed is None else (req.seed + index) % SEED_MODULUS,
@@ -369,6 +372,13 @@ class Serving:
         for c in job.choices:
             reason = c.finish_reason if ok and c.finish_reason else "abort"
             self.metrics.requests.labels(endpoint, reason).inc()
+
+
+def _temperature(requested: float | None) -> float:
+    """OpenAI's default is 1; a temperature too small to divide logits by means greedy (0)."""
+    if requested is None:
+        return 1.0
+    return 0.0 if requested < GREEDY_BELOW_TEMPERATURE else requested
 
 
 def check_policy(policy: str, info: EngineInfo) -> None:
