@@ -41,6 +41,9 @@ SEED_MODULUS = 2**63
 # Temperatures below this sample as greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow
 # to inf and the softmax to NaN, which failed the engine round (a 500 for every request in it).
 GREEDY_BELOW_TEMPERATURE = 1e-5
+# So does a top_p below this: it keeps only the most likely token anyway (its probability is at
+# least 1/vocab), and below float32's smallest value (~1e-45) it became 0 and dropped every token.
+GREEDY_BELOW_TOP_P = 1e-8
 # Prompts longer than this are tokenized on a thread, so one huge prompt cannot stall every
 # other stream's frames on the event loop; short ones skip the thread hop (TTFT).
 OFFLOAD_CHARS = 16_384
@@ -195,7 +198,7 @@ class Serving:
         request_id = f"{job.id}-{index}"
         params = SamplingParams(
             max_new_tokens=max_new,
-            temperature=_temperature(req.temperature),
+            temperature=_temperature(req.temperature, req.top_p),
             top_p=1.0 if req.top_p is None else req.top_p,
             top_k=req.top_k or 0,
             seed=None if req.seed is None else (req.seed + index) % SEED_MODULUS,
@@ -374,11 +377,13 @@ class Serving:
             self.metrics.requests.labels(endpoint, reason).inc()
 
 
-def _temperature(requested: float | None) -> float:
-    """OpenAI's default is 1; a temperature too small to divide logits by means greedy (0)."""
-    if requested is None:
+def _temperature(temperature: float | None, top_p: float | None) -> float:
+    """OpenAI's default is 1; a temperature or top_p too small to compute with means greedy (0)."""
+    if top_p is not None and top_p < GREEDY_BELOW_TOP_P:
+        return 0.0
+    if temperature is None:
         return 1.0
-    return 0.0 if requested < GREEDY_BELOW_TEMPERATURE else requested
+    return 0.0 if temperature < GREEDY_BELOW_TEMPERATURE else temperature
 
 
 def check_policy(policy: str, info: EngineInfo) -> None:
