@@ -50,7 +50,14 @@ class APIError(Exception):
 def error_body(
     message: str, *, type: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+    return {"error": {"message": _scrub(message), "type": type, "param": _scrub(param),
+                      "code": code}}
+
+
+def _scrub(text: str | None) -> str | None:
+    """Messages and params echo client input, which may hold lone surrogates (valid JSON
+    escapes, not Unicode): the UTF-8 response encoder would raise on them (a 500)."""
+    return None if text is None else text.encode("utf-8", "replace").decode("utf-8")
 
 
 def invalid_request(message: str, *, param: str | None = None, code: str | None = None) -> APIError:
