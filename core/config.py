@@ -55,7 +55,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        # Below 1e-5 the scaled logits overflow float32; such a temperature is greedy anyway.
+        return self.temperature < 1e-5
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ def process_logits(logits: Tensor, temperature: float, top_p: float = 1.0, top_k
         sorted_p, order = torch.sort(probs, dim=-1, descending=True)
         before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each sorted token
         drop_sorted = before >= top_p
+        drop_sorted[..., 0] = False  # the most likely token always survives (top_p may underflow to 0)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)

@@ -144,3 +144,10 @@ def test_same_seed_same_output() -> None:
     b, _ = engine.generate_ids([1, 2, 3], params)
     c, _ = engine.generate_ids([1, 2, 3], SamplingParams(max_new_tokens=16, temperature=1.0, seed=43, ignore_eos=True))
     assert a == b and a != c
+
+
+def test_extreme_sampling_parameters_stay_finite() -> None:
+    logits = torch.tensor([[2.0, 1.0, -1.0, 0.5]])
+    probs = process_logits(logits, 1.0, top_p=1e-30)
+    assert torch.equal(probs, torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+    assert SamplingParams(temperature=1e-300).greedy and not SamplingParams(temperature=0.1).greedy
