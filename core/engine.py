@@ -14,6 +14,7 @@ stream makes progress. The engine is not thread-safe: one worker thread owns it.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -27,6 +28,8 @@ from core.request import RequestState, parse_policy
 from core.rounds import prefill, speculative_round
 from core.stats import RequestStats, RoundStats, TokenLogprob
 from core.target import Target
+
+log = logging.getLogger(__name__)
 
 
 class ContextLengthError(ValueError):
@@ -46,6 +49,7 @@ class RoundOutput:
     finish_reason: str | None
     round: RoundStats | None
     stats: RequestStats
+    error: str | None = None  # set with finish_reason "error": this request's round failed
 
 
 class SpecEngine:
@@ -157,7 +161,11 @@ class SpecEngine:
         self._next %= len(self._order)
         rid = self._order[self._next]
         state = self._requests[rid]
-        out = self._run_round(state)
+        try:
+            out = self._run_round(state)
+        except Exception as exc:  # one request's failure must not take the others down
+            log.exception("round of request %s failed", rid)
+            out = RoundOutput(rid, [], None, True, "error", None, state.stats, f"{type(exc).__name__}: {exc}")
         if out.finished:
             self.abort(rid)
         else:

@@ -327,6 +327,16 @@ class EngineRunner:
         tracked = self._running.get(out.request_id)
         if tracked is None:
             return  # aborted while its round ran
+        if getattr(out, "error", None):  # the engine isolated a failed round to this request
+            log.error("request %s failed in the engine: %s", out.request_id, out.error)
+            self._running.pop(out.request_id, None)
+            err = APIError("The engine failed while generating.", status=500, type="server_error")
+            stats = out.stats.to_dict() if out.stats is not None else None
+            update = Update(out.request_id, finished=True, stats=stats, error=err)
+            self._finish(tracked, update)
+            self._publish_finished(tracked, update)
+            self._observe_load()
+            return
         tracked.last_stats = out.stats
         if out.round is not None:
             self._record_round(tracked, out.round, out.stats)

@@ -7,7 +7,13 @@ import pytest
 
 from core.config import LEARNER_NAMES, SamplingParams, TreeConfig
 from core.engine import PolicyError
-from tests.core.tiny_models import bigram_target, copy_drafter, hf_greedy, make_engine, random_drafter
+from tests.core.tiny_models import (
+    bigram_target,
+    copy_drafter,
+    hf_greedy,
+    make_engine,
+    random_drafter,
+)
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
 POLICIES = ["none", *LEARNER_NAMES, "fixed:copy", "fixed:r3"]
@@ -91,3 +97,25 @@ def test_pool_changes_apply_to_new_requests_only() -> None:
     engine.add_loaded_drafter("copy2", copy_drafter(target, perm))
     ids, stats = engine.generate_ids([5], SamplingParams(max_new_tokens=20, ignore_eos=True), "fixed:copy2")
     assert ids == hf_greedy(target, [5], 20) and stats.mean_accepted_tokens > 3
+
+
+def test_a_failing_round_fails_only_its_request(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    target, engine = setup
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    engine.add_request("bad", [1, 2], params, "normalhedge")
+    engine.add_request("good", [3, 4], params, "normalhedge")
+    original = engine._run_round
+
+    def flaky(state):  # type: ignore[no-untyped-def]
+        if state.request_id == "bad" and state.prefilled:
+            raise RuntimeError("boom")
+        return original(state)
+
+    monkeypatch.setattr(engine, "_run_round", flaky)
+    outs = []
+    while engine.has_unfinished():
+        outs += engine.step()
+    bad = [o for o in outs if o.request_id == "bad"]
+    assert bad[-1].finish_reason == "error" and "boom" in (bad[-1].error or "")
+    good = [t for o in outs if o.request_id == "good" for t in o.token_ids]
+    assert good == hf_greedy(target, [3, 4], 12)
