@@ -40,7 +40,11 @@ def checks_text(checks: dict[str, Any]) -> str:
 def build_text(build: dict[str, Any]) -> str:
     target, roll, cfg = build["target"], build["rollouts"], build["config"]
     rcfg, dcfg = cfg["rollouts"], cfg["drafter"]
-    stage_rows = [[k, f"{v:.0f}"] for k, v in build["stage_seconds"].items()]
+    cached = set(build["cached_stages"])
+    stage_rows = [
+        [k + (" (reused from the stage cache)" if k in cached else ""), f"{v:.0f}"]
+        for k, v in build["stage_seconds"].items()
+    ]
     stage_rows.append(["**total**", f"**{build['total_seconds']:.0f}**"])
     loss_rows = [[d, f"{v:.3f}"] for d, v in target["heldout_loss"].items()]
     drafter_rows = [
