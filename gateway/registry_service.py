@@ -218,7 +218,8 @@ class RegistryService:
             token=settings.hf_token.get_secret_value() if settings.hf_token else None,
             target_dir=self.target_dir,
         )
-        self._inflight: set[str] = set()  # drafters this replica's fetcher is working on
+        # Drafters this replica's fetcher works on, with the fetch's future.
+        self._inflight: dict[str, Future[str | None]] = {}
         self._inflight_lock = threading.Lock()
         self._aux_layers: tuple[int, int, int] | None = None
         self._log_task: asyncio.Task[None] | None = None
@@ -253,8 +254,8 @@ class RegistryService:
     def _start_pool(self) -> None:
         assert self.session_factory is not None
         served = served_drafters(self.settings)
-        unmanaged = import_served_pool(self.session_factory, served,
-                                       target_model=self.settings.model_name)
+        model = self.settings.model_name or (self.target_dir.name if self.target_dir else None)
+        unmanaged = import_served_pool(self.session_factory, served, target_model=model)
         if self.settings.seed_pool is not None:
             self._import_seed(self.settings.seed_pool)
         self.fetcher = DrafterFetcher(self.session_factory, self.fetch_settings,
@@ -298,8 +299,10 @@ class RegistryService:
         if self.fetcher is None:
             return
         with self._inflight_lock:
-            self._inflight.add(drafter_id)
-        future = self.fetcher.submit(drafter_id)
+            future = self.fetcher.submit(drafter_id)
+            if self._inflight.get(drafter_id) is future:
+                return  # already running for us: its callback is in place
+            self._inflight[drafter_id] = future
         future.add_done_callback(lambda f: self._fetch_done(drafter_id, f))
 
     def submit_pending(self) -> None:
@@ -329,11 +332,20 @@ class RegistryService:
 
     def _fetch_done(self, drafter_id: str, future: Future[str | None]) -> None:
         with self._inflight_lock:
-            self._inflight.discard(drafter_id)
-        if future.cancelled():
+            if self._inflight.get(drafter_id) is future:
+                del self._inflight[drafter_id]
+        if future.cancelled() or self._stopping.is_set():
             return
         if self.pool_sync is not None:
             self.pool_sync.release(drafter_id)
+        # Re-enabled or retried while this fetch was still winding down (the fetcher ignored
+        # that submit as a duplicate): a fetch never leaves a row `pending`, so start anew.
+        assert self.session_factory is not None
+        with self.session_factory() as session:
+            row = crud.get_drafter(session, drafter_id=drafter_id)
+            again = row is not None and row.status == DrafterStatus.PENDING.value
+        if again:
+            self.submit(drafter_id)
 
     def _validate(self, path: Path) -> dict[str, Any]:
         """The fetcher's full check: `inspect_drafter` against the served target, then a real

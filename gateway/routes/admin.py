@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -130,6 +131,10 @@ def list_drafters(request: Request) -> JSONResponse:
 @router.post("/drafters", status_code=202)
 def create_drafter(request: Request, spec: DrafterCreate) -> JSONResponse:
     service = _service(request)
+    if spec.path is not None:
+        # A path on the server's disk: relative means relative to its working directory, and
+        # is stored absolute so other replicas and the CLI read the same directory.
+        spec = spec.model_copy(update={"path": str(Path(spec.path).expanduser().resolve())})
     drafter = _one(service, lambda s: crud.create_drafter_from_spec(s, spec=spec, actor=ACTOR))
     service.submit(drafter.id)
     return JSONResponse(_public(drafter, _serving(request)), status_code=202)

@@ -70,7 +70,7 @@ def hub_files(pool_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     target = LlamaForCausalLM.from_pretrained(str(pool_file.parent / MODEL_NAME))
     # Every sub-folder has its own weights: the HF cache shares blobs by content, so a broken
     # copy of another drafter's file would be served from the cache instead of the fake Hub.
-    for i, name in enumerate(("gamma", "delta", "epsilon", "corrupt", "short")):
+    for i, name in enumerate(("gamma", "delta", "epsilon", "zeta", "corrupt", "short")):
         build_drafter(root / name, target, seed=200 + i)
     _incompatible_drafter(root / "wide", hidden=32, vocab=len_vocab(pool_file))
     _incompatible_drafter(root / "vocab", hidden=64, vocab=len_vocab(pool_file) + 100)

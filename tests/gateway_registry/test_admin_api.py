@@ -140,6 +140,41 @@ def test_disable_then_enable(server: ServerProcess, admin: Admin) -> None:
     assert set(speculative(chat(server, "fixed:beta"))["drafter_choices"]) == {"beta"}
 
 
+def test_disable_during_the_download_stops_it_and_enable_fetches_again(
+    server: ServerProcess, admin: Admin, hub: FakeHub, hub_files: dict[str, bytes]
+) -> None:
+    size = len(hub_files["zeta/model.safetensors"])
+    base = hub.bytes_served["zeta/model.safetensors"]  # the Hub outlives one backend's run
+    hub.throttle_bps = size / 4
+    try:
+        admin.add(**hf("Zeta", "zeta"))
+        admin.wait_status("zeta", "downloading")
+        wait_for(lambda: admin.drafters()["zeta"]["bytes_done"] > 0, 30, lambda: "no progress")
+        resp = admin.http.patch("/drafters/zeta", json={"enabled": False})
+        assert resp.json()["status"] == "disabled"
+        served = hub.bytes_served["zeta/model.safetensors"] - base
+        assert served < size
+    finally:
+        hub.throttle_bps = None
+    # The download noticed at its next progress write and stopped: the operator's change holds.
+    wait_for(lambda: admin.http.get("/events", params={"target": "zeta"}).json()["count"] >= 3,
+             10, lambda: "no events")
+    assert admin.drafters()["zeta"]["status"] == "disabled"
+    resp = admin.http.patch("/drafters/zeta", json={"enabled": True})
+    assert resp.json()["status"] == "pending"  # never validated: fetched again
+    row = admin.wait_status("zeta", "ready", "failed")
+    assert row["status"] == "ready" and row["serving"], row["error"]
+    # Resumed from the bytes already on disk rather than from zero.
+    assert hub.bytes_served["zeta/model.safetensors"] - base < served + size
+
+
+def test_a_relative_local_path_is_stored_absolute(admin: Admin, server: ServerProcess) -> None:
+    created = admin.add(id="relative", name="Relative", source="local", path="drafters/x")
+    assert created["local_path"] == str(server.log_path.parent.resolve() / "drafters" / "x")
+    assert admin.wait_status("relative", "failed")["error"]
+    assert admin.http.delete("/drafters/relative").status_code == 200
+
+
 def test_bad_requests_get_openai_shaped_errors(admin: Admin) -> None:
     cases = [
         ("POST", "/drafters", {"name": "x", "source": "hf", "repo_id": "not a repo"}, 400, "repo_id"),
