@@ -187,9 +187,9 @@ class PoolSync:
             return False
         self._forced = False
         if moved:
-            self._seen_version = version
             if self._on_version_change is not None:
                 self._on_version_change()  # e.g. pick up drafters added by the CLI
+            self._seen_version = version  # only once handled: a failure retries the callback
         self.sync(version)
         return True
 
