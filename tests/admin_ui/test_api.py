@@ -264,9 +264,9 @@ def test_overview_and_requests_answer_with_the_key(app_client: TestClient) -> No
     body = view.json()
     assert body["ready"] is False and body["model"] is None
     assert body["load"]["max_running"] == 16 and body["series"]["bucket_s"] == 2.0
-    assert app_client.get("/admin/api/requests", headers=ADMIN).json() == {
-        "data": [], "count": 0, "source": "memory",
-    }  # fmt: skip
+    history = app_client.get("/admin/api/requests", headers=ADMIN).json()
+    # "database" when the registry's request log is wired, "memory" otherwise: empty either way
+    assert history["data"] == [] and history["count"] == 0 and history["source"] in ("memory", "database")
     assert app_client.get("/admin/api/requests?limit=0", headers=ADMIN).status_code == 400
 
 
@@ -379,8 +379,14 @@ def test_live_stream_sends_a_snapshot_then_every_round(server: ServerProcess) ->
     assert done["stats"]["mean_acceptance_length"] == pytest.approx(spec["mean_acceptance_length"])
     reader.stop()
 
-    history = httpx.get(f"{server.base_url}/admin/api/requests", headers=ADMIN).json()
-    assert history["source"] == "memory" and history["data"][0]["request_id"] == rid
+    # The request log is written off the hot path in batches (about 1 s): poll for the row.
+    deadline = time.monotonic() + 15
+    while True:
+        history = httpx.get(f"{server.base_url}/admin/api/requests", headers=ADMIN).json()
+        if (history["data"] and history["data"][0]["request_id"] == rid) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert history["data"][0]["request_id"] == rid
     assert history["data"][0]["drafter_per_round"] == spec["drafter_choices"]
     view = httpx.get(f"{server.base_url}/admin/api/overview", headers=ADMIN).json()
     assert view["model"] == "tiny-target" and view["ready"] is True
