@@ -43,8 +43,13 @@ def load_engine(settings: Settings) -> Engine:
         torch.set_num_threads(settings.torch_threads)
     config = settings.engine_config()
     if settings.target is not None:
+        from gateway.target_source import target_dir_for_engine
+
+        target_dir = target_dir_for_engine(settings)
+        assert target_dir is not None
         return SpecEngine.from_dirs(
-            settings.target, settings.drafter_dirs(), config, model_name=settings.model_name
+            target_dir, settings.drafter_dirs(), config,
+            model_name=settings.model_name or str(settings.target),
         )
     if settings.pool is None:
         raise ValueError("no model to serve: set --pool or --target")

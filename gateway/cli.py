@@ -70,6 +70,7 @@ SERVE_FLAGS: dict[str, str] = {
     "port": "port",
     "pool": "pool",
     "target": "target",
+    "seed_pool": "seed_pool",
     "drafter": "drafters",
     "model_name": "model_name",
     "database_url": "database_url",
@@ -95,7 +96,7 @@ def _register_serve(sub: Any) -> None:
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--pool", type=Path, help="pool.json (default: the shipped demo pool)")
-    p.add_argument("--target", type=Path, help="a target model directory (instead of --pool)")
+    p.add_argument("--target", type=Path, help="a target model directory or Hub repo id (instead of --pool)")
     p.add_argument("--drafter", action="append", metavar="ID=PATH", help="drafter for --target")
     p.add_argument("--model-name", help="served model id (default: the target's name)")
     p.add_argument("--database-url", help="registry database URL (default: var/hedgespec.db)")
@@ -106,6 +107,7 @@ def _register_serve(sub: Any) -> None:
     p.add_argument("--device", help="torch device (default cpu)")
     p.add_argument("--dtype", help="float32, bfloat16 or float16")
     p.add_argument("--device-map", help="'auto' spreads a large target over every GPU")
+    p.add_argument("--seed-pool", type=Path, help="seed pool JSON imported into the registry on start")
     p.add_argument("--max-context", type=int, help="context window cap in tokens")
     p.add_argument("--max-running", type=int, help="requests interleaved at once")
     p.add_argument("--max-queue", type=int, help="requests waiting before 429")
@@ -164,8 +166,10 @@ def serve(args: argparse.Namespace) -> int:
 
 def _missing_model(settings: Any) -> str | None:
     if settings.target is not None:
-        if not Path(settings.target).is_dir():
-            return f"target directory not found: {settings.target}"
+        from drafter_registry.target_hub import is_hub_id
+
+        if not Path(settings.target).is_dir() and not is_hub_id(str(settings.target)):
+            return f"target not found: {settings.target} is neither a directory nor a Hub repo id"
         return None
     if settings.pool is None or not Path(settings.pool).is_file():
         return (

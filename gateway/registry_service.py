@@ -86,7 +86,14 @@ class ServedDrafter:
 def served_target_dir(settings: Settings) -> Path | None:
     """The target directory the engine loads (what downloaded drafters are checked against)."""
     if settings.target is not None:
-        return Path(settings.target).expanduser().resolve()
+        from drafter_registry.errors import HubError
+        from gateway.target_source import target_dir_for_validation
+
+        try:
+            return target_dir_for_validation(settings)
+        except HubError as exc:  # the hub is down: serve on, refuse to validate drafters
+            log.error("cannot fetch the target's config: %s", exc)
+            return None
     spec = _read_pool(settings)
     if spec is None or not isinstance(spec.get("target"), str):
         return None

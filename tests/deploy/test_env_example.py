@@ -25,7 +25,7 @@ from tests.deploy.conftest import (
 EAGLE3_TREE = {"top_k": 10, "depth": 8, "total_tokens": 60}
 # What a model variant must set, so that switching blocks leaves nothing of the other model.
 POOL_BLOCK = {
-    "HEDGESPEC_POOL", "HEDGESPEC_MODEL_NAME", "HEDGESPEC_DEVICE", "HEDGESPEC_DTYPE",
+    "HEDGESPEC_TARGET", "HEDGESPEC_SEED_POOL", "HEDGESPEC_MODEL_NAME", "HEDGESPEC_DEVICE", "HEDGESPEC_DTYPE",
     "HEDGESPEC_TREE_TOP_K", "HEDGESPEC_TREE_DEPTH", "HEDGESPEC_TREE_TOTAL_TOKENS",
     "HEDGESPEC_MAX_CONTEXT",
 }  # fmt: skip
@@ -45,9 +45,9 @@ def _settings(values: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def test_llama_pool_in_bf16_with_the_eagle3_tree(monkeypatch: pytest.MonkeyPatch) -> None:
     active, _ = parse_env_file(ENV_EXAMPLE)
-    pool = REPO_ROOT / active["HEDGESPEC_POOL"]
+    pool = REPO_ROOT / active["HEDGESPEC_SEED_POOL"]
     seed = json.loads(pool.read_text())
-    assert seed["target"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert seed["target"] == active["HEDGESPEC_TARGET"] == "meta-llama/Llama-3.1-8B-Instruct"
     repos = {d.get("repo_id") for d in seed["drafters"]}
     assert {"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "aladinggit/hedgespec_eagle_drafters"} <= repos
 
@@ -71,7 +71,8 @@ def test_qwen3_variant_is_commented_and_complete(monkeypatch: pytest.MonkeyPatch
     tree = settings.engine_config().tree
     assert (tree.top_k, tree.depth, tree.total_tokens) == tuple(EAGLE3_TREE.values())
     assert settings.dtype == "bfloat16"
-    pool = REPO_ROOT / qwen["HEDGESPEC_POOL"]
+    assert qwen["HEDGESPEC_TARGET"] == "Qwen/Qwen3-8B"
+    pool = REPO_ROOT / qwen["HEDGESPEC_SEED_POOL"]
     if pool.is_file():  # the seed file is maintained with the pools (see docs/deploy.md)
         assert json.loads(pool.read_text())["target"] == "Qwen/Qwen3-8B"
 
