@@ -212,13 +212,14 @@ def set_progress(session: Session, *, drafter_id: str, bytes_done: int, bytes_to
 
 
 def start_download(session: Session, *, drafter_id: str, actor: str) -> Drafter:
-    """`pending` -> `downloading` (also re-entered when resuming after a crash)."""
+    """`pending` -> `downloading` (also re-entered when resuming after a crash, including one
+    that struck while validating: the files are then re-checked against the hub)."""
     return _move(
         session,
         drafter_id,
         to=DrafterStatus.DOWNLOADING,
         actor=actor,
-        expected={DrafterStatus.PENDING.value, DrafterStatus.DOWNLOADING.value},
+        expected={DrafterStatus.PENDING.value, DrafterStatus.DOWNLOADING.value, DrafterStatus.VALIDATING.value},
     )
 
 
