@@ -31,6 +31,11 @@ def soak_enabled(config: pytest.Config) -> bool:
     return bool(config.getoption("--soak", default=False)) or os.environ.get(SOAK_ENV) == "1"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if soak_enabled(config):
+        os.environ[SOAK_ENV] = "1"  # module-level sizes (test_fuzz.py) read it at import
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if soak_enabled(config):
         return
