@@ -222,8 +222,10 @@ class DrafterFetcher:
                 stop=self._stop,
             )
             self._inflight[drafter_id] = future
-            future.add_done_callback(lambda _f: self._forget(drafter_id, _f))
-            return future
+        # Outside the lock: a job that already finished (a corrupt drafter fails in
+        # milliseconds) runs the callback right here, and `_forget` takes the lock.
+        future.add_done_callback(lambda _f: self._forget(drafter_id, _f))
+        return future
 
     def resume_unfinished(self) -> list[str]:
         """Submit every drafter left unfinished by a crash or restart; returns their ids."""
