@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -484,11 +485,28 @@ def server_counters(base_url: str) -> dict[str, float]:
     }
 
 
-def server_log_problems(log: str) -> list[str]:
-    """Lines of a server log that mean a bug: tracebacks and unhandled errors."""
+_RECORD = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ (?P<level>[A-Z]+) (?P<logger>[\w.]+): ")
+
+
+def server_log_problems(log: str, *, expected_from: tuple[str, ...] = ()) -> list[str]:
+    """Lines of a server log that mean a bug: tracebacks and unhandled errors. A traceback
+    logged by one of the `expected_from` loggers (a fault the scenario injected, e.g. the
+    request-log writer while the database is down) is not one."""
     bad = ("Traceback (most recent call last)", "unhandled error", "Exception in ASGI application",
            "engine step failed")
-    return [line for line in log.splitlines() if any(b in line for b in bad)]
+    problems, last_logger = [], ""
+    for line in log.splitlines():
+        record = _RECORD.match(line)
+        if record:
+            last_logger = record.group("logger")
+        elif line.startswith(("INFO:", "WARNING:", "ERROR:")):  # uvicorn's own format
+            last_logger = "uvicorn"
+        if not any(b in line for b in bad):
+            continue
+        if line.startswith("Traceback") and last_logger.startswith(expected_from or ("\0",)):
+            continue
+        problems.append(f"{line} (after a {last_logger or 'unknown'} record)")
+    return problems
 
 
 # ---- rate limit -------------------------------------------------------------------------------
@@ -547,9 +565,12 @@ def serving_ids(http: httpx.Client) -> list[str]:
     return ids
 
 
-def hot_cycle(http: httpx.Client, drafter_id: str, path: Path, *, timeout_s: float = 60) -> dict[str, float]:
-    """Register a local drafter, wait until this replica serves it, remove it, wait until it is
-    gone from the engine; the seconds each half took."""
+def hot_cycle(http: httpx.Client, client_url: str, drafter_id: str, path: Path, *,
+              pinned_tokens: int = 12, timeout_s: float = 60) -> dict[str, Any]:
+    """Register a local drafter and wait until this replica serves it; open a stream pinned to
+    it (`fixed:<id>`); remove the drafter while that stream runs and wait until it is gone
+    from the engine. The pinned stream must still finish cleanly (a request keeps the pool
+    snapshot it started with). Returns the seconds each half took and the stream's outcome."""
     started = time.monotonic()
     created = http.post("/admin/api/drafters", json={
         "id": drafter_id, "name": drafter_id, "source": "local", "path": str(path),
@@ -565,11 +586,40 @@ def hot_cycle(http: httpx.Client, drafter_id: str, path: Path, *, timeout_s: flo
 
     wait_for(ready, timeout_s, f"{drafter_id} ready and serving")
     added = time.monotonic()
-    deleted = http.delete(f"/admin/api/drafters/{drafter_id}")
-    if deleted.status_code != 200:
-        raise AssertionError(f"delete {drafter_id}: {deleted.status_code} {deleted.text}")
+    body = chat_body(pinned_tokens, policy=f"fixed:{drafter_id}")
+    pinned: Outcome
+    with httpx.Client(base_url=client_url, timeout=timeout_s) as client, client.stream(
+        "POST", "/v1/chat/completions", json=body, headers=auth(API_KEY)
+    ) as resp:
+        lines = resp.iter_lines()
+        first = next(lines, "") if resp.status_code == 200 else ""
+        deleted = http.delete(f"/admin/api/drafters/{drafter_id}")  # while the stream runs
+        if deleted.status_code != 200:
+            raise AssertionError(f"delete {drafter_id}: {deleted.status_code} {deleted.text}")
+        rest = [first, *lines] if resp.status_code == 200 else []
+        pinned = _pinned_outcome(resp, rest, started=added)
     wait_for(lambda: drafter_id not in serving_ids(http), timeout_s, f"{drafter_id} removed")
-    return {"add_s": added - started, "remove_s": time.monotonic() - added}
+    return {"add_s": added - started, "remove_s": time.monotonic() - added,
+            "pinned": pinned.kind, "pinned_tokens": pinned.tokens,
+            "pinned_detail": pinned.detail}
+
+
+def _pinned_outcome(resp: httpx.Response, lines: list[str], *, started: float) -> Outcome:
+    latency = time.perf_counter() - started
+    if resp.status_code != 200:
+        return Outcome("client_error" if resp.status_code < 500 else "server_error",
+                       resp.status_code, latency, detail=resp.read().decode(errors="replace")[:200])
+    data = [ln[6:] for ln in lines if ln.startswith("data: ")]
+    if not data or data[-1] != "[DONE]":
+        return Outcome("malformed", 200, latency, detail="no [DONE]")
+    tokens = 0
+    for item in data[:-1]:
+        chunk = json.loads(item)
+        if "error" in chunk:
+            return Outcome("client_error", 200, latency, detail=chunk["error"].get("message"))
+        if chunk.get("usage"):
+            tokens = int(chunk["usage"]["completion_tokens"])
+    return Outcome("ok", 200, latency, tokens=tokens)
 
 
 def hot_pool_under_load(base_url: str, drafter_dir: Path, *, cycles: int, clients: int,
@@ -585,7 +635,8 @@ def hot_pool_under_load(base_url: str, drafter_dir: Path, *, cycles: int, client
         def cycle_all() -> list[dict[str, float]]:
             try:
                 with _admin(base_url) as http:
-                    return [hot_cycle(http, f"{HOT_ID_PREFIX}{i}", drafter_dir) for i in range(cycles)]
+                    return [hot_cycle(http, base_url, f"{HOT_ID_PREFIX}{i}", drafter_dir)
+                            for i in range(cycles)]
             finally:
                 stop.set()
 
@@ -598,7 +649,11 @@ def hot_pool_under_load(base_url: str, drafter_dir: Path, *, cycles: int, client
     summary = load.summary()
     adds = [t["add_s"] for t in timings]
     removes = [t["remove_s"] for t in timings]
+    pinned = Counter(t["pinned"] for t in timings)
     return {"cycles": len(timings), "load": summary,
+            "pinned_streams": dict(pinned),
+            "pinned_failures": [t["pinned_detail"] for t in timings if t["pinned"] != "ok"][:5],
+            "pinned_tokens": sum(t["pinned_tokens"] for t in timings),
             "add_p50_s": _round(percentile(adds, 50)), "add_max_s": _round(max(adds, default=0)),
             "remove_p50_s": _round(percentile(removes, 50)),
             "remove_max_s": _round(max(removes, default=0))}
@@ -692,13 +747,12 @@ def scenario(results: dict[str, Any], name: str, fn: Callable[[], Any]) -> None:
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
+    from tests.gateway.tiny_pool import build_pool
     from tests.reliability.scenarios import (  # heavier fixtures live next to the tests
         corrupt_drafters,
         database_outage,
         download_crash,
     )
-
-    from tests.gateway.tiny_pool import build_pool
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="hedgespec-reliability-") as tmp:
