@@ -1087,7 +1087,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     results = run_all(args)
     meta = {
-        "command": "python -m bench.reliability" + (" --soak" if args.soak else ""),
+        "command": " ".join(["python -m bench.reliability", *(argv if argv is not None else sys.argv[1:])]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f})",
         "wall_s": time.monotonic() - started,
