@@ -3,6 +3,16 @@ keeps tests from fighting each other (and a concurrent build) for the machine's 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 torch.set_num_threads(1)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Here, not in tests/reliability/conftest.py (which acts on it): pytest only takes options
+    # from the conftest files it loads first, so `pytest --soak` from the root would be refused.
+    parser.addoption(
+        "--soak", action="store_true", default=False,
+        help="also run the long reliability soak tests (marked `soak`); or HEDGESPEC_SOAK=1",
+    )  # fmt: skip
