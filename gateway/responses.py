@@ -29,10 +29,17 @@ SPEC_KEYS = (
 )
 
 
+# Line breaks to Python's str.splitlines (and so to httpx's iter_lines) that JSON leaves raw in
+# strings: escaped (as Go's encoding/json does for U+2028/9), so generated text containing them
+# cannot cut a `data:` line in two for clients that split lines that way.
+_SPLITLINES_ONLY = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_ESCAPE_SPLITLINES = str.maketrans(_SPLITLINES_ONLY)
+
+
 def sse_frame(payload: dict[str, Any]) -> bytes:
     """One SSE event, exactly `data: {json}\\n\\n` (JSON never contains a raw newline)."""
     body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return b"data: " + body.encode("utf-8") + b"\n\n"
+    return b"data: " + body.translate(_ESCAPE_SPLITLINES).encode("utf-8") + b"\n\n"
 
 
 # ---- logprobs ---------------------------------------------------------------------------------
