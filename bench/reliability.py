@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -157,7 +157,7 @@ def admin_live_state(base_url: str, admin_key: str) -> dict[str, Any]:
         overview = http.get("/admin/api/overview").json()
         with http.stream("GET", "/admin/api/live") as live:
             snapshot: dict[str, Any] = {}
-            for line in live.iter_lines():
+            for line in sse_lines(live.iter_bytes()):
                 if line.startswith("data: "):
                     snapshot = json.loads(line[6:])
                     break
@@ -171,6 +171,33 @@ def admin_live_state(base_url: str, admin_key: str) -> dict[str, Any]:
 
 
 # ---- answers ----------------------------------------------------------------------------------
+
+# SSE lines end in LF (or CRLF/CR) only. httpx's iter_lines follows str.splitlines and also
+# splits on U+0085, U+2028 and U+2029, which JSON leaves unescaped inside strings: generated text
+# containing them would cut a `data:` line in two. So streams are split here, on bytes.
+
+
+def sse_lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line.removesuffix(b"\r").decode("utf-8")
+    if buffer:
+        yield buffer.removesuffix(b"\r").decode("utf-8")
+
+
+async def asse_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line.removesuffix(b"\r").decode("utf-8")
+    if buffer:
+        yield buffer.removesuffix(b"\r").decode("utf-8")
+
 
 
 def error_shape_problem(status: int, body: bytes) -> str | None:
@@ -237,7 +264,7 @@ async def stream_request(http: httpx.AsyncClient, body: dict[str, Any], key: str
             if resp.status_code != 200:
                 return _rejection(resp.status_code, await resp.aread(), resp.headers, started)
             ttft, tokens, done = None, 0, False
-            async for line in resp.aiter_lines():
+            async for line in asse_lines(resp.aiter_bytes()):
                 if not line or line.startswith(":"):
                     continue  # frame separators and keep-alive comments
                 if not line.startswith("data: "):
@@ -590,7 +617,7 @@ def hot_cycle(http: httpx.Client, client_url: str, drafter_id: str, path: Path, 
     with httpx.Client(base_url=client_url, timeout=timeout_s) as client, client.stream(
         "POST", "/v1/chat/completions", json=body, headers=auth(API_KEY)
     ) as resp:
-        lines = resp.iter_lines()
+        lines = sse_lines(resp.iter_bytes())
         first = next(lines, "") if resp.status_code == 200 else ""
         deleted = http.delete(f"/admin/api/drafters/{drafter_id}")  # while the stream runs
         if deleted.status_code != 200:

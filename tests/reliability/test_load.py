@@ -78,3 +78,22 @@ def test_the_server_still_serves_and_memory_is_bounded(server: ServerProcess) ->
     R.wait_idle(server.base_url)
     rss = R.proc_status(server.proc.pid)["rss_bytes"]
     assert rss - server.rss_start < RSS_BOUND, (server.rss_start, rss)  # type: ignore[attr-defined]
+
+
+def test_frames_survive_clients_that_split_lines_like_python() -> None:
+    """Found by the soak run: generated text with U+2028 (or U+0085, U+2029) went out raw inside
+    the JSON of a `data:` line, and httpx's iter_lines (str.splitlines semantics) cut the line
+    there. The gateway escapes them; the bench's own SSE reader splits on LF only."""
+    import json
+
+    from gateway.responses import sse_frame
+
+    text = "a\u2028b\x85c\u2029d é"
+    frame = sse_frame({"choices": [{"delta": {"content": text}}]})
+    lines = frame.decode("utf-8").splitlines()
+    assert len(lines) == 2 and lines[1] == ""
+    assert json.loads(lines[0].removeprefix("data: "))["choices"][0]["delta"]["content"] == text
+    assert [ln for ln in R.sse_lines(iter([frame[:9], frame[9:]])) if ln] == [lines[0]]
+    assert [ln for ln in R.sse_lines(iter([b'data: {"t":"\xe2\x80', b'\xa8"}\n\n'])) if ln] == [
+        'data: {"t":"\u2028"}'
+    ]
