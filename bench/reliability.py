@@ -1091,6 +1091,23 @@ def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
         f"{_at(r, 'fuzz').get('in_band_errors')} in-band stream errors, "
         f"{_at(r, 'fuzz').get('status_5xx')} 5xx.",
     ]
+    lines += ["", "## Notes", ""]
+    if db.get("ready_during") == 503:
+        lines.append("- `/ready` answered 503 while the database was down although generation "
+                     "worked: a readiness probe on `/ready` (deploy/k8s/gateway.yaml) takes every "
+                     "replica sharing that database out of service at once.")
+    if db.get("request_logs_dropped"):
+        lines.append(f"- {db['request_logs_dropped']} request-log rows (admin statistics) were "
+                     "dropped while the database was down; generation was unaffected.")
+    lines += [
+        "- Unauthenticated requests with a malformed JSON body get FastAPI's generic 400 before "
+        "the key check (401 for any well-formed body); no handler runs "
+        "(tests/reliability/test_security.py).",
+        "- Broken HTTP (bad lengths, NUL or oversize headers) never reaches the app: uvicorn "
+        "answers a plain-text 400 or closes the connection (test_fuzz.py).",
+        "- The rate limiter keys anonymous clients by address: behind a proxy, uvicorn must "
+        "trust its `X-Forwarded-For` (`FORWARDED_ALLOW_IPS`) or every client shares one bucket.",
+    ]
     if "soak" in r:
         s = _at(r, "soak")
         lines += ["", "## Soak", "", "RSS samples (seconds: MiB): " + ", ".join(
