@@ -60,7 +60,8 @@ def build_text(build: dict[str, Any]) -> str:
         f"training tokens, final training loss {target['final_train_loss']:.3f} nats; aux layers "
         f"{target['aux_layers']} (input of decoder layer idx). Held-out loss per domain "
         "(nats/token over whole conversations):\n\n" + _table(["domain", "loss"], loss_rows),
-        f"Rollouts: the target's own responses (temperature {rcfg['temperatures']}, at most "
+        f"Rollouts: the target's own responses (temperature "
+        f"{', '.join(str(t) for t in rcfg['temperatures'])}; 0 = greedy; at most "
         f"{rcfg['max_new_tokens']} new tokens) to {rcfg['prompts_per_domain']} training prompts per "
         f"domain: {roll['sequences']} sequences, {roll['response_tokens']} generated tokens, "
         f"{roll['ended_with_eos']} ended with `<|end|>`. The generalist trains on a mixture of the "
@@ -112,3 +113,20 @@ def render_report_md(report: dict[str, Any]) -> str:
         head + mat_table(report) + "\n\n" + checks_text(report["checks"]) + "\n\n" + method
         + "\n## Build\n\n" + build_text(build) + "\n"
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Re-render REPORT.md from report.json: `python -m demo.report_md demo/pool`."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("pool", type=Path)
+    args = parser.parse_args(argv)
+    report = json.loads((args.pool / "report.json").read_text())
+    (args.pool / "REPORT.md").write_text(render_report_md(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -55,6 +55,7 @@ class StageCache:
         path = self._dir("target", self.target_key)
         if path is None or not (path / "losses.json").exists():
             return None
+        self.hits.append("tokenizer")
         return cast(PreTrainedTokenizerFast, AutoTokenizer.from_pretrained(str(path)))
 
     def load_target(self, device: str) -> tuple[LlamaForCausalLM, list[float]] | None:
