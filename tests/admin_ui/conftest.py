@@ -139,8 +139,10 @@ class Background:
 # ---- the browser --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Module scope, not session: Playwright's sync API keeps an asyncio loop marked as running
+    on this thread until it stops, which would break every later test that calls asyncio.run."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; .ci/run does this)")
     sync_api = pytest.importorskip(
