@@ -86,7 +86,7 @@ def run_method(engine: SpecEngine, prompts: Iterable[Prompt], method: str, polic
                max_new_tokens: int) -> list[Run]:
     runs = []
     for p in prompts:
-        params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
+        params = SamplingParams(max_new_tokens=max_new_tokens)  # stops at EOS, as served
         t0 = time.perf_counter()
         ids, st = engine.generate_ids(p.ids, params, policy)
         wall = time.perf_counter() - t0
