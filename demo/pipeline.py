@@ -3,7 +3,8 @@
 Stages: tokenizer -> target -> held-out loss -> target rollouts -> generalist drafter ->
 seven specialists -> pool files -> report (MAT table measured with the real engine).
 
-    python -m demo.pipeline --out demo/pool [--quick] [--seed 0] [--cache DIR]
+    hedgespec demo build --out demo/pool [--quick] [--seed 0] [--cache DIR] [--set KEY=VALUE]
+    python -m demo.pipeline ...  (the same options)
 
 Reads only `demo/data/`; writes `target/`, `drafters/<id>/`, `pool.json`,
 `eval_prompts.jsonl`, `report.json` and `REPORT.md` under the output directory. With `--cache`
@@ -23,7 +24,8 @@ import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from core.eagle3 import Eagle3Drafter
-from demo.build_config import FULL, QUICK, BuildConfig, aux_layers_for, with_overrides
+from demo.build_cli import add_build_arguments, run_build
+from demo.build_config import FULL, QUICK, BuildConfig, aux_layers_for
 from demo.build_info import build_summary
 from demo.domains import DATA_DIR, DOMAINS, POOL_DIR, corpus_path, eval_path
 from demo.pool_files import GENERALIST, pool_bytes, write_pool_files
@@ -34,6 +36,7 @@ from demo.rollouts import Rollout, generate_rollouts
 from demo.stage_cache import StageCache
 from demo.tokenizer import train_tokenizer
 from demo.train_drafters import (
+    TargetFeatures,
     TrainLog,
     clone_drafter,
     new_drafter,
@@ -117,11 +120,12 @@ def train_pool(
     mixture = [r for r in rollouts if r.rank < cfg.rollouts.generalist_per_domain]
     counts = response_token_counts(mixture, model.config.vocab_size)
     generalist = new_drafter(model, counts, cfg.drafter, aux, seed + 20)
+    features = TargetFeatures(model, aux, pad_id)  # computed once, shared by all eight drafters
     logs: dict[str, TrainLog] = {}
     with timer.stage("generalist"):
         logs[GENERALIST] = train_drafter(
             generalist, model, mixture, cfg.drafter, cfg.generalist,
-            pad_id=pad_id, seed=seed + 21, desc=GENERALIST,
+            pad_id=pad_id, seed=seed + 21, desc=GENERALIST, features=features,
         )
     pool = {GENERALIST: generalist}
     with timer.stage("specialists"):
@@ -130,7 +134,7 @@ def train_pool(
             own = [r for r in rollouts if r.domain == domain]
             logs[domain] = train_drafter(
                 specialist, model, own, cfg.drafter, cfg.specialist,
-                pad_id=pad_id, seed=seed + 30 + i, desc=domain,
+                pad_id=pad_id, seed=seed + 30 + i, desc=domain, features=features,
             )
             pool[domain] = specialist
     return pool, logs
@@ -211,17 +215,8 @@ def _target(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Build the HedgeSpec demo pool (CPU, deterministic).")
-    parser.add_argument("--out", type=Path, default=POOL_DIR, help="output directory (default demo/pool)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: exercises the code in seconds")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache", type=Path, default=None, help="reuse target/rollouts from DIR")
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE",
-        help="override a build setting, e.g. --set specialist.steps=300 --set device=cuda",
-    )
-    args = parser.parse_args(argv)
-    cfg = with_overrides(QUICK if args.quick else FULL, args.set)
-    build(args.out, quick=args.quick, seed=args.seed, config=cfg, cache_dir=args.cache)
+    add_build_arguments(parser)
+    run_build(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

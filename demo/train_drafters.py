@@ -1,8 +1,9 @@
 """Train EAGLE-3 drafters the way SpecForge does, scaled down to CPU.
 
-Online training: every batch runs the frozen target (no grad) over the rollout sequences for
-its three fused aux features and its logits, then unrolls the drafter for `ttt_steps` steps
-of training-time test (see `demo.ttt`). The generalist learns from every domain's rollouts;
+The frozen target runs (no grad) over each rollout sequence once for its three fused aux
+features and its logits (`TargetFeatures`, shared by every drafter of a build, like SpecForge's
+offline mode); every batch then unrolls the drafter for `ttt_steps` steps of training-time test
+(see `demo.ttt`). The generalist learns from every domain's rollouts;
 each specialist starts from the generalist and is fine-tuned on its own domain only.
 """
 
@@ -19,6 +20,7 @@ from tqdm import tqdm
 from transformers import LlamaForCausalLM
 
 from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping
+from demo.precision import train_autocast
 from demo.rollouts import Rollout
 from demo.ttt import (
     response_mask,
@@ -102,10 +104,47 @@ def target_view(
     """Fused aux features [B,T,3H] (inputs of decoder layers aux_layers, low/mid/high) and the
     target logits [B,T,V]. Sequences are right-padded, so causal attention alone keeps every
     real position exact."""
-    with torch.autocast(ids.device.type, dtype=torch.bfloat16):
+    with train_autocast(ids.device):
         out = target(input_ids=ids, output_hidden_states=True)
     fused = torch.cat([out.hidden_states[i] for i in aux_layers], dim=-1).float()
     return fused, out.logits.float()
+
+
+class TargetFeatures:
+    """Each rollout's fused aux features [T,3H] and target logits [T,V], computed on first use.
+
+    The target is frozen, so a rollout's features never change: the generalist's epochs and
+    every specialist reuse them instead of re-running the target on every batch (that was a
+    quarter of a training step on CPU). Memory: (3H + V) floats per token, ~1 GB per 100k tokens at
+    the demo's sizes. Right padding plus causal attention make a row's features independent
+    of the batch it was computed in.
+    """
+
+    def __init__(self, target: LlamaForCausalLM, aux_layers: tuple[int, int, int], pad_id: int) -> None:
+        self.target, self.aux_layers, self.pad_id = target, aux_layers, pad_id
+        self._rows: dict[Rollout, tuple[Tensor, Tensor]] = {}
+
+    def batch(self, rollouts: Sequence[Rollout]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """ids, lengths, prompt lengths, fused features and logits of a right-padded batch."""
+        self._compute([r for r in dict.fromkeys(rollouts) if r not in self._rows])
+        ids, lengths, prompt_lengths = collate(rollouts, self.pad_id)
+        f0, z0 = self._rows[rollouts[0]]
+        fused = f0.new_zeros(len(rollouts), ids.shape[1], f0.shape[-1])
+        logits = z0.new_zeros(len(rollouts), ids.shape[1], z0.shape[-1])
+        for i, r in enumerate(rollouts):
+            f, z = self._rows[r]
+            fused[i, : len(f)], logits[i, : len(z)] = f, z
+        device = self.target.device
+        return ids.to(device), lengths.to(device), prompt_lengths.to(device), fused, logits
+
+    def _compute(self, missing: list[Rollout]) -> None:
+        if not missing:
+            return
+        ids, lengths, _ = collate(missing, self.pad_id)
+        fused, logits = target_view(self.target, ids.to(self.target.device), self.aux_layers)
+        for i, r in enumerate(missing):
+            n = int(lengths[i])
+            self._rows[r] = (fused[i, :n].clone(), logits[i, :n].clone())
 
 
 def collate(rollouts: Sequence[Rollout], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -139,7 +178,7 @@ def ttt_unroll(
     for s in range(spec.ttt_steps):
         tokens = shift_left(ids, s + 1, fill=pad_id)  # x_{j+s+1}
         mask = None if s == 0 else ttt_attention_mask(t, s, ids.device)
-        with torch.autocast(ids.device.type, dtype=torch.bfloat16):
+        with train_autocast(ids.device):
             hidden, kv = drafter(hidden, tokens, positions + s, past_kv=kv, attn_mask=mask)
             logits = drafter.logits(hidden)
         teacher, teacher_argmax, loss_mask = step_targets(z_draft, draftable, resp_mask, s)
@@ -185,11 +224,17 @@ def train_drafter(
     pad_id: int,
     seed: int,
     desc: str,
+    features: TargetFeatures | None = None,
 ) -> TrainLog:
-    """AdamW (betas 0.9/0.95, no weight decay, clip 0.5) on the TTT loss, in place."""
+    """AdamW (betas 0.9/0.95, no weight decay, clip 0.5) on the TTT loss, in place.
+
+    Pass the build's shared `features` to reuse target features across drafters."""
     target.requires_grad_(False)
     aux = drafter.cfg.aux_layers
     assert aux is not None, "drafter config must record its aux layers"
+    if features is None:
+        features = TargetFeatures(target, aux, pad_id)
+    assert features.target is target and features.aux_layers == aux, "features of another target"
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=schedule.lr, betas=(0.9, 0.95), weight_decay=0.0)
     batches = length_batches(rollouts, spec.batch_size, torch.Generator().manual_seed(seed))
@@ -199,8 +244,7 @@ def train_drafter(
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, schedule)
-        ids, lengths, prompt_lengths = (x.to(target.device) for x in collate(next(batches), pad_id))
-        fused, logits = target_view(target, ids, aux)
+        ids, lengths, prompt_lengths, fused, logits = features.batch(next(batches))
         resp = response_mask(lengths, prompt_lengths, ids.shape[1])
         loss, stats = ttt_unroll(drafter, fused, ids, logits, resp, spec, pad_id)
         opt.zero_grad(set_to_none=True)

@@ -10,12 +10,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.eagle3 import inspect_drafter, load_drafter
 from demo.domains import DOMAINS
-from demo.pipeline import build
+from demo.records import read_jsonl
 
 
 @pytest.fixture(scope="module")
 def quick_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build(tmp_path_factory.mktemp("pool"), quick=True, seed=0)
+    """Built through the documented command, `hedgespec demo build` (same options as
+    `python -m demo.pipeline`), with a stage cache and an override."""
+    from gateway.cli import main as hedgespec
+
+    out, cache = tmp_path_factory.mktemp("pool"), tmp_path_factory.mktemp("cache")
+    args = ["demo", "build", "--quick", "--out", str(out), "--seed", "0", "--cache", str(cache),
+            "--set", "eval_prompts_per_domain=3"]  # fmt: skip
+    assert hedgespec(args) == 0
+    assert len(list(read_jsonl(out / "eval_prompts.jsonl"))) == 3 * len(DOMAINS)
+    return out / "pool.json"
 
 
 def test_quick_build_writes_the_pool_layout(quick_pool: Path) -> None:

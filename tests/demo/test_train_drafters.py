@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -9,10 +10,12 @@ from demo.rollouts import Rollout
 from demo.train_drafters import (
     DrafterSpec,
     Schedule,
+    TargetFeatures,
     clone_drafter,
     collate,
     new_drafter,
     response_token_counts,
+    target_view,
     train_drafter,
 )
 
@@ -82,3 +85,51 @@ def test_clone_is_independent_and_shares_the_embedding() -> None:
     assert not torch.equal(drafter.fc.weight, twin.fc.weight)
     ids = torch.tensor([[1, 2, 3]])
     assert torch.equal(twin.embed(ids), drafter.embed(ids))
+
+
+def test_cached_features_match_a_fresh_target_pass() -> None:
+    """Rows computed in one batch composition serve another: right padding keeps them exact."""
+    target = tiny_target()
+    data = rollouts()
+    features = TargetFeatures(target, (1, 2, 3), pad_id=0)
+    features.batch(data[:3])  # fills rows 0-2 in a batch of three
+    batch = [data[2], data[5], data[0]]
+    ids, lengths, prompt_lengths, fused, logits = features.batch(batch)
+    ref_ids, ref_lengths, _ = collate(batch, pad_id=0)
+    ref_fused, ref_logits = target_view(target, ref_ids, (1, 2, 3))
+    assert torch.equal(ids, ref_ids) and torch.equal(lengths, ref_lengths)
+    assert prompt_lengths.tolist() == [len(r.prompt_ids) for r in batch]
+    for i, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(fused[i, :n], ref_fused[i, :n], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(logits[i, :n], ref_logits[i, :n], atol=1e-4, rtol=1e-5)
+        assert fused[i, n:].eq(0).all()
+
+
+def test_shared_features_give_the_same_drafter() -> None:
+    """Reusing the build's feature cache changes nothing but the time a step takes."""
+    target = tiny_target()
+    data = rollouts()
+    shared = TargetFeatures(target, (1, 2, 3), pad_id=0)
+    shared.batch(data)  # precomputed in one batch of eight
+    states = []
+    for features in (None, shared):
+        drafter = new_drafter(target, response_token_counts(data, V), SPEC, (1, 2, 3), 0)
+        train_drafter(
+            drafter, target, data, SPEC, Schedule(steps=4, lr=3e-3, warmup_steps=1),
+            pad_id=0, seed=0, desc="test", features=features,
+        )
+        states.append(drafter.state_dict())
+    for k, v in states[0].items():
+        torch.testing.assert_close(v, states[1][k], atol=1e-5, rtol=1e-4)
+
+
+def test_features_of_another_target_are_refused() -> None:
+    data = rollouts()
+    features = TargetFeatures(tiny_target(), (1, 2, 3), pad_id=0)
+    target = tiny_target()
+    drafter = new_drafter(target, response_token_counts(data, V), SPEC, (1, 2, 3), 0)
+    with pytest.raises(AssertionError, match="another target"):
+        train_drafter(
+            drafter, target, data, SPEC, Schedule(steps=1, lr=1e-3, warmup_steps=1),
+            pad_id=0, seed=0, desc="test", features=features,
+        )
