@@ -19,8 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.config import REPO_ROOT
-
 COMMAND_MODULES: tuple[str, ...] = (
     "gateway.cli",  # serve, demo (below)
     "gateway.cli_drafter",
@@ -84,6 +82,8 @@ SERVE_FLAGS: dict[str, str] = {
     "max_context": "max_context",
     "max_running": "max_running",
     "max_queue": "max_queue",
+    "rate_limit_rps": "rate_limit_rps",
+    "rate_limit_burst": "rate_limit_burst",
     "request_timeout": "request_timeout_s",
     "drain_timeout": "drain_timeout_s",
     "log_level": "log_level",
@@ -111,6 +111,8 @@ def _register_serve(sub: Any) -> None:
     p.add_argument("--max-context", type=int, help="context window cap in tokens")
     p.add_argument("--max-running", type=int, help="requests interleaved at once")
     p.add_argument("--max-queue", type=int, help="requests waiting before 429")
+    p.add_argument("--rate-limit-rps", type=float, help="per-API-key requests per second (default off)")
+    p.add_argument("--rate-limit-burst", type=int, help="per-API-key burst (default: ceil(rps))")
     p.add_argument("--request-timeout", type=float, help="per-request deadline, seconds")
     p.add_argument("--drain-timeout", type=float, help="graceful shutdown budget, seconds")
     p.add_argument("--log-level", help="debug, info, warning, error")
@@ -186,18 +188,22 @@ def _register_demo(sub: Any) -> None:
     demo = sub.add_parser("demo", help="the shipped demo pool")
     demo_sub = demo.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
     build = demo_sub.add_parser("build", help="train the demo target and drafters")
-    build.add_argument("--out", type=Path, default=REPO_ROOT / "demo" / "pool")
-    build.add_argument("--quick", action="store_true", help="a fast, smaller build")
+    try:
+        from demo.build_cli import add_build_arguments
+    except ImportError:  # an install without the demo package: the handler says so
+        build.add_argument("--out", type=Path)
+    else:
+        add_build_arguments(build)
     build.set_defaults(handler=demo_build)
 
 
 def demo_build(args: argparse.Namespace) -> int:
     try:
-        from demo.pipeline import build
+        from demo.build_cli import run_build
     except ImportError as exc:
         print(f"hedgespec demo build: the demo pipeline is unavailable: {exc}", file=sys.stderr)
         return 2
-    build(args.out, quick=args.quick)
+    run_build(args)
     return 0
 
 

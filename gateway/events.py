@@ -160,8 +160,9 @@ def finished_event(
     error: str | None,
     elapsed_s: float,
     stats: dict[str, Any] | None,
+    prompt: str | None = None,
 ) -> dict[str, Any]:
-    return {
+    event = {
         "type": "request_finished",
         "request_id": request_id,
         "finish_reason": finish_reason,
@@ -169,3 +170,6 @@ def finished_event(
         "elapsed_s": elapsed_s,
         "stats": stats,
     }
+    if prompt is not None:  # set only with log_prompts on: the request log stores it
+        event["prompt"] = prompt
+    return event

@@ -66,6 +66,7 @@ class RequestSpec:
     prompt_ids: list[int]
     params: SamplingParams
     policy: str = "auto"
+    prompt_text: str | None = None  # only when the operator logs prompts (request log)
 
 
 @dataclass(frozen=True)
@@ -411,6 +412,7 @@ class EngineRunner:
                     error=update.error.message if update.error else None,
                     elapsed_s=time.monotonic() - tracked.submitted_at,
                     stats=update.stats,
+                    prompt=tracked.spec.prompt_text,
                 )
             )
 

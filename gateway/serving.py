@@ -205,8 +205,9 @@ class Serving:
             ignore_eos=req.ignore_eos,
             logprobs=job.request_logprobs,
         )
-        job.specs.append(RequestSpec(request_id, list(prompt_ids), params, req.policy))
         tokenizer = self._tokenizer()
+        text = tokenizer.decode(prompt_ids) if self.settings.log_prompts else None
+        job.specs.append(RequestSpec(request_id, list(prompt_ids), params, req.policy, text))
         job.choices.append(
             Choice(
                 index, request_id, IncrementalDetokenizer(tokenizer), StopMatcher(req.stop_strings),

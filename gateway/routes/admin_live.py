@@ -722,6 +722,7 @@ def _logged_requests(app: FastAPI, limit: int) -> list[dict[str, Any]] | None:
                 "drafter_per_round": choices,
                 "first_round": max(0, log.rounds - len(choices)),
                 "error": None if log.status == "ok" else log.status,
+                "prompt": log.prompt,  # None unless the operator enabled log_prompts
             }
         )
     return out

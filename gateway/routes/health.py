@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from gateway.deps import MetricsDep, RunnerDep
-from gateway.errors import APIError, not_ready, to_response
+from gateway.errors import APIError, to_response
 from gateway.metrics import CONTENT_TYPE
 
 router = APIRouter(tags=["health"])
@@ -23,21 +23,24 @@ async def health() -> dict[str, str]:
 
 @router.get("/ready", response_model=None)
 async def ready(request: Request, runner: RunnerDep) -> JSONResponse:
-    """Readiness: the engine is loaded and warmed, and the registry database answers."""
-    registry = request.app.state.registry
-    db_ok, db_detail = await asyncio.to_thread(registry.check)
+    """Readiness: the engine is loaded and warmed, so this replica can serve completions.
+
+    The registry database is reported, not required: generation never touches it, and every
+    replica shares it, so failing readiness on a database outage would take the whole fleet out
+    of its load balancer at once while each replica could still serve. Pool changes wait for
+    the database to return (the admin API answers 503 registry_unavailable meanwhile).
+    """
     try:
         runner.check_ready()
     except APIError as err:
         return to_response(err)
-    if not db_ok:
-        return to_response(not_ready(f"the registry is unreachable: {db_detail}"))
+    db_ok, db_detail = await asyncio.to_thread(request.app.state.registry.check)
     assert runner.info is not None
     body: dict[str, Any] = {
         "status": "ready",
         "model": runner.info.model_name,
         "drafters": list(runner.info.drafter_ids),
-        "registry": db_detail,
+        "registry": db_detail if db_ok else f"unreachable: {db_detail}",
         "in_flight": runner.in_flight,
     }
     return JSONResponse(body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,3 +74,21 @@ def test_unknown_routes_and_methods_use_the_error_shape(http: TestClient) -> Non
     }
     wrong = http.get("/v1/chat/completions")
     assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_registry_outage_is_reported_but_keeps_the_replica_ready(
+    pool_file: Path, tmp_path: Path
+) -> None:
+    """Generation never needs the registry, and all replicas share it: /ready stays 200 (so a
+    load balancer keeps every replica) and says the registry is unreachable."""
+    settings = Settings(
+        pool=pool_file, warmup=False, hf_cache_dir=tmp_path / "hf",
+        database_url="postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=2",
+    )
+    with TestClient(create_app(settings)) as client:
+        deadline = time.monotonic() + 60
+        while (ready := client.get("/ready")).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["registry"].startswith("unreachable: ")
+        assert ready.json()["status"] == "ready"

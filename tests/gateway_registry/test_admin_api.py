@@ -304,3 +304,21 @@ def test_finished_requests_land_in_the_request_log(server: ServerProcess) -> Non
 
     rows = wait_for(logged, 15, lambda: "the request never reached the request log")
     assert rows[0]["status"] == "finished" and rows[0]["completion_tokens"] == 6
+    assert rows[0]["prompt"] is None  # prompt text is stored only when the operator opts in
+
+
+def test_prompt_text_is_logged_when_the_operator_opts_in(pool_file: Path, tmp_path: Path) -> None:
+    server = start_server(pool_file, tmp_path / "srv", database_url=f"sqlite:///{tmp_path / 'r.db'}",
+                          env={"HEDGESPEC_LOG_PROMPTS": "true"})
+    try:
+        marker = f"prompt-{uuid.uuid4().hex[:8]}"
+        assert chat(server, "fixed:alpha", max_tokens=3, prompt=f"Say {marker}").status_code == 200
+
+        def logged() -> Any:
+            body = httpx.get(f"{server.base_url}/admin/api/requests", headers=ADMIN).json()
+            return [r for r in body["data"] if r["prompt"] and marker in r["prompt"]] or None
+
+        rows = wait_for(logged, 15, lambda: "the prompt never reached the request log")
+        assert rows[0]["status"] == "finished" and rows[0]["completion_tokens"] == 3
+    finally:
+        server.stop()

@@ -168,7 +168,7 @@ def database_outage(pool: Path, workdir: Path, pg_admin_url: str, *, outage_s: f
         load.get("errors") == 0 and load.get("ok", 0) > 0 and load.get("rejected_429") == 0
         and set(out["admin_during"]) == {503} and out["admin_codes_during"] == ["registry_unavailable"]
         and out["health_during"] == 200 and out["generation_during"] == 200
-        and out["admin_after"] == 200 and out["recovered_drafter"] == "ready+serving"
+        and out["ready_during"] == 200 and out["admin_after"] == 200 and out["recovered_drafter"] == "ready+serving"
         and not out["log_problems"]
     )
     return out

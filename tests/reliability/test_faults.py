@@ -81,6 +81,7 @@ def test_database_outage_keeps_serving_and_recovers(pool_file: Path, tmp_path: P
     assert result["admin_during"] == [503] and result["admin_codes_during"] == ["registry_unavailable"]
     assert result["admin_slowest_s"] < 10  # answered, not hung
     assert result["health_during"] == 200 and result["generation_during"] == 200
+    assert result["ready_during"] == 200  # readiness reports the registry, never fails on it
     load = result["load"]
     assert load["ok"] > 0 and load["errors"] == 0 and load["rejected_429"] == 0, load
     assert result["admin_after"] == 200 and result["recovered_drafter"] == "ready+serving"
