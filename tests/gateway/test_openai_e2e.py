@@ -434,5 +434,6 @@ def test_disconnect_while_waiting_for_a_non_streaming_answer_aborts(
     freed_after = time.monotonic() - gave_up
     assert http.get("/ready").json()["in_flight"] == 0
     assert _metric(http.get("/metrics").text, name) == aborted_before + 1
-    # 470 tokens take several seconds here; being freed well before means it was aborted.
-    assert freed_after < 1.0
+    # finish_reason="abort" above is the proof; this only bounds how long the slot stays taken
+    # (generous: a starved CI machine can stall the event loop for a second or more).
+    assert freed_after < 8.0
