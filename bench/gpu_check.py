@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
 import sys
 import time
 import traceback
@@ -147,21 +148,51 @@ def engine_tokens_per_s(device: torch.device) -> dict[str, float]:
     return res
 
 
-def demo_pool(device: torch.device) -> dict[str, Any]:
+def demo_pool(device: torch.device, results_dir: Path) -> dict[str, Any]:
     pool = ROOT / "demo" / "pool" / "pool.json"
     if not pool.exists():
         return {"skipped": "demo/pool/pool.json not present"}
     from bench.hedgespec_run import main as bench_main
 
-    out = ROOT / "bench" / "results" / "gpu_demo"
-    bench_main(["--pool", str(pool), "--quick", "--out", str(out), "--pool-sizes", "8", "--threads", "4"])
-    return json.loads((out / "hedgespec.json").read_text())["methods"]
+    out = results_dir / "gpu_demo"
+    bench_main(["--pool", str(pool), "--quick", "--out", str(out), "--pool-sizes", "8,32", "--threads", "4",
+                "--device", str(device)])
+    full = json.loads((out / "hedgespec.json").read_text())
+    keep = ("mat", "tokens_per_s", "speedup_vs_plain", "eval_share")
+    return {"methods": {m: {k: v for k, v in s.items() if k in keep} for m, s in full["methods"].items()},
+            "pool_size": full["pool_size"], "targets": full["targets"], "config": full["config"]}
+
+
+def compile_check(small: bool, timeout_s: float) -> dict[str, Any]:
+    """bench/gpu_compile.py in a child process under a time limit (compilation can take minutes):
+    every figure it printed before the limit is kept."""
+    cmd = [sys.executable, "-m", "bench.gpu_compile"] + (["--small"] if small else [])
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+        stdout, tail = proc.stdout, proc.stderr[-1500:] if proc.returncode else ""
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        tail = f"stopped after {timeout_s:.0f} s"
+    out: dict[str, Any] = {}
+    for line in stdout.splitlines():
+        try:
+            out.update(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    if tail:
+        out["stderr_tail"] = tail
+    return out
+
+
+SECTIONS = ("components", "engine_constructed", "demo_pool", "compile")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: " + ",".join(SECTIONS))
+    ap.add_argument("--compile-timeout", type=float, default=240.0, help="seconds for the compile section")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() and not args.small else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -170,8 +201,14 @@ def main() -> None:
     results: dict[str, Any] = {"info": info}
     sections = (("components", lambda: component_times(SMALL if args.small else LLAMA8B, device, dtype,
                                                        64 if args.small else 512)),
-                ("engine_constructed", lambda: engine_tokens_per_s(device)))
+                ("engine_constructed", lambda: engine_tokens_per_s(device)),
+                ("demo_pool", lambda: demo_pool(device, args.out)),
+                ("compile", lambda: compile_check(args.small, args.compile_timeout)))
+    args.out.mkdir(parents=True, exist_ok=True)
+    out_name = "gpu_check_small.json" if args.small else "gpu_check.json"
     for name, fn in sections:
+        if name in args.skip.split(","):
+            continue
         t0 = time.perf_counter()
         try:
             results[name] = fn()
@@ -179,9 +216,8 @@ def main() -> None:
             results[name] = {"error": traceback.format_exc(limit=3)}
         results[name + "_s"] = round(time.perf_counter() - t0, 1)
         print(json.dumps({name: results[name]}, indent=1, default=str), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    name = "gpu_check_small.json" if args.small else "gpu_check.json"
-    (args.out / name).write_text(json.dumps(results, indent=2, default=str) + "\n")
+        # written after every section: a run stopped at its time limit keeps what it measured
+        (args.out / out_name).write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--depth", type=int, default=None)
     ap.add_argument("--total-tokens", type=int, default=None)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--device", default="cpu", help="torch device of target and drafters (cuda on a GPU)")
+    ap.add_argument("--dtype", default="float32", help="float32 (the demo pool's training precision), bfloat16, float16")
 
 
 def finish_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -64,7 +66,8 @@ def build_engine(args: argparse.Namespace) -> SpecEngine:
     tree = TreeConfig()
     tree = TreeConfig(top_k=args.top_k or tree.top_k, depth=args.depth or tree.depth,
                       total_tokens=args.total_tokens or tree.total_tokens)
-    return SpecEngine.from_pool_file(args.pool, EngineConfig(tree=tree, max_context=4096))
+    config = EngineConfig(tree=tree, max_context=4096, device=args.device, dtype=args.dtype)
+    return SpecEngine.from_pool_file(args.pool, config)
 
 
 def generalist_id(pool_json: Path, ids: list[str]) -> str:
@@ -101,7 +104,8 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     results["pool_size"] = pool_size_sweep(engine, prompts, args, log)
     results["config"] = {"pool": str(args.pool), "tree": engine.config.tree.__dict__, "prompts": len(prompts),
                          "per_domain": args.per_domain, "max_new_tokens": args.max_new_tokens,
-                         "threads": args.threads, "decoding": "greedy", "torch": torch.__version__}
+                         "threads": args.threads, "decoding": "greedy", "torch": torch.__version__,
+                         "device": args.device, "dtype": args.dtype}
     results["targets"] = check_targets(results)
     results["_runs"] = runs
     return results

@@ -76,6 +76,7 @@ class Target:
         dtype: str | torch.dtype = "float32",
         aux_layers: tuple[int, int, int] | None = None,
         device_map: str | None = None,
+        compile_layers: bool = False,
     ) -> Target:
         path = Path(path)
         model_type = _model_type(path)
@@ -89,7 +90,19 @@ class Target:
             model = model.to(device)
         model.eval().requires_grad_(False)
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
-        return cls(model, tokenizer, aux_layers)
+        target = cls(model, tokenizer, aux_layers)
+        if compile_layers:
+            target.compile_layers()
+        return target
+
+    def compile_layers(self) -> None:
+        """torch.compile every decoder layer's forward (dynamic shapes: each round has a new
+        context length). Per layer, not the whole model: the aux-layer pre-hooks stay outside
+        the compiled code (a hook added per call would invalidate a whole-model graph every
+        time), and one compiled layer serves all L layers. Whether it pays is measured by
+        bench/gpu_compile.py; the first rounds after start pay the compilation."""
+        for layer in self.decoder_layers:
+            layer.forward = torch.compile(layer.forward, dynamic=True)
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:

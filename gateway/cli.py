@@ -78,6 +78,7 @@ SERVE_FLAGS: dict[str, str] = {
     "policy": "default_policy",
     "device": "device",
     "device_map": "device_map",
+    "compile": "compile",
     "dtype": "dtype",
     "max_context": "max_context",
     "max_running": "max_running",
@@ -107,6 +108,8 @@ def _register_serve(sub: Any) -> None:
     p.add_argument("--device", help="torch device (default cpu)")
     p.add_argument("--dtype", help="float32, bfloat16 or float16")
     p.add_argument("--device-map", help="'auto' spreads a large target over every GPU")
+    p.add_argument("--compile", action="store_true", default=None,
+                   help="torch.compile the target's decoder layers (GPU; costs start-up time)")
     p.add_argument("--seed-pool", type=Path, help="seed pool JSON imported into the registry on start")
     p.add_argument("--max-context", type=int, help="context window cap in tokens")
     p.add_argument("--max-running", type=int, help="requests interleaved at once")

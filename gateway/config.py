@@ -89,6 +89,7 @@ class Settings(BaseSettings):
     device: str = "cpu"
     dtype: str = "float32"
     device_map: str | None = None  # "auto": spread a target too big for one GPU over all GPUs
+    compile: bool = False  # torch.compile the target's decoder layers (see bench/results/gpu_check.md)
     max_context: int | None = Field(default=None, ge=16)
     tree_top_k: int | None = Field(default=None, ge=1)
     tree_depth: int | None = Field(default=None, ge=1)
@@ -142,6 +143,7 @@ class Settings(BaseSettings):
         if self.device_map is not None:
             extra["device_map"] = self.device_map
         return EngineConfig(
+            compile=self.compile,
             device=self.device,
             dtype=self.dtype,
             tree=tree,

@@ -71,3 +71,12 @@ def test_engine_config_keeps_core_defaults_unless_set() -> None:
     assert cfg.tree.depth == 3 and cfg.max_context == 256 and cfg.selector.policy == "hedge"
     assert cfg.device_map is None
     assert Settings(device_map="auto").engine_config().device_map == "auto"
+    assert cfg.compile is False and Settings(compile=True).engine_config().compile is True
+
+
+def test_compile_flag_is_unset_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEDGESPEC_COMPILE", "true")
+    assert serve_settings(build_parser().parse_args(["serve"])).compile is True  # env kept
+    monkeypatch.delenv("HEDGESPEC_COMPILE")
+    assert serve_settings(build_parser().parse_args(["serve"])).compile is False
+    assert serve_settings(build_parser().parse_args(["serve", "--compile"])).compile is True

@@ -1,0 +1,203 @@
+"""Does torch.compile or a CUDA graph pay for our forward passes? (issue 8, item 3)
+
+Measured side by side in one process, on the same randomly initialised Llama-3.1-8B-shaped target
+and EAGLE-3 drafter as bench/gpu_check.py: the target's 1-token decode and 61-token tree
+verification on a 512-token DynamicCache, and one 10-node drafter tree step, each eager, under
+`torch.compile(dynamic=True)` (what the engine could use: every round has a new context length),
+and, for the drafter, under `mode="reduce-overhead"` at one fixed shape (CUDA graphs: the floor
+that static KV buffers would give). The first call's time is reported as the compile cost.
+
+Each figure is printed as one JSON line as soon as it exists, so a caller that runs this under a
+timeout (bench/gpu_check.py does) keeps every figure measured before the limit.
+
+    python -m bench.gpu_compile [--small]      (--small: tiny shapes on CPU, for a smoke run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.gpu_check import LLAMA8B, SMALL, timed  # noqa: E402
+from core.eagle3 import Eagle3Config, Eagle3Drafter  # noqa: E402
+from core.target import Target, additive_mask  # noqa: E402
+from core.tree import tree_from_parents  # noqa: E402
+
+
+def emit(key: str, value: Any) -> None:
+    print(json.dumps({key: value}), flush=True)
+
+
+def first_call_s(fn: Any, device: torch.device) -> float:
+    """Seconds of the first call (tracing + compilation for a compiled fn)."""
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def measure(name: str, fn: Any, device: torch.device) -> None:
+    try:
+        emit(f"{name}_first_call_s", round(first_call_s(fn, device), 2))
+        emit(f"{name}_ms", timed(fn, device))
+    except Exception:  # one failing variant must not hide the others
+        emit(f"{name}_error", traceback.format_exc(limit=4)[-1500:])
+
+
+def target_calls(model: Any, target: Target, vocab: int, device: torch.device, ctx: int) -> dict[str, Any]:
+    """Zero-argument calls of model.forward for a decode step and a 61-node verification on a
+    fresh copy of a ctx-token cache (what Target.forward does, minus the aux-layer hooks)."""
+    prompt = torch.randint(0, vocab, (ctx,))
+    parents = torch.tensor([-1] + [(i - 1) // 10 if i > 10 else 0 for i in range(1, 61)])
+    tree = tree_from_parents(torch.randint(0, vocab, (61,)), parents)
+    cache0 = target.new_cache()
+    target.forward(cache0, prompt, torch.arange(ctx))
+
+    def fresh_cache() -> Any:
+        c = target.new_cache()
+        for i, layer in enumerate(cache0.layers):
+            lay = cast(Any, layer)
+            c.update(lay.keys.clone(), lay.values.clone(), i)
+        return c
+
+    def call(fwd: Any, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> Any:
+        t = tokens.numel()
+        am = additive_mask(ctx, mask.to(device), target.dtype)
+        ids, pos = tokens.view(1, t).to(device), positions.view(1, t).to(device)
+        kwarg = target._cache_kwarg
+        return lambda: fwd(input_ids=ids, position_ids=pos, attention_mask=am, use_cache=True,
+                           **{kwarg: fresh_cache()}).logits
+
+    causal1 = torch.ones(1, 1, dtype=torch.bool)
+    return {
+        "decode": lambda fwd: call(fwd, tree.tokens[:1], torch.tensor([ctx]), causal1),
+        "verify": lambda fwd: call(fwd, tree.tokens, ctx + tree.depths, tree.mask),
+    }
+
+
+def drafter_call(drafter: Eagle3Drafter, fwd: Any, shape: dict[str, int], device: torch.device,
+                 dtype: torch.dtype, ctx: int) -> Any:
+    c, h = drafter.cfg, shape["hidden_size"]
+    kv = (torch.randn(1, c.num_key_value_heads, ctx, c.head_dim, device=device, dtype=dtype),) * 2
+    hid = torch.randn(1, 10, h, device=device, dtype=dtype)
+    toks = torch.randint(0, shape["vocab_size"], (1, 10), device=device)
+    pos = torch.full((1, 10), ctx, device=device)
+    return lambda: fwd(hid, toks, pos, kv)
+
+
+def drafter_step(drafter: Eagle3Drafter) -> Any:
+    def step(hid: torch.Tensor, toks: torch.Tensor, pos: torch.Tensor, kv: Any) -> torch.Tensor:
+        return drafter.logits(drafter(hid, toks, pos, kv)[0])
+    return step
+
+
+def demo_engine(device: torch.device) -> None:
+    """The shipped demo pool end to end, eager vs Target.compile_layers: tokens/s of plain
+    decoding and of HedgeSpec over one held-out prompt per domain (greedy, 48 tokens, ignore_eos
+    so both modes produce the same token count), after a warm-up that pays the compilation."""
+    from bench.hedgespec_bench import load_prompts
+    from core.config import EngineConfig, SamplingParams
+    from core.engine import SpecEngine
+
+    pool = ROOT / "demo" / "pool" / "pool.json"
+    if not pool.exists():
+        emit("demo_skipped", "demo/pool/pool.json not present")
+        return
+    params = SamplingParams(max_new_tokens=48, ignore_eos=True)
+    outputs: dict[bool, list[list[int]]] = {}
+    for compiled in (False, True):
+        tag = "compiled" if compiled else "eager"
+        engine = SpecEngine.from_pool_file(pool, EngineConfig(device=str(device), compile=compiled, max_context=4096))
+        prompts = load_prompts(pool, engine.tokenizer, 1, 160)
+        t0 = time.perf_counter()
+        for policy in ("none", "normalhedge"):  # prefill, 1-token and tree shapes all traced
+            engine.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=12, ignore_eos=True), policy)
+        emit(f"demo_{tag}_warmup_s", round(time.perf_counter() - t0, 2))
+        for policy, label in (("none", "plain"), ("normalhedge", "hedgespec")):
+            t0, tokens = time.perf_counter(), 0
+            outs: list[list[int]] = []
+            for p in prompts:
+                ids, _ = engine.generate_ids(p.ids, params, policy)
+                tokens, outs = tokens + len(ids), outs + [ids]
+            emit(f"demo_{tag}_{label}_tokens_per_s", round(tokens / (time.perf_counter() - t0), 1))
+            if label == "plain":
+                outputs[compiled] = outs
+        del engine
+        torch._dynamo.reset()
+    same = sum(a == b for a, b in zip(outputs[False], outputs[True], strict=True))
+    emit("demo_compiled_same_greedy_outputs", f"{same}/{len(outputs[False])}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--small", action="store_true")
+    args = ap.parse_args()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.small else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    shape, ctx = (SMALL, 64) if args.small else (LLAMA8B, 512)
+    torch.set_grad_enabled(False)
+    try:
+        demo_engine(device)
+    except Exception:
+        emit("demo_error", traceback.format_exc(limit=4)[-1500:])
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**cast(dict[str, Any], shape))
+    torch.set_default_dtype(dtype)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
+    torch.set_default_dtype(torch.float32)
+    layers = shape["num_hidden_layers"]
+    target = Target(model, None, (2, layers // 2, layers - 3))
+    dcfg = Eagle3Config.for_target(cfg, draft_vocab_size=min(32000, shape["vocab_size"]),
+                                   aux_layers=target.aux_layers)
+    with torch.device(device):
+        drafter = Eagle3Drafter(dcfg, model.get_input_embeddings()).to(dtype).eval().requires_grad_(False)
+    emit("attn_implementation", str(getattr(model.config, "_attn_implementation", "?")))
+
+    step = drafter_step(drafter)
+    measure("drafter_step_eager", drafter_call(drafter, step, shape, device, dtype, ctx), device)
+    measure("drafter_step_compiled", drafter_call(drafter, torch.compile(step, dynamic=True), shape, device,
+                                                  dtype, ctx), device)
+    if device.type == "cuda":
+        graphed = torch.compile(step, mode="reduce-overhead", dynamic=False)
+        measure("drafter_step_cudagraph", drafter_call(drafter, graphed, shape, device, dtype, ctx), device)
+
+    calls = target_calls(model, target, shape["vocab_size"], device, ctx)
+    for kind in ("decode", "verify"):
+        measure(f"target_{kind}_eager", calls[kind](model.forward), device)
+    # Per decoder layer (what Target(compile_layers=True) does): the aux-layer pre-hooks stay
+    # outside the compiled code, and one compiled layer serves all L layers.
+    layers = model.get_decoder().layers
+    for layer in layers:
+        layer.forward = torch.compile(layer.forward, dynamic=True)
+    for kind in ("decode", "verify"):
+        measure(f"target_{kind}_layers_compiled", calls[kind](model.forward), device)
+    for layer in layers:
+        del layer.forward  # back to the eager method
+    compiled = torch.compile(model.forward, dynamic=True)
+    for kind in ("decode", "verify"):
+        measure(f"target_{kind}_compiled", calls[kind](compiled), device)
+    try:  # same logits? (the greedy-equality tolerance a compiled target would need)
+        eager, comp = calls["verify"](model.forward)().float(), calls["verify"](compiled)().float()
+        emit("target_verify_compiled_max_abs_logit_diff", float((eager - comp).abs().max()))
+        emit("target_verify_compiled_argmax_agreement", float((eager.argmax(-1) == comp.argmax(-1)).float().mean()))
+    except Exception:
+        emit("target_verify_compare_error", traceback.format_exc(limit=4)[-1500:])
+    emit("done", True)
+
+
+if __name__ == "__main__":
+    main()
