@@ -3,9 +3,11 @@
 Measured side by side in one process, on the same randomly initialised Llama-3.1-8B-shaped target
 and EAGLE-3 drafter as bench/gpu_check.py: the target's 1-token decode and 61-token tree
 verification on a 512-token DynamicCache, and one 10-node drafter tree step, each eager, under
-`torch.compile(dynamic=True)` (what the engine could use: every round has a new context length),
-and, for the drafter, under `mode="reduce-overhead"` at one fixed shape (CUDA graphs: the floor
-that static KV buffers would give). The first call's time is reported as the compile cost.
+`torch.compile(dynamic=True)` of the whole forward (the engine's --compile: every round has a new
+context length), of each decoder layer alone, and, for the drafter, under
+`mode="reduce-overhead"` at one fixed shape (CUDA graphs: the floor that static KV buffers would
+give). The first call's time is reported as the compile cost; logits and captured aux-layer
+features are compared with eager ones.
 
 Each figure is printed as one JSON line as soon as it exists, so a caller that runs this under a
 timeout (bench/gpu_check.py does) keeps every figure measured before the limit.
@@ -103,7 +105,7 @@ def drafter_step(drafter: Eagle3Drafter) -> Any:
 
 
 def demo_engine(device: torch.device) -> None:
-    """The shipped demo pool end to end, eager vs Target.compile_layers: tokens/s of plain
+    """The shipped demo pool end to end, eager vs Target.compile_model: tokens/s of plain
     decoding and of HedgeSpec over one held-out prompt per domain (greedy, 48 tokens, ignore_eos
     so both modes produce the same token count), after a warm-up that pays the compilation."""
     from bench.hedgespec_bench import load_prompts
@@ -139,9 +141,64 @@ def demo_engine(device: torch.device) -> None:
     emit("demo_compiled_same_greedy_outputs", f"{same}/{len(outputs[False])}")
 
 
+def drafter_variants(drafter: Eagle3Drafter, shape: dict[str, int], device: torch.device, dtype: torch.dtype,
+                     ctx: int) -> None:
+    step = drafter_step(drafter)
+    measure("drafter_step_eager", drafter_call(drafter, step, shape, device, dtype, ctx), device)
+    compiled = torch.compile(step, dynamic=True)
+    measure("drafter_step_compiled", drafter_call(drafter, compiled, shape, device, dtype, ctx), device)
+    if device.type == "cuda":
+        graphed = torch.compile(step, mode="reduce-overhead", dynamic=False)
+        measure("drafter_step_cudagraph", drafter_call(drafter, graphed, shape, device, dtype, ctx), device)
+
+
+def layer_variant(model: Any, calls: dict[str, Any], device: torch.device) -> None:
+    """Per decoder layer (hooks would stay outside the compiled code): measured on the H200 to
+    gain nothing, which is why Target.compile_model compiles the whole forward instead."""
+    layers = model.get_decoder().layers
+    for layer in layers:
+        layer.forward = torch.compile(layer.forward, dynamic=True)
+    for kind in ("decode", "verify"):
+        measure(f"target_{kind}_layers_compiled", calls[kind](model.forward), device)
+    for layer in layers:
+        del layer.forward  # back to the eager method
+
+
+def whole_variant(model: Any, target: Target, calls: dict[str, Any], other_ctx: dict[str, Any],
+                  device: torch.device) -> None:
+    """The whole forward compiled, Target's aux-layer hooks inside (Target.compile_model); the
+    captured features and logits are compared with eager ones."""
+    compiled = torch.compile(model.forward, dynamic=True)
+    for kind in ("decode", "verify"):
+        measure(f"target_{kind}_compiled", calls[kind](compiled), device)
+    # another context length (every round has one): a first call near 0 s = no recompilation
+    measure("target_verify_compiled_other_context", other_ctx["verify"](compiled), device)
+    try:
+        feats = []
+        for fwd in (model.forward, compiled):
+            calls["verify"](fwd)()
+            feats.append(torch.cat([target._captured[i].float() for i in target.aux_layers], -1))
+        emit("target_verify_compiled_max_abs_feature_diff", float((feats[0] - feats[1]).abs().max()))
+    except Exception:
+        emit("target_verify_features_error", traceback.format_exc(limit=4)[-1500:])
+    compare(calls["verify"](model.forward), calls["verify"](compiled), "target_verify_compiled")
+
+
+def compare(eager_fn: Any, compiled_fn: Any, name: str) -> None:
+    """Same logits? (the greedy-equality tolerance a compiled target needs)"""
+    try:
+        eager, comp = eager_fn().float(), compiled_fn().float()
+        emit(f"{name}_max_abs_logit_diff", float((eager - comp).abs().max()))
+        emit(f"{name}_argmax_agreement", float((eager.argmax(-1) == comp.argmax(-1)).float().mean()))
+    except Exception:
+        emit(f"{name}_compare_error", traceback.format_exc(limit=4)[-1500:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--parts", default="demo,whole,drafter,layers",
+                    help="which variants: demo (the demo pool end to end), whole, drafter, layers")
     args = ap.parse_args()
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -150,7 +207,8 @@ def main() -> None:
     shape, ctx = (SMALL, 64) if args.small else (LLAMA8B, 512)
     torch.set_grad_enabled(False)
     try:
-        demo_engine(device)
+        if "demo" in args.parts.split(","):
+            demo_engine(device)
     except Exception:
         emit("demo_error", traceback.format_exc(limit=4)[-1500:])
     torch.manual_seed(0)
@@ -167,35 +225,17 @@ def main() -> None:
         drafter = Eagle3Drafter(dcfg, model.get_input_embeddings()).to(dtype).eval().requires_grad_(False)
     emit("attn_implementation", str(getattr(model.config, "_attn_implementation", "?")))
 
-    step = drafter_step(drafter)
-    measure("drafter_step_eager", drafter_call(drafter, step, shape, device, dtype, ctx), device)
-    measure("drafter_step_compiled", drafter_call(drafter, torch.compile(step, dynamic=True), shape, device,
-                                                  dtype, ctx), device)
-    if device.type == "cuda":
-        graphed = torch.compile(step, mode="reduce-overhead", dynamic=False)
-        measure("drafter_step_cudagraph", drafter_call(drafter, graphed, shape, device, dtype, ctx), device)
-
+    parts = set(args.parts.split(","))
     calls = target_calls(model, target, shape["vocab_size"], device, ctx)
     for kind in ("decode", "verify"):
         measure(f"target_{kind}_eager", calls[kind](model.forward), device)
-    # Per decoder layer (what Target(compile_layers=True) does): the aux-layer pre-hooks stay
-    # outside the compiled code, and one compiled layer serves all L layers.
-    layers = model.get_decoder().layers
-    for layer in layers:
-        layer.forward = torch.compile(layer.forward, dynamic=True)
-    for kind in ("decode", "verify"):
-        measure(f"target_{kind}_layers_compiled", calls[kind](model.forward), device)
-    for layer in layers:
-        del layer.forward  # back to the eager method
-    compiled = torch.compile(model.forward, dynamic=True)
-    for kind in ("decode", "verify"):
-        measure(f"target_{kind}_compiled", calls[kind](compiled), device)
-    try:  # same logits? (the greedy-equality tolerance a compiled target would need)
-        eager, comp = calls["verify"](model.forward)().float(), calls["verify"](compiled)().float()
-        emit("target_verify_compiled_max_abs_logit_diff", float((eager - comp).abs().max()))
-        emit("target_verify_compiled_argmax_agreement", float((eager.argmax(-1) == comp.argmax(-1)).float().mean()))
-    except Exception:
-        emit("target_verify_compare_error", traceback.format_exc(limit=4)[-1500:])
+    if "whole" in parts:  # the engine's --compile: first, it is the figure that matters
+        other = target_calls(model, target, shape["vocab_size"], device, ctx + 37)
+        whole_variant(model, target, calls, other, device)
+    if "drafter" in parts:
+        drafter_variants(drafter, shape, device, dtype, ctx)
+    if "layers" in parts:
+        layer_variant(model, calls, device)
     emit("done", True)
 
 

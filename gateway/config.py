@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     device: str = "cpu"
     dtype: str = "float32"
     device_map: str | None = None  # "auto": spread a target too big for one GPU over all GPUs
-    compile: bool = False  # torch.compile the target's decoder layers (see bench/results/gpu_check.md)
+    compile: bool = False  # torch.compile the target (GPU; see bench/results/gpu_check.md)
     max_context: int | None = Field(default=None, ge=16)
     tree_top_k: int | None = Field(default=None, ge=1)
     tree_depth: int | None = Field(default=None, ge=1)

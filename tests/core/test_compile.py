@@ -1,13 +1,17 @@
-"""Target.compile_layers (torch.compile per decoder layer) changes speed, never tokens: greedy
-output and per-round acceptances equal the eager run, and the aux-layer features the drafters
-read are still captured (their hooks sit outside the compiled code)."""
+"""Target.compile_model (torch.compile of the whole forward) changes speed, never tokens: greedy
+output and per-round acceptances equal the eager run, so the aux-layer features the drafters
+read are still captured by the hooks traced into the compiled graph."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from torch._dynamo.utils import counters
 
 from core.config import SamplingParams, TreeConfig
+from core.target import Target, TargetLoadError
 from tests.core.tiny_models import hf_greedy, make_engine, random_drafter, tiny_target
 
 
@@ -26,7 +30,7 @@ def test_compiled_layers_keep_tokens_acceptances_and_features() -> None:
     torch._dynamo.reset()
     counters.clear()
     compiled = make_engine(target, drafters, tree, policy="fixed:d0")
-    compiled.target.compile_layers()
+    compiled.target.compile_model()
     try:
         for prompt, (hf_ids, eager_ids, accepted) in zip(prompts, reference, strict=True):
             ids, stats = compiled.generate_ids(prompt, params)
@@ -34,7 +38,14 @@ def test_compiled_layers_keep_tokens_acceptances_and_features() -> None:
             # same acceptances: the drafters saw the same aux-layer features as in eager mode
             assert stats.accepted_per_round == accepted
         assert counters["stats"]["unique_graphs"] >= 1  # the layers really ran compiled
+        assert compiled.target._captured == {}  # no activations held between passes
     finally:
-        for layer in compiled.target.decoder_layers:
-            del layer.forward
+        del target.forward  # back to the eager method for anything sharing this model
         torch._dynamo.reset()
+
+
+def test_compile_with_device_map_is_refused(tmp_path: Path) -> None:
+    target = tiny_target("llama")
+    target.save_pretrained(tmp_path)
+    with pytest.raises(TargetLoadError, match="device_map"):
+        Target.load(tmp_path, compile_model=True, device_map="auto")
