@@ -27,12 +27,20 @@ def write_report(r: dict[str, Any], out: Path) -> None:
     (out / "hedgespec.md").write_text(markdown(r, calib))
 
 
+def where(c: dict[str, Any]) -> str:
+    """'2 CPU thread(s)' or 'cuda, float32' (older results have no device: CPU)."""
+    device = c.get("device", "cpu")
+    if device == "cpu":
+        return f"{c['threads']} CPU thread(s)"
+    return f"{device}, {c.get('dtype', 'float32')}"
+
+
 def markdown(r: dict[str, Any], calib: list[tuple[float, float, int]]) -> str:
     c, m = r["config"], r["methods"]
     lines = ["# HedgeSpec benchmark (one run, all methods side by side)", "",
              f"Pool `{c['pool']}`; {c['prompts']} held-out prompts ({c['per_domain']} per domain, domains "
              f"interleaved request by request), {c['max_new_tokens']} new tokens each, {c['decoding']} decoding; "
-             f"tree {c['tree']}; {c['threads']} CPU thread(s); torch {c['torch']}. MAT = tokens committed per "
+             f"tree {c['tree']}; {where(c)}; torch {c['torch']}. MAT = tokens committed per "
              "target verification pass (bonus included). Learners live per request.", "",
              "## Mixed workload", "", "| method | MAT | tokens/s | x plain | eval share of round time |",
              "|---|---|---|---|---|"]

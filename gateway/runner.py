@@ -260,13 +260,15 @@ class EngineRunner:
         )
 
     def _warmup(self, engine: Engine) -> None:
-        """One short greedy request, so the first client does not pay for lazy setup."""
+        """A short speculative and a short plain greedy request, so the first client does not pay
+        for lazy setup, nor (with --compile) for compiling the prefill, tree and 1-token shapes."""
         ids = list(engine.tokenizer("Hello")["input_ids"]) or [0]
-        engine.add_request("warmup", ids, SamplingParams(max_new_tokens=4, ignore_eos=True))
-        started = time.monotonic()
-        while engine.has_unfinished() and time.monotonic() - started < 300:
-            engine.step()
-        engine.abort("warmup")
+        for request_id, policy in (("warmup", "auto"), ("warmup-plain", "none")):
+            engine.add_request(request_id, ids, SamplingParams(max_new_tokens=4, ignore_eos=True), policy)
+            started = time.monotonic()
+            while engine.has_unfinished() and time.monotonic() - started < 600:
+                engine.step()
+            engine.abort(request_id)
 
     def _apply_commands(self, engine: Engine) -> None:
         while True:

@@ -49,3 +49,14 @@ def test_compile_with_device_map_is_refused(tmp_path: Path) -> None:
     target.save_pretrained(tmp_path)
     with pytest.raises(TargetLoadError, match="device_map"):
         Target.load(tmp_path, compile_model=True, device_map="auto")
+
+
+def test_engine_config_compile_reaches_the_loaded_target() -> None:
+    from core.config import EngineConfig
+    from core.engine import SpecEngine
+
+    pool = Path(__file__).resolve().parents[2] / "demo" / "pool" / "pool.json"
+    eager = SpecEngine.from_pool_file(pool, EngineConfig())
+    engine = SpecEngine.from_pool_file(pool, EngineConfig(compile=True))
+    assert "forward" not in vars(eager.target.model)
+    assert hasattr(vars(engine.target.model)["forward"], "_torchdynamo_orig_callable")
