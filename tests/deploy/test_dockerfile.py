@@ -129,6 +129,14 @@ def test_torch_is_the_pinned_cuda_build(instructions: list[Instruction]) -> None
     assert "-c /opt/torch-constraint.txt" in instructions[deps_step].args
 
 
+def test_the_image_can_compile_with_triton(instructions: list[Instruction]) -> None:
+    """HEDGESPEC_COMPILE=true needs Triton to build its CUDA launcher at first use: a C compiler,
+    libc headers and Python's headers must be in the image (torch's wheel brings Triton)."""
+    apt = instructions[_first(instructions, lambda i: i.keyword == "RUN" and "apt-get install" in i.args)]
+    packages = set(apt.args.split())
+    assert {"gcc", "libc6-dev", "python3-dev"} <= packages, apt.args
+
+
 def test_dependencies_are_installed_before_the_source_is_copied(
     instructions: list[Instruction],
 ) -> None:
