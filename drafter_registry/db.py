@@ -20,6 +20,8 @@ converge by polling `pool_version` (see `drafter_registry.models`), which is a p
 from __future__ import annotations
 
 import importlib.util
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +68,7 @@ def _make_sqlite_engine(url: URL, *, echo: bool) -> Engine:
         dbapi_connection.isolation_level = None  # we emit BEGIN ourselves, see below
         cursor = dbapi_connection.cursor()
         if not in_memory:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
@@ -77,6 +79,24 @@ def _make_sqlite_engine(url: URL, *, echo: bool) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
 
     return engine
+
+
+def _enable_wal(cursor: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> None:
+    """Switch the database to WAL, waiting for other processes' locks. The switch reads under a
+    shared lock and then needs an exclusive one; while another process holds a write lock
+    (a replica migrating the same new database at the same moment) SQLite answers `database is
+    locked` at once instead of calling the busy handler, since waiting while holding the shared
+    lock could deadlock. Retrying from scratch releases the shared lock in between."""
+    deadline, delay = time.monotonic() + timeout_s, 0.01
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(2 * delay, 0.5)
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

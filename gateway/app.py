@@ -9,6 +9,7 @@ registry database is migrated to head. Shutdown drains in-flight requests (up to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,6 +32,9 @@ from gateway.runner import Engine, EngineRunner
 from gateway.serving import Serving
 
 log = logging.getLogger(__name__)
+# A registry that failed to open at start is retried after 1, 2, 4 ... 30 s.
+REGISTRY_RETRY_S = 1.0
+REGISTRY_RETRY_MAX_S = 30.0
 
 
 def load_engine(settings: Settings) -> Engine:
@@ -56,6 +60,24 @@ def load_engine(settings: Settings) -> Engine:
     return SpecEngine.from_pool_file(settings.pool, config, model_name=settings.model_name)
 
 
+async def _start_registry(app_: FastAPI, service: RegistryService) -> None:
+    await service.start()  # served pool -> registry, fetcher, pool sync, logs
+    app_.state.request_log = service.request_log
+
+
+async def _reopen(app_: FastAPI, registry: RegistryLink, service: RegistryService) -> None:
+    """Retry a registry that could not be opened at start (database still starting, a lock, a
+    network cut) with backoff, and start the registry service once it opens; until then the
+    gateway serves its static pool and the admin pool API answers 503."""
+    delay = REGISTRY_RETRY_S
+    while registry.engine is None:
+        await asyncio.sleep(delay)
+        delay = min(2 * delay, REGISTRY_RETRY_MAX_S)
+        await asyncio.to_thread(registry.open, quiet=True)
+    log.info("drafter registry reachable again: starting pool management")
+    await _start_registry(app_, service)
+
+
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = GatewayMetrics()
@@ -79,9 +101,17 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         events.bind(asyncio.get_running_loop())
         runner.start()
         await asyncio.to_thread(registry.open)
-        await registry_service.start()  # served pool -> registry, fetcher, pool sync, logs
-        app_.state.request_log = registry_service.request_log
+        reopening = None
+        if registry.engine is None:  # serve the static pool; the registry may come up later
+            log.warning("drafter registry unavailable (%s): serving the static pool", registry.error)
+            reopening = asyncio.create_task(_reopen(app_, registry, registry_service), name="registry-reopen")
+        else:
+            await _start_registry(app_, registry_service)
         yield
+        if reopening is not None:
+            reopening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reopening
         await registry_service.stop_background()  # no pool changes while draining
         log.info("draining %d in-flight requests", runner.in_flight)
         await runner.stop(settings.drain_timeout_s)

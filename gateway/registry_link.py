@@ -18,8 +18,9 @@ class RegistryLink:
         self.engine: Any = None  # sqlalchemy.Engine once open
         self.error: str | None = "not opened yet"
 
-    def open(self) -> None:
-        """Run `alembic upgrade head`, then build the engine (blocking: call in a thread)."""
+    def open(self, *, quiet: bool = False) -> None:
+        """Run `alembic upgrade head`, then build the engine (blocking: call in a thread).
+        `quiet`: a retry logs one line, not the traceback again."""
         try:
             from drafter_registry import db
 
@@ -27,8 +28,11 @@ class RegistryLink:
             self.engine = db.make_engine(self.url)
             self.error = None
         except Exception as exc:
-            log.exception("registry unavailable at start")
             self.error = f"{type(exc).__name__}: {exc}"
+            if quiet:
+                log.warning("registry still unavailable: %s", self.error)
+            else:
+                log.exception("registry unavailable at start")
 
     def check(self) -> tuple[bool, str]:
         """(reachable, detail); blocking, never raises."""

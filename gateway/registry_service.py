@@ -28,7 +28,8 @@ Start-up (after `RegistryLink.open` migrated the database):
    collected, as for the live page: nobody could read it through the admin API.
 
 A registry that cannot be opened leaves the gateway serving its static pool; the admin pool API
-then answers 503.
+then answers 503, and the app retries opening it with backoff and starts all of the above once it
+opens (`gateway.app`).
 """
 
 from __future__ import annotations
@@ -241,7 +242,6 @@ class RegistryService:
     async def start(self) -> None:
         """Call after `RegistryLink.open`; a registry that did not open disables all of this."""
         if self.link.engine is None:
-            log.warning("drafter registry unavailable (%s): serving the static pool", self.link.error)
             return
         self.session_factory = make_session_factory(self.link.engine)
         if self.settings.admin_key is not None:

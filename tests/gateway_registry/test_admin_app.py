@@ -58,6 +58,24 @@ def test_an_unreachable_registry_answers_503(tmp_path: Path) -> None:
             assert error["code"] == "registry_unavailable" and "unavailable" in error["message"]
 
 
+def test_a_registry_that_comes_up_after_start_is_picked_up(tmp_path: Path) -> None:
+    """The database is unreachable at start (here: its directory cannot be created, a file is
+    in the way); once that is fixed the gateway opens it on a retry, without a restart."""
+    blocker = tmp_path / "dbdir"
+    blocker.write_text("not a directory")
+    with client(tmp_path, admin_key=ADMIN_KEY, database_url=f"sqlite:///{blocker / 'r.db'}") as http:
+        resp = http.get("/admin/api/drafters", headers=ADMIN)
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "registry_unavailable"
+        blocker.unlink()
+        blocker.mkdir()
+        deadline = time.monotonic() + 30
+        while (resp := http.get("/admin/api/drafters", headers=ADMIN)).status_code != 200:
+            assert time.monotonic() < deadline, resp.text
+            time.sleep(0.2)
+        assert resp.json()["count"] == 0
+        assert (blocker / "r.db").exists()
+
+
 @pytest.fixture
 def no_engine(tmp_path: Path) -> Iterator[TestClient]:
     with client(tmp_path, admin_key=ADMIN_KEY) as http:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from pathlib import Path
 
 from sqlalchemy import text
@@ -20,6 +22,35 @@ def test_sqlite_files_get_a_directory_and_wal(tmp_path: Path) -> None:
         assert (tmp_path / "a" / "b").is_dir() and ping(engine)
     finally:
         engine.dispose()
+
+
+def test_wal_switch_waits_for_another_process_s_write_lock(tmp_path: Path) -> None:
+    """Two replicas creating one database at once: one holds a write lock (migrating) while the
+    other connects and switches to WAL. SQLite refuses that switch at once, without its busy
+    handler (deadlock avoidance); the connection must wait for the lock instead of failing."""
+    path = tmp_path / "r.db"
+    sqlite3.connect(path).execute("CREATE TABLE x (i)").connection.commit()
+    held, release = threading.Event(), threading.Event()
+
+    def writer() -> None:  # another process, as far as SQLite's locks are concerned
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO x VALUES (1)")
+        held.set()
+        release.wait(10)
+        other.execute("COMMIT")
+        other.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    held.wait(10)
+    threading.Timer(0.5, release.set).start()
+    engine = make_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert conn.execute(text("SELECT count(*) FROM x")).scalar() == 1  # after the commit
+    thread.join(10)
+    engine.dispose()
 
 
 def test_in_memory_sqlite_is_one_shared_database() -> None:
