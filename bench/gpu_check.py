@@ -3,10 +3,14 @@ downloaded): on randomly initialised Llama-3.1-8B-shaped target and EAGLE-3 draf
 a target verification pass (60-token tree on a 512-token context), of one drafter tree step, of
 the batched evaluation (catch-up) of 8 and 32 drafters, and of the learner update; then the
 engine end to end on CUDA (a constructed target with an exactly-copying drafter vs plain), and
-the demo pool's tokens/s per method when demo/pool exists. Compare: the HedgeSpec paper's
-Table 2 (A100): target forward 75.7 ms, drafter forward 2.5 ms, NormalHedge update 0.41 ms.
+the demo pool's tokens/s per method when demo/pool exists (tables and plots in OUT/gpu_demo/),
+and whether torch.compile / CUDA graphs pay (bench/gpu_compile.py in a child process under
+--compile-timeout). The JSON is rewritten after every section, so a run stopped at its limit keeps
+what it measured. Compare: the HedgeSpec paper's Table 2 (A100): target forward 75.7 ms, drafter
+forward 2.5 ms, NormalHedge update 0.41 ms.
 
-    python -m bench.gpu_check [--out bench/results] [--small]   (--small: tiny shapes, CPU ok)
+    python -m bench.gpu_check [--out bench/results] [--small] [--skip SECTIONS]
+    (--small: tiny shapes, CPU ok)
 """
 
 from __future__ import annotations
