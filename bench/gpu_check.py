@@ -58,7 +58,9 @@ def timed(fn: Any, device: torch.device, reps: int = 10) -> float:
     return float(np.median(times))
 
 
-def component_times(shape: dict[str, int], device: torch.device, dtype: torch.dtype, ctx: int) -> dict[str, float]:
+def random_models(shape: dict[str, int], device: torch.device, dtype: torch.dtype) -> tuple[Any, Target, Eagle3Drafter]:
+    """A randomly initialised Llama of `shape` (the HF model and its Target wrapper) and an
+    EAGLE-3 drafter shaped for it: timing needs the shapes, not trained weights."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -69,11 +71,16 @@ def component_times(shape: dict[str, int], device: torch.device, dtype: torch.dt
     torch.set_default_dtype(torch.float32)
     layers = shape["num_hidden_layers"]
     target = Target(model, None, (2, layers // 2, layers - 3))
-    out = target_times(target, shape["vocab_size"], device, ctx)
     dcfg = Eagle3Config.for_target(cfg, draft_vocab_size=min(32000, shape["vocab_size"]),
                                    aux_layers=target.aux_layers)
     with torch.device(device):
         drafter = Eagle3Drafter(dcfg, model.get_input_embeddings()).to(dtype).eval().requires_grad_(False)
+    return model, target, drafter
+
+
+def component_times(shape: dict[str, int], device: torch.device, dtype: torch.dtype, ctx: int) -> dict[str, float]:
+    _, target, drafter = random_models(shape, device, dtype)
+    out = target_times(target, shape["vocab_size"], device, ctx)
     out.update(drafter_times(drafter, shape, device, dtype, ctx))
     out.update(learner_times())
     return out

@@ -30,8 +30,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.gpu_check import LLAMA8B, SMALL, timed  # noqa: E402
-from core.eagle3 import Eagle3Config, Eagle3Drafter  # noqa: E402
+from bench.gpu_check import LLAMA8B, SMALL, random_models, timed  # noqa: E402
+from core.eagle3 import Eagle3Drafter  # noqa: E402
 from core.target import Target, additive_mask  # noqa: E402
 from core.tree import tree_from_parents  # noqa: E402
 
@@ -200,8 +200,6 @@ def main() -> None:
     ap.add_argument("--parts", default="demo,whole,drafter,layers",
                     help="which variants: demo (the demo pool end to end), whole, drafter, layers")
     args = ap.parse_args()
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     device = torch.device("cuda" if torch.cuda.is_available() and not args.small else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     shape, ctx = (SMALL, 64) if args.small else (LLAMA8B, 512)
@@ -211,18 +209,7 @@ def main() -> None:
             demo_engine(device)
     except Exception:
         emit("demo_error", traceback.format_exc(limit=4)[-1500:])
-    torch.manual_seed(0)
-    cfg = LlamaConfig(**cast(dict[str, Any], shape))
-    torch.set_default_dtype(dtype)
-    with torch.device(device):
-        model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
-    torch.set_default_dtype(torch.float32)
-    layers = shape["num_hidden_layers"]
-    target = Target(model, None, (2, layers // 2, layers - 3))
-    dcfg = Eagle3Config.for_target(cfg, draft_vocab_size=min(32000, shape["vocab_size"]),
-                                   aux_layers=target.aux_layers)
-    with torch.device(device):
-        drafter = Eagle3Drafter(dcfg, model.get_input_embeddings()).to(dtype).eval().requires_grad_(False)
+    model, target, drafter = random_models(shape, device, dtype)
     emit("attn_implementation", str(getattr(model.config, "_attn_implementation", "?")))
 
     parts = set(args.parts.split(","))

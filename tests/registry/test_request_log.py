@@ -80,7 +80,8 @@ def test_a_full_queue_drops_instead_of_blocking(session_factory: sessionmaker[Se
     time.sleep(0.2)  # the thread has taken it and waits on the database
     started = time.perf_counter()
     accepted = [writer.write({**RECORD, "request_id": f"r{i}"}) for i in range(20)]
-    assert time.perf_counter() - started < 0.1
+    # a blocking write would wait for the gate forever; the bound is generous for a starved CI
+    assert time.perf_counter() - started < 2.0
     assert accepted.count(True) == 5 and writer.dropped == 15
     gate.set()
     writer.close()

@@ -1,0 +1,29 @@
+"""bench/gpu_check.py only runs in earnest on a lent GPU; its CPU path (--small) runs here so a
+change that breaks the script is caught before the next device session, not during it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_small_gpu_check_runs_on_cpu_and_writes_every_figure(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_check", "--small", "--out", str(tmp_path),
+         "--skip", "demo_pool,compile"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "gpu_check_small.json").read_text())
+    components = results["components"]
+    for key in ("target_verify_61_tokens_ms", "drafter_tree_step_10_nodes_ms",
+                "batched_eval_8_drafters_8_pairs_ms", "batched_eval_32_drafters_8_pairs_ms",
+                "normalhedge_update_8_ms"):
+        assert components[key] > 0, key
+    engine = results["engine_constructed"]
+    assert engine["copy_drafter_mat"] > 2 * engine["plain_mat"]  # the copying drafter is accepted
+    assert "demo_pool" not in results and "compile" not in results
