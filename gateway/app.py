@@ -75,7 +75,10 @@ async def _reopen(app_: FastAPI, registry: RegistryLink, service: RegistryServic
         delay = min(2 * delay, REGISTRY_RETRY_MAX_S)
         await asyncio.to_thread(registry.open, quiet=True)
     log.info("drafter registry reachable again: starting pool management")
-    await _start_registry(app_, service)
+    try:
+        await _start_registry(app_, service)
+    except Exception:  # a task's exception would otherwise surface only at shutdown, if at all
+        log.exception("could not start pool management on the reopened registry")
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
