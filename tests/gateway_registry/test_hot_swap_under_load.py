@@ -112,6 +112,11 @@ def test_add_use_and_remove_under_streaming_load(server: ServerProcess, admin_of
                       revision="main", subfolder=folder)
             row = admin.wait_status(drafter_id, "ready", "failed")
             assert row["status"] == "ready", row["error"]
+            # A learner started now, while the load runs, has the new drafter in its pool.
+            probe = chat(server, "normalhedge")
+            assert probe.status_code == 200, probe.text
+            weights = probe.json()["metrics"]["speculative_decoding"]["final_weights"]
+            assert {"alpha", "beta", drafter_id} <= set(weights), weights
 
             # A long request on the new drafter is in flight when the drafter is removed.
             first_token = threading.Event()
@@ -136,9 +141,11 @@ def test_add_use_and_remove_under_streaming_load(server: ServerProcess, admin_of
         load.stop()
     assert not load.errors, load.errors[:3]
     assert len(load.done) >= 3
-    # Learners of requests that started while a hot drafter was in the pool saw it too.
+    # The background requests were served by learners over the base pool throughout (whether
+    # one of them also started inside a hot drafter's window depends on the machine's speed;
+    # the probe above checks that case deterministically).
     seen = {d for r in load.done for d in r["spec"]["final_weights"]}
-    assert {"alpha", "beta"} <= seen and seen & {"hot-0", "hot-1", "hot-2"}
+    assert {"alpha", "beta"} <= seen
 
 
 @pytest.fixture(scope="module")
