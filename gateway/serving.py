@@ -144,8 +144,9 @@ class Serving:
         prompt_ids = render_chat(self._tokenizer(), [m.template_dict() for m in req.messages])
         max_new = self._max_new_tokens(req, len(prompt_ids), info, "messages")
         job = self._new_job("chat", "chatcmpl", req, info, arrival)
+        text = self._logged_prompt(prompt_ids)
         for i in range(req.n):
-            self._add_choice(job, prompt_ids, max_new, index=i)
+            self._add_choice(job, prompt_ids, max_new, index=i, prompt_text=text)
         job.prompt_tokens = len(prompt_ids)
         return job
 
@@ -164,8 +165,9 @@ class Serving:
             ids = encode_prompt(self._tokenizer(), prompt, param="prompt")
             max_new = self._max_new_tokens(req, len(ids), info, "prompt")
             prefix = self._echo_text(prompt) if req.echo else ""
+            text = self._logged_prompt(ids)
             for j in range(req.n):
-                self._add_choice(job, ids, max_new, index=p * req.n + j, prefix=prefix)
+                self._add_choice(job, ids, max_new, index=p * req.n + j, prefix=prefix, prompt_text=text)
             job.prompt_tokens += len(ids)
         return job
 
@@ -191,8 +193,14 @@ class Serving:
             arrival=arrival,
         )
 
+    def _logged_prompt(self, prompt_ids: list[int]) -> str | None:
+        """The prompt text for the request log: decoded once per prompt, and only when the
+        operator logs prompts."""
+        return self._tokenizer().decode(prompt_ids) if self.settings.log_prompts else None
+
     def _add_choice(
-        self, job: Job, prompt_ids: list[int], max_new: int, *, index: int, prefix: str = ""
+        self, job: Job, prompt_ids: list[int], max_new: int, *, index: int, prefix: str = "",
+        prompt_text: str | None = None,
     ) -> None:
         req = job.request
         request_id = f"{job.id}-{index}"
@@ -206,8 +214,7 @@ class Serving:
             logprobs=job.request_logprobs,
         )
         tokenizer = self._tokenizer()
-        text = tokenizer.decode(prompt_ids) if self.settings.log_prompts else None
-        job.specs.append(RequestSpec(request_id, list(prompt_ids), params, req.policy, text))
+        job.specs.append(RequestSpec(request_id, list(prompt_ids), params, req.policy, prompt_text))
         job.choices.append(
             Choice(
                 index, request_id, IncrementalDetokenizer(tokenizer), StopMatcher(req.stop_strings),
