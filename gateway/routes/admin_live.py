@@ -185,10 +185,12 @@ class RequestTrace:
             self.regret_curve = [[i + 1, float(v)] for i, v in enumerate(curve)][-MAX_ROUNDS:]
 
     def public(self) -> dict[str, Any]:
+        # Copies, not references: a snapshot is serialized later (after an await) while
+        # rounds keep arriving, and must still describe one moment (rounds == len(choices)).
         return {
             "request_id": self.request_id,
             "policy": self.policy,
-            "drafters": self.drafters,
+            "drafters": list(self.drafters),
             "prompt_tokens": self.prompt_tokens,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
@@ -198,15 +200,15 @@ class RequestTrace:
             "status": self.status,
             "rounds": self.last_round + 1,
             "first_round": self.first_round,
-            "drafter_per_round": self.drafter_per_round,
-            "accepted_per_round": self.accepted_per_round,
-            "committed_per_round": self.committed_per_round,
+            "drafter_per_round": list(self.drafter_per_round),
+            "accepted_per_round": list(self.accepted_per_round),
+            "committed_per_round": list(self.committed_per_round),
             "completion_tokens": self.completion_tokens,
             "mean_acceptance_length": self.mat,
             "tokens_per_s": self.tokens_per_s,
-            "weights": self.weights,
+            "weights": dict(self.weights),
             "regret_tokens": self.regret_tokens,
-            "regret_curve": self.regret_curve,
+            "regret_curve": [list(p) for p in self.regret_curve],
             "finish_reason": self.finish_reason,
             "error": self.error,
             "elapsed_s": self.elapsed_s,

@@ -110,6 +110,19 @@ def test_rounds_fold_into_a_trace_and_per_drafter_usage() -> None:
     }  # fmt: skip
 
 
+def test_a_snapshot_is_not_changed_by_rounds_that_arrive_after_it() -> None:
+    # /live builds its first snapshot at once but serializes it later, after an await.
+    agg = aggregator()
+    agg.apply(started("r1"))
+    agg.apply(round_event("r1", 0, "a", 2))
+    snapshot = agg.live_snapshot(["a", "b"])
+    agg.apply(round_event("r1", 1, "b", 0))
+    (trace,) = snapshot["active"]
+    assert trace["rounds"] == 1 and trace["drafter_per_round"] == ["a"]
+    assert trace["accepted_per_round"] == [2] and trace["committed_per_round"] == [3]
+    assert trace["regret_curve"] == [] and trace["weights"] == {"a": 0.75, "b": 0.25}
+
+
 def test_finished_stats_are_authoritative_and_history_is_newest_first() -> None:
     agg = aggregator()
     agg.apply(round_event("r1", 0, "a", 1))
@@ -410,7 +423,7 @@ def test_a_new_stream_sees_a_running_request_in_its_snapshot(server: ServerProce
     worker.join(120)
     (active,) = snapshot["active"]
     assert active["status"] == "running" and active["rounds"] >= 1
-    assert len(active["drafter_per_round"]) == active["rounds"]
+    assert len(active["drafter_per_round"]) == active["rounds"] - active["first_round"]
 
 
 def test_shutdown_is_not_held_up_by_an_open_live_stream(pool_file: Path, tmp_path: Path) -> None:
