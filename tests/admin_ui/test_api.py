@@ -19,15 +19,17 @@ from fastapi.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.routes import admin_live
-from gateway.routes.admin_live import (
+from gateway.live_aggregator import (
+    BUCKET_S,
     HISTORY_SIZE,
+    LISTENER_BUFFER,
     MAX_ACTIVE,
-    MAX_ROUNDS,
     LiveAggregator,
     Load,
-    dumps,
 )
+from gateway.live_traces import MAX_ROUNDS
+from gateway.routes import admin_live
+from gateway.routes.admin_live import dumps
 from tests.admin_ui.conftest import (
     ADMIN_KEY,
     DRAFTER_IDS,
@@ -175,12 +177,12 @@ def test_time_buckets_give_mat_tokens_per_s_and_queue_depth() -> None:
     agg = aggregator(in_flight=7, clock=clock)
     for i in range(4):
         agg.apply(round_event("r", i, "a", 2))  # 3 tokens per round
-    clock.now += admin_live.BUCKET_S
+    clock.now += BUCKET_S
     agg.tick()
     agg.tick()  # an idle bucket: MAT unknown, throughput zero
     series = agg.overview()["series"]
     assert series["mat"] == [3.0, None] and series["rounds"] == [4, 0]
-    assert series["tokens_per_s"] == [12 / admin_live.BUCKET_S, 0.0]
+    assert series["tokens_per_s"] == [12 / BUCKET_S, 0.0]
     assert series["queue_depth"] == [3, 3] and series["in_flight"] == [7, 7]
 
 
@@ -192,10 +194,10 @@ def test_listeners_get_every_event_and_a_lost_count_when_they_fall_behind() -> N
     agg.apply({"type": "unknown"})  # not forwarded
     events, lost = listener.drain()
     assert [e["type"] for e in events] == ["request_started", "round"] and lost == 0
-    for i in range(admin_live.LISTENER_BUFFER + 5):
+    for i in range(LISTENER_BUFFER + 5):
         agg.apply(round_event("r", i + 1, "a", 1))
     events, lost = listener.drain()
-    assert len(events) == admin_live.LISTENER_BUFFER and lost == 5
+    assert len(events) == LISTENER_BUFFER and lost == 5
     agg.unlisten(listener)
     assert listener.closed and not agg.listeners
 

@@ -1,0 +1,346 @@
+"""Live state of the admin page: `LiveAggregator` folds the event bus into bounded state.
+
+The aggregator is the event bus's one long-lived subscriber. It folds the per-round events
+(see `gateway.events`) into bounded state (active request traces, a history ring of finished
+requests, 2-second time buckets) and re-publishes every event to the page streams
+(`Listener`) it serves. Because a page stream registers and takes its snapshot in one
+synchronous step on the event loop, a page sees every event after its snapshot exactly once,
+with no gap. A page stream that falls `LISTENER_BUFFER` events behind is sent a fresh snapshot
+instead of the events it lost.
+
+Queue depth is derived from the runner's public counters: `queued = in_flight - max_running`
+when positive, because admission always fills running slots before anything waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.events import EventBus
+from gateway.live_traces import RequestTrace
+
+HISTORY_SIZE = 200  # finished requests kept in memory
+MAX_ACTIVE = 1024  # traces of running requests (a lost `request_finished` cannot leak)
+BUCKET_S = 2.0  # width of one overview time bucket
+SERIES_BUCKETS = 180  # 6 minutes of overview history
+RECENT_S = 60.0  # the "recent" window of the overview numbers
+STALE_S = 120.0  # a trace idle this long past the request deadline is evicted
+LISTENER_BUFFER = 5000  # events a page stream may fall behind before it gets a snapshot
+
+
+# ---- overview time buckets ------------------------------------------------------------------
+
+
+@dataclass
+class _Usage:
+    rounds: int = 0
+    accepted: int = 0
+    committed: int = 0
+
+    def add(self, accepted: int, committed: int) -> None:
+        self.rounds += 1
+        self.accepted += accepted
+        self.committed += committed
+
+
+@dataclass
+class _Bucket:
+    end: float = 0.0
+    rounds: int = 0
+    tokens: int = 0
+    in_flight: int = 0
+    queued: int = 0
+    per_drafter: dict[str, _Usage] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Load:
+    in_flight: int
+    max_running: int
+    max_queue: int
+
+    @property
+    def running(self) -> int:
+        return min(self.in_flight, self.max_running)
+
+    @property
+    def queued(self) -> int:
+        return max(0, self.in_flight - self.max_running)
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+# ---- page streams ---------------------------------------------------------------------------
+
+
+class Listener:
+    """One page stream's bounded buffer; the aggregator offers, the SSE handler drains."""
+
+    def __init__(self, maxsize: int = LISTENER_BUFFER) -> None:
+        self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=maxsize)
+        self._ready = asyncio.Event()
+        self.lost = 0
+        self.closed = False
+
+    def offer(self, event: dict[str, Any]) -> None:
+        if len(self._events) == self._events.maxlen:
+            self.lost += 1
+        self._events.append(event)
+        self._ready.set()
+
+    async def wait(self) -> None:
+        while not self._events and not self.closed:
+            self._ready.clear()
+            await self._ready.wait()
+
+    def drain(self) -> tuple[list[dict[str, Any]], int]:
+        events, lost = list(self._events), self.lost
+        self._events.clear()
+        self.lost = 0
+        return events, lost
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
+
+
+# ---- the aggregator -------------------------------------------------------------------------
+
+
+class LiveAggregator:
+    """Bounded live state folded from the event bus; safe to use from the event loop only."""
+
+    def __init__(
+        self,
+        load: Callable[[], Load],
+        *,
+        stale_after_s: float = 600.0 + STALE_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._load = load
+        self._clock = clock
+        self.stale_after_s = stale_after_s
+        self.started_at = clock()
+        self.active: collections.OrderedDict[str, RequestTrace] = collections.OrderedDict()
+        self.history: collections.deque[RequestTrace] = collections.deque(maxlen=HISTORY_SIZE)
+        self.series: collections.deque[_Bucket] = collections.deque(maxlen=SERIES_BUCKETS)
+        self.current = _Bucket()
+        self.totals = {"requests_started": 0, "requests_finished": 0, "requests_failed": 0}
+        self.rounds = 0
+        self.tokens = 0
+        self.events_dropped = 0
+        self.per_drafter: dict[str, _Usage] = {}
+        self.listeners: set[Listener] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle
+
+    def start(self, bus: EventBus) -> None:
+        """Subscribe now (so no event is missed) and start consuming and ticking."""
+        subscription = bus.subscribe()
+        self._tasks = [
+            asyncio.create_task(self._consume(subscription), name="admin-live-consume"),
+            asyncio.create_task(self._tick_forever(), name="admin-live-tick"),
+        ]
+
+    async def stop(self) -> None:
+        for listener in list(self.listeners):
+            listener.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def _consume(self, subscription: Any) -> None:
+        try:
+            async for event in subscription:
+                self.apply(event)
+        finally:
+            await subscription.aclose()
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(BUCKET_S)
+            self.tick()
+
+    # -- folding events
+
+    def apply(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "round":
+            self._on_round(event)
+        elif kind == "request_started":
+            self._trace(event)
+        elif kind == "request_finished":
+            self._on_finished(event)
+        elif kind == "dropped":
+            self.events_dropped += int(event.get("count") or 0)
+        else:
+            return
+        for listener in self.listeners:
+            listener.offer(event)
+
+    def _trace(self, event: dict[str, Any]) -> RequestTrace:
+        request_id = str(event.get("request_id"))
+        trace = self.active.get(request_id)
+        now = float(event.get("ts") or self._clock())
+        if trace is None:
+            trace = RequestTrace(request_id, started_at=now)
+            self.active[request_id] = trace
+            self.totals["requests_started"] += 1
+            while len(self.active) > MAX_ACTIVE:
+                self.active.popitem(last=False)
+        if event.get("type") == "request_started":
+            trace.policy = event.get("policy")
+            trace.drafters = [str(d) for d in event.get("drafters") or []]
+            trace.prompt_tokens = event.get("prompt_tokens")
+            trace.max_tokens = event.get("max_tokens")
+            trace.temperature = event.get("temperature")
+        trace.updated_at = now
+        return trace
+
+    def _on_round(self, event: dict[str, Any]) -> None:
+        trace = self._trace(event)
+        before = trace.last_round
+        trace.apply_round(event)
+        if trace.last_round == before:
+            return
+        accepted = int(event.get("accepted") or 0)
+        committed = int(event.get("committed") or 0)
+        self.rounds += 1
+        self.tokens += committed
+        self.current.rounds += 1
+        self.current.tokens += committed
+        drafter = event.get("drafter")
+        if drafter is not None:
+            name = str(drafter)
+            self.per_drafter.setdefault(name, _Usage()).add(accepted, committed)
+            self.current.per_drafter.setdefault(name, _Usage()).add(accepted, committed)
+
+    def _on_finished(self, event: dict[str, Any]) -> None:
+        request_id = str(event.get("request_id"))
+        trace = self.active.pop(request_id, None)
+        if trace is None:  # ended before its first round (queued, aborted, rejected)
+            trace = RequestTrace(request_id, started_at=float(event.get("ts") or self._clock()))
+            self.totals["requests_started"] += 1
+        trace.apply_finished(event)
+        trace.updated_at = trace.finished_at or self._clock()
+        self.totals["requests_finished"] += 1
+        if trace.status == "failed":
+            self.totals["requests_failed"] += 1
+        self.history.appendleft(trace)
+
+    def tick(self) -> None:
+        """Close the current time bucket (sampling the load) and evict stale traces."""
+        now = self._clock()
+        load = self._load()
+        self.current.end = now
+        self.current.in_flight = load.in_flight
+        self.current.queued = load.queued
+        self.series.append(self.current)
+        self.current = _Bucket()
+        cutoff = now - self.stale_after_s
+        for request_id in [r for r, t in self.active.items() if t.updated_at < cutoff]:
+            del self.active[request_id]
+
+    # -- page streams
+
+    def listen(self) -> Listener:
+        listener = Listener()
+        self.listeners.add(listener)
+        return listener
+
+    def unlisten(self, listener: Listener) -> None:
+        listener.close()
+        self.listeners.discard(listener)
+
+    # -- snapshots
+
+    def live_snapshot(self, drafters: Iterable[str] = ()) -> dict[str, Any]:
+        return {
+            "type": "snapshot",
+            "ts": self._clock(),
+            "drafters": list(drafters),
+            "active": [t.public() for t in self.active.values()],
+            "history": [t.public() for t in self.history],
+            "history_size": HISTORY_SIZE,
+        }
+
+    def recent_requests(self, limit: int) -> list[dict[str, Any]]:
+        return [t.public() for t in list(self.history)[:limit]]
+
+    def overview(self) -> dict[str, Any]:
+        now = self._clock()
+        load = self._load()
+        buckets = list(self.series)
+        recent = [b for b in buckets if b.end >= now - RECENT_S] + [self.current]
+        recent_rounds = sum(b.rounds for b in recent)
+        recent_tokens = sum(b.tokens for b in recent)
+        recent_span = min(RECENT_S, max(now - self.started_at, 1e-9))
+        recent_usage: dict[str, _Usage] = {}
+        for bucket in recent:
+            for name, usage in bucket.per_drafter.items():
+                acc = recent_usage.setdefault(name, _Usage())
+                acc.rounds += usage.rounds
+                acc.accepted += usage.accepted
+                acc.committed += usage.committed
+        chosen = sum(u.rounds for u in self.per_drafter.values())
+        recent_chosen = sum(u.rounds for u in recent_usage.values())
+        per_drafter = [
+            {
+                "id": name,
+                "rounds": usage.rounds,
+                "share": _ratio(usage.rounds, chosen),
+                "mean_accepted": _ratio(usage.accepted, usage.rounds),
+                "mat": _ratio(usage.committed, usage.rounds),
+                "recent_rounds": recent_usage.get(name, _Usage()).rounds,
+                "recent_share": _ratio(recent_usage.get(name, _Usage()).rounds, recent_chosen),
+            }
+            for name, usage in sorted(self.per_drafter.items())
+        ]
+        return {
+            "ts": now,
+            "uptime_s": now - self.started_at,
+            "load": {
+                "in_flight": load.in_flight,
+                "running": load.running,
+                "queued": load.queued,
+                "max_running": load.max_running,
+                "max_queue": load.max_queue,
+                "live_streams": len(self.listeners),
+            },
+            "totals": {
+                **self.totals,
+                "rounds": self.rounds,
+                "tokens": self.tokens,
+                "mat": _ratio(self.tokens, self.rounds),
+                "events_dropped": self.events_dropped,
+            },
+            "recent": {
+                "window_s": RECENT_S,
+                "rounds": recent_rounds,
+                "tokens": recent_tokens,
+                "mat": _ratio(recent_tokens, recent_rounds),
+                "tokens_per_s": recent_tokens / recent_span,
+            },
+            "series": {
+                "bucket_s": BUCKET_S,
+                "t": [b.end for b in buckets],
+                "mat": [_ratio(b.tokens, b.rounds) for b in buckets],
+                "tokens_per_s": [b.tokens / BUCKET_S for b in buckets],
+                "rounds": [b.rounds for b in buckets],
+                "in_flight": [b.in_flight for b in buckets],
+                "queue_depth": [b.queued for b in buckets],
+            },
+            "per_drafter": per_drafter,
+        }

@@ -1,0 +1,143 @@
+"""What the admin page shows about one request (`RequestTrace`), folded from its events.
+
+A trace is built from `request_started`, `round` and `request_finished` events (see
+`gateway.events`): rounds append to bounded per-round lists (the newest `MAX_ROUNDS`), a
+duplicate round re-delivered after a resync is ignored, and the final statistics of a finished
+request replace what the rounds built, since they hold every round and the full regret curve.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_ROUNDS = 4096  # rounds kept per trace; older rounds are dropped from the front
+
+
+@dataclass
+class RequestTrace:
+    """What the page shows about one request, built from its events."""
+
+    request_id: str
+    policy: str | None = None
+    drafters: list[str] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    started_at: float = 0.0
+    updated_at: float = 0.0
+    status: str = "running"  # running | finished | aborted | failed
+    first_round: int = 0  # round index of drafter_per_round[0] (older rounds were dropped)
+    last_round: int = -1
+    drafter_per_round: list[str | None] = field(default_factory=list)
+    accepted_per_round: list[int] = field(default_factory=list)
+    committed_per_round: list[int] = field(default_factory=list)
+    completion_tokens: int = 0
+    mat: float | None = None
+    tokens_per_s: float | None = None
+    weights: dict[str, float] = field(default_factory=dict)
+    regret_tokens: float | None = None
+    regret_curve: list[list[float]] = field(default_factory=list)  # [feedback window, tokens]
+    finish_reason: str | None = None
+    error: str | None = None
+    elapsed_s: float | None = None
+    finished_at: float | None = None
+
+    def apply_round(self, event: dict[str, Any]) -> None:
+        index = int(event.get("round", self.last_round + 1))
+        if index <= self.last_round:
+            return  # a duplicate (re-delivered after a resync)
+        if not self.drafter_per_round:
+            self.first_round = index
+        self.last_round = index
+        self.drafter_per_round.append(event.get("drafter"))
+        self.accepted_per_round.append(int(event.get("accepted") or 0))
+        self.committed_per_round.append(int(event.get("committed") or 0))
+        overflow = len(self.drafter_per_round) - MAX_ROUNDS
+        if overflow > 0:
+            del self.drafter_per_round[:overflow]
+            del self.accepted_per_round[:overflow]
+            del self.committed_per_round[:overflow]
+            self.first_round += overflow
+        self.policy = event.get("policy", self.policy)
+        self.completion_tokens = int(event.get("completion_tokens") or 0)
+        self.mat = event.get("mean_acceptance_length")
+        self.tokens_per_s = event.get("tokens_per_s")
+        self.weights = dict(event.get("weights") or {})
+        windows = int(event.get("feedback_windows") or 0)
+        regret = event.get("regret_tokens")
+        if (
+            regret is not None
+            and windows
+            and (not self.regret_curve or windows > self.regret_curve[-1][0])
+        ):
+            self.regret_curve.append([windows, float(regret)])
+            del self.regret_curve[:-MAX_ROUNDS]
+        self.regret_tokens = regret
+
+    def apply_finished(self, event: dict[str, Any]) -> None:
+        self.finish_reason = event.get("finish_reason")
+        self.error = event.get("error")
+        self.elapsed_s = event.get("elapsed_s")
+        self.finished_at = event.get("ts", time.time())
+        if self.error:
+            self.status = "failed"
+        elif self.finish_reason is None:
+            self.status = "aborted"  # client gone, or ended by a stop string
+        else:
+            self.status = "finished"
+        stats = event.get("stats")
+        if not isinstance(stats, dict):
+            return
+        # The final statistics are authoritative: they hold every round and the full curve.
+        self.policy = stats.get("policy", self.policy)
+        self.completion_tokens = int(stats.get("completion_tokens") or self.completion_tokens)
+        self.prompt_tokens = stats.get("prompt_tokens", self.prompt_tokens)
+        self.mat = stats.get("mean_acceptance_length", self.mat)
+        self.regret_tokens = stats.get("regret_tokens", self.regret_tokens)
+        self.weights = dict(stats.get("final_weights") or self.weights)
+        choices = list(stats.get("drafter_choices") or [])[-MAX_ROUNDS:]
+        accepted = list(stats.get("accepted_per_round") or [])[-MAX_ROUNDS:]
+        if choices and len(choices) == len(accepted):
+            rounds = int(stats.get("rounds") or len(choices))
+            self.first_round = rounds - len(choices)
+            self.last_round = max(self.last_round, rounds - 1)
+            if len(self.committed_per_round) != len(choices):
+                # Committed tokens are not in the final stats; accepted + 1 bonus is exact
+                # except for a stop-truncated last round.
+                self.committed_per_round = [a + 1 for a in accepted]
+            self.drafter_per_round, self.accepted_per_round = choices, accepted
+        curve = stats.get("regret_curve")
+        if isinstance(curve, list):
+            self.regret_curve = [[i + 1, float(v)] for i, v in enumerate(curve)][-MAX_ROUNDS:]
+
+    def public(self) -> dict[str, Any]:
+        # Copies, not references: a snapshot is serialized later (after an await) while
+        # rounds keep arriving, and must still describe one moment (rounds == len(choices)).
+        return {
+            "request_id": self.request_id,
+            "policy": self.policy,
+            "drafters": list(self.drafters),
+            "prompt_tokens": self.prompt_tokens,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "started_at": self.started_at,
+            "updated_at": self.updated_at,
+            "finished_at": self.finished_at,
+            "status": self.status,
+            "rounds": self.last_round + 1,
+            "first_round": self.first_round,
+            "drafter_per_round": list(self.drafter_per_round),
+            "accepted_per_round": list(self.accepted_per_round),
+            "committed_per_round": list(self.committed_per_round),
+            "completion_tokens": self.completion_tokens,
+            "mean_acceptance_length": self.mat,
+            "tokens_per_s": self.tokens_per_s,
+            "weights": dict(self.weights),
+            "regret_tokens": self.regret_tokens,
+            "regret_curve": [list(p) for p in self.regret_curve],
+            "finish_reason": self.finish_reason,
+            "error": self.error,
+            "elapsed_s": self.elapsed_s,
+        }
