@@ -16,7 +16,10 @@ from tests.gateway.tiny_pool import DRAFTER_IDS
 from tests.gateway_registry.conftest import HUB_REPO, Admin, chat, start_server, wait_for
 
 pytestmark = pytest.mark.timeout(600)
-CONVERGE_S = 5.0  # "within a few seconds": sync interval 0.3 s plus loading a drafter
+# A correctness bound, generous for a starved CI machine: changes arrive by polling, without a
+# restart. The timing claim ("within a few seconds") is measured side by side in
+# `python -m bench.reliability` (bench/results/reliability.md, "Replica convergence").
+CONVERGE_S = 20.0
 
 
 @pytest.fixture(scope="module")

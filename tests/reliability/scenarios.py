@@ -25,6 +25,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from bench import reliability as R
+from gateway.config import Settings
 
 # ---- a TCP proxy that can be cut ------------------------------------------------------------------
 
@@ -251,6 +252,64 @@ def _outage_run(base_url: str, proxy: TcpProxy, drafter_dir: Path, outage_s: flo
         plain.close()
     out["load"] = result.get("load", {})
     return out
+
+
+# ---- replica convergence ---------------------------------------------------------------------------
+
+CONVERGE_CLAIM_S = 5.0  # issue 6: "converge on the same pool within a few seconds of a change"
+
+
+def replica_convergence(pool: Path, workdir: Path, database_url: str | None, *,
+                        changes: int = 5) -> dict[str, Any]:
+    """Two replicas on one registry database, each polling it at the default interval
+    (`pool_sync_interval_s`). `changes` times: register a drafter through replica a and time
+    until replica b serves it (counted from a's `ready`, so the fetch is not included), then
+    delete it through b and time until a stops serving it. PostgreSQL when `database_url` is
+    given (a fresh database on that server), else a shared SQLite file.
+
+    Holds when every change reached the other replica within `CONVERGE_CLAIM_S`."""
+    drafter_dir = pool.parent / "drafters" / "alpha"
+    with contextlib.ExitStack() as stack:
+        if database_url:
+            url = stack.enter_context(fresh_postgres_database(database_url))
+            db_url, backend = url.render_as_string(hide_password=False), "postgresql"
+        else:
+            workdir.mkdir(parents=True, exist_ok=True)
+            db_url, backend = f"sqlite:///{workdir / 'registry.db'}", "sqlite"
+        servers = [R.start_server(pool, workdir / name, *R.KEY_FLAGS, "--database-url", db_url)
+                   for name in ("a", "b")]
+        for server in servers:
+            stack.callback(server.stop)
+        a, b = (stack.enter_context(R._admin(s.base_url)) for s in servers)
+        adds, removes = [], []
+        for i in range(changes):
+            drafter_id = f"replicated-{i}"
+            created = a.post("/admin/api/drafters", json={
+                "id": drafter_id, "name": drafter_id, "source": "local", "path": str(drafter_dir)})
+            if created.status_code != 202:
+                raise AssertionError(f"register {drafter_id}: {created.status_code} {created.text}")
+            R.wait_for(lambda d=drafter_id: (R.drafter_state(a, d) or {}).get("status") == "ready",
+                       60, f"{drafter_id} ready", interval_s=0.02)
+            ready_at = time.monotonic()
+            R.wait_for(lambda d=drafter_id: d in R.serving_ids(b), 60,
+                       f"replica b serving {drafter_id}", interval_s=0.02)
+            adds.append(time.monotonic() - ready_at)
+            deleted = b.delete(f"/admin/api/drafters/{drafter_id}")
+            if deleted.status_code != 200:
+                raise AssertionError(f"delete {drafter_id}: {deleted.status_code} {deleted.text}")
+            deleted_at = time.monotonic()
+            R.wait_for(lambda d=drafter_id: d not in R.serving_ids(a), 60,
+                       f"replica a dropping {drafter_id}", interval_s=0.02)
+            removes.append(time.monotonic() - deleted_at)
+    slowest = max(adds + removes, default=0.0)
+    return {
+        "backend": backend, "changes": changes,
+        "sync_interval_s": Settings.model_fields["pool_sync_interval_s"].default,
+        "add_p50_s": R._round(R.percentile(adds, 50), 3), "add_max_s": round(max(adds), 3),
+        "remove_p50_s": R._round(R.percentile(removes, 50), 3),
+        "remove_max_s": round(max(removes), 3),
+        "claim_s": CONVERGE_CLAIM_S, "held": slowest < CONVERGE_CLAIM_S,
+    }
 
 
 # ---- kill -9 during a download ---------------------------------------------------------------------
