@@ -35,6 +35,9 @@ from tests.fakehub import FakeHub
 from tests.gateway.conftest import ServerProcess
 
 expect = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").expect
+# Assertions wait like actions do (30 s, conftest): a starved CI machine renders slowly, and a
+# wrong page still fails, only later.
+expect.set_options(timeout=30_000)
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 HAS_POOL_API = importlib.util.find_spec("gateway.routes.admin") is not None
@@ -252,7 +255,7 @@ def test_detail_view_shows_weights_regret_and_accepted_lengths(
         assert f"{name} × {n}" in chips
     expect(page.locator("#d-meta")).to_contain_text(f"{spec['mean_acceptance_length']:.2f}")
     for canvas in ("#d-strip", "#d-regret", "#d-accepted"):
-        wait_drawn(page, canvas, timeout_s=5)
+        wait_drawn(page, canvas)
     time.sleep(0.3)  # let the weight bars finish their width transition
     path = screenshot(page, "admin_live.png")
     assert path.stat().st_size > 10_000
@@ -271,11 +274,11 @@ def test_overview_shows_mat_throughput_usage_and_queue(page: Any, server: Server
     expect(page.locator("#ov-ready")).to_have_text("ready")
     page.wait_for_function(
         "() => parseInt(document.querySelector('#ov-requests').textContent) >= 4",
-        timeout=10_000,
+        timeout=30_000,
     )
     names = page.locator("#ov-drafters tbody tr td:first-child")
     page.wait_for_function(
-        "() => document.querySelectorAll('#ov-drafters tbody tr').length >= 1", timeout=10_000
+        "() => document.querySelectorAll('#ov-drafters tbody tr').length >= 1", timeout=30_000
     )
     assert set(names.all_text_contents()) <= set(DRAFTER_IDS)
     mat = float(page.locator("#ov-mat").text_content())
@@ -365,7 +368,7 @@ def test_hostile_drafter_ids_and_request_fields_stay_text(
     expect(page.locator("#d-weights .bar-label").filter(has_text=XSS)).to_have_text(XSS)
     page.click(".tabs [data-tab=overview]")
     page.wait_for_function(
-        "() => document.querySelectorAll('#ov-drafters tbody tr').length >= 1", timeout=10_000
+        "() => document.querySelectorAll('#ov-drafters tbody tr').length >= 1", timeout=30_000
     )
     assert_inert(page)
     page.click(".tabs [data-tab=live]")

@@ -108,13 +108,13 @@ def _check_serving(srv: Server, db: Path) -> None:
 
     assert srv.probe("/health") == 0  # what HEALTHCHECK and the liveness probes run
     srv.wait_ready()
-    ready = httpx.get(f"http://127.0.0.1:{srv.port}/ready", timeout=5).json()
+    ready = httpx.get(f"http://127.0.0.1:{srv.port}/ready", timeout=30).json()
     assert ready["status"] == "ready" and ready["registry"] == "ok"
     # The keys from the environment are in force.
-    assert httpx.get(f"http://127.0.0.1:{srv.port}/v1/models", timeout=5).status_code == 401
+    assert httpx.get(f"http://127.0.0.1:{srv.port}/v1/models", timeout=30).status_code == 401
     models = httpx.get(
         f"http://127.0.0.1:{srv.port}/v1/models",
-        headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5,
+        headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30,
     )  # fmt: skip
     assert models.status_code == 200
 

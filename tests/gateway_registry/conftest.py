@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,16 +16,14 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping, save_drafter
 from tests.fakehub import FakeHub
 from tests.gateway.conftest import ADMIN_KEY, API_KEY, ServerProcess
 from tests.gateway.tiny_pool import AUX_LAYERS, MODEL_NAME, build_drafter, build_pool
+from tests.postgres import POSTGRES_ENV, fresh_postgres_database, url_string
 
-POSTGRES_ENV = "HEDGESPEC_TEST_POSTGRES_URL"
 BACKENDS = [
     "sqlite",
     pytest.param("postgresql", marks=[
@@ -99,17 +96,8 @@ def hub(hub_files: dict[str, bytes]) -> Iterator[FakeHub]:
 
 def postgres_database() -> Iterator[str]:
     """A fresh PostgreSQL database on the test server, dropped afterwards."""
-    admin_url = make_url(os.environ[POSTGRES_ENV])
-    name = f"hedgespec_gw_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-        yield admin_url.set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    with fresh_postgres_database(os.environ[POSTGRES_ENV], prefix="hedgespec_gw") as url:
+        yield url_string(url)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -5,19 +5,17 @@ fresh database per test; and a fake Hugging Face hub on loopback."""
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from drafter_registry.db import make_engine, make_session_factory, upgrade
 from tests.fakehub import FakeHub
+from tests.postgres import POSTGRES_ENV, fresh_postgres_database, url_string
 
-POSTGRES_ENV = "HEDGESPEC_TEST_POSTGRES_URL"
 BACKENDS = [
     "sqlite",
     pytest.param("postgresql", marks=[
@@ -33,17 +31,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'registry.db'}"
         return
-    admin_url = make_url(os.environ[POSTGRES_ENV])
-    name = f"hedgespec_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-        yield admin_url.set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    with fresh_postgres_database(os.environ[POSTGRES_ENV]) as url:
+        yield url_string(url)
 
 
 @pytest.fixture

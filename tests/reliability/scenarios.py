@@ -16,16 +16,15 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from bench import reliability as R
 from gateway.config import Settings
+from tests.postgres import fresh_postgres_database, url_string
 
 # ---- a TCP proxy that can be cut ------------------------------------------------------------------
 
@@ -119,25 +118,6 @@ class TcpProxy:
         self.cut()
 
 
-# ---- PostgreSQL -----------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def fresh_postgres_database(admin_url: str) -> Any:
-    """A new, empty database on the server of `admin_url`; dropped afterwards."""
-    url = make_url(admin_url)
-    name = f"hedgespec_rel_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-        yield url.set(database=name)
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
-
-
 def database_outage(pool: Path, workdir: Path, pg_admin_url: str, *, outage_s: float = 4.0,
                     clients: int = 2) -> dict[str, Any]:
     """A gateway on PostgreSQL behind a proxy that is cut for `outage_s` while clients stream.
@@ -148,9 +128,9 @@ def database_outage(pool: Path, workdir: Path, pg_admin_url: str, *, outage_s: f
     validated and served (pool sync and fetcher recovered)."""
     out: dict[str, Any] = {"outage_s": outage_s}
     drafter_dir = pool.parent / "drafters" / "beta"
-    with fresh_postgres_database(pg_admin_url) as db_url:
+    with fresh_postgres_database(pg_admin_url, prefix="hedgespec_rel") as db_url:
         proxy = TcpProxy((db_url.host or "127.0.0.1", int(db_url.port or 5432))).start()
-        proxied = db_url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+        proxied = url_string(db_url.set(host="127.0.0.1", port=proxy.port))
         server = R.start_server(pool, workdir, *R.KEY_FLAGS, "--database-url", proxied,
                                 settings={"HEDGESPEC_POOL_SYNC_INTERVAL_S": "0.2"})
         try:
@@ -271,8 +251,8 @@ def replica_convergence(pool: Path, workdir: Path, database_url: str | None, *,
     drafter_dir = pool.parent / "drafters" / "alpha"
     with contextlib.ExitStack() as stack:
         if database_url:
-            url = stack.enter_context(fresh_postgres_database(database_url))
-            db_url, backend = url.render_as_string(hide_password=False), "postgresql"
+            url = stack.enter_context(fresh_postgres_database(database_url, prefix="hedgespec_rel"))
+            db_url, backend = url_string(url), "postgresql"
         else:
             workdir.mkdir(parents=True, exist_ok=True)
             db_url, backend = f"sqlite:///{workdir / 'registry.db'}", "sqlite"

@@ -24,10 +24,10 @@ import pytest
 
 from bench import reliability as R
 from tests.gateway.conftest import ServerProcess
+from tests.postgres import POSTGRES_ENV
 from tests.reliability import scenarios as S
 
 pytestmark = pytest.mark.timeout(300)
-POSTGRES_ENV = "HEDGESPEC_TEST_POSTGRES_URL"
 
 
 @pytest.fixture(scope="module")
