@@ -109,38 +109,44 @@ def _chunk_tokens(line: str) -> int:
     return sum(len((c.get("logprobs") or {}).get("tokens") or []) for c in chunk["choices"])
 
 
+class _StreamClock:
+    """Times one streamed completion: first content token (TTFT), last token, token count."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.first: float | None = None
+        self.last: float | None = None
+        self.tokens = 0
+
+    def line(self, line: str) -> None:
+        n = _chunk_tokens(line)
+        if n:
+            now = time.perf_counter()
+            self.first = self.first or now
+            self.last = now
+            self.tokens += n
+
+    def run(self) -> Run:
+        end = self.last or time.perf_counter()
+        return Run((self.first or end) - self.start, end - self.start, self.tokens)
+
+
 def run_gateway(http: httpx.Client, body: dict[str, Any]) -> Run:
-    start = time.perf_counter()
-    first = last = None
-    tokens = 0
+    clock = _StreamClock()
     with http.stream("POST", "/v1/completions", json=body) as resp:
         resp.raise_for_status()
         for line in resp.iter_lines():
-            n = _chunk_tokens(line)
-            if n:
-                now = time.perf_counter()
-                first = first or now
-                last = now
-                tokens += n
-    end = last or time.perf_counter()
-    return Run((first or end) - start, end - start, tokens)
+            clock.line(line)
+    return clock.run()
 
 
 async def run_gateway_async(http: httpx.AsyncClient, body: dict[str, Any]) -> Run:
-    start = time.perf_counter()
-    first = last = None
-    tokens = 0
+    clock = _StreamClock()
     async with http.stream("POST", "/v1/completions", json=body) as resp:
         resp.raise_for_status()
         async for line in resp.aiter_lines():
-            n = _chunk_tokens(line)
-            if n:
-                now = time.perf_counter()
-                first = first or now
-                last = now
-                tokens += n
-    end = last or time.perf_counter()
-    return Run((first or end) - start, end - start, tokens)
+            clock.line(line)
+    return clock.run()
 
 
 async def run_concurrent(base_url: str, bodies: list[dict[str, Any]]) -> tuple[list[Run], float]:
