@@ -71,6 +71,8 @@ class SelectorConfig:
     loss: LossName = "length"
     select: Literal["sample", "argmax"] = "sample"
     hedge_eta: float = 2.0
+    # Sessions whose learner is kept between requests (core/learner_sessions.py); LRU beyond.
+    max_sessions: int = 4096
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.drafter_check import compatibility_problems
 from core.drafter_pool import PoolSnapshot
 from core.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
+from core.learner_sessions import LearnerSessions
 from core.request import RequestState, parse_policy
 from core.rounds import prefill, speculative_round
 from core.stats import RequestStats, RoundStats, TokenLogprob
@@ -66,6 +67,7 @@ class SpecEngine:
         limit = target.max_positions - config.tree.depth - 2
         self.max_context = min(config.max_context, limit)
         self._requests: dict[str, RequestState] = {}
+        self.sessions = LearnerSessions(config.selector.max_sessions)
         self._order: list[str] = []
         self._next = 0
 
@@ -120,7 +122,9 @@ class SpecEngine:
 
     # -- requests --------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                    policy: str = "auto") -> None:
+                    policy: str = "auto", session: str | None = None) -> None:
+        """Queue a request. With `session`, a learner policy starts from the learner state the
+        session's last finished request ended with (core/learner_sessions.py)."""
         if request_id in self._requests:
             raise ValueError(f"duplicate request id {request_id!r}")
         if not prompt_ids:
@@ -141,6 +145,11 @@ class SpecEngine:
             raise PolicyError(str(exc)) from exc
         state = RequestState.create(request_id, list(prompt_ids), params, resolved, self.snapshot, self.config,
                                     cache=self.target.new_cache(), eos_ids=self.target.eos_token_ids)
+        if session is not None and resolved.kind == "learner" and state.learner is not None:
+            state.session = session
+            warm = self.sessions.take(session, resolved.name, self.snapshot.ids)
+            if warm is not None:
+                state.learner, state.stats.warm_start_requests = warm.learner, warm.requests
         self._requests[request_id] = state
         self._order.append(request_id)
 
@@ -167,10 +176,18 @@ class SpecEngine:
             log.exception("round of request %s failed", rid)
             out = RoundOutput(rid, [], None, True, "error", None, state.stats, f"{type(exc).__name__}: {exc}")
         if out.finished:
-            self.abort(rid)
+            self._finish(state, out)
         else:
             self._next += 1
         return [out]
+
+    def _finish(self, state: RequestState, out: RoundOutput) -> None:
+        """Drop a finished request; keep its learner for the session's next request unless the
+        request failed (its last round may have left the learner half-updated)."""
+        self.abort(state.request_id)
+        if state.session is not None and state.learner is not None and out.error is None:
+            self.sessions.put(state.session, state.policy.name, state.snapshot.ids, state.learner,
+                              state.stats.warm_start_requests + 1)
 
     def _run_round(self, state: RequestState) -> RoundOutput:
         t0 = time.perf_counter()
@@ -188,23 +205,24 @@ class SpecEngine:
 
     # -- convenience -----------------------------------------------------------------------------
     def generate(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto",
-                 request_id: str | None = None) -> Iterator[RoundOutput]:
+                 request_id: str | None = None, session: str | None = None) -> Iterator[RoundOutput]:
         """Run one request to completion (no other requests interleaved)."""
         rid = request_id or f"gen-{time.monotonic_ns()}"
-        self.add_request(rid, prompt_ids, params, policy)
+        self.add_request(rid, prompt_ids, params, policy, session)
         state = self._requests[rid]
         while True:
             out = self._run_round(state)
             if out.finished:
-                self.abort(rid)
+                self._finish(state, out)
             yield out
             if out.finished:
                 return
 
-    def generate_ids(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto") -> tuple[list[int], RequestStats]:
+    def generate_ids(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto",
+                     session: str | None = None) -> tuple[list[int], RequestStats]:
         ids: list[int] = []
         stats = None
-        for out in self.generate(prompt_ids, params, policy):
+        for out in self.generate(prompt_ids, params, policy, session=session):
             ids.extend(out.token_ids)
             stats = out.stats
         assert stats is not None

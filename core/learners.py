@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -36,6 +37,9 @@ class Learner(ABC):
     """A distribution over N experts, updated from feedback and sampled once per round."""
 
     full_information: ClassVar[bool]
+    # Attributes holding one entry per expert (lists or arrays), in expert order: `permute`
+    # reorders exactly these, so a subclass that adds per-expert state must list it here.
+    _expert_state: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, num_experts: int) -> None:
         if num_experts < 1:
@@ -73,6 +77,22 @@ class Learner(ABC):
     @abstractmethod
     def remove_expert(self, index: int) -> None:
         """Drop expert `index`; later experts shift down by one."""
+
+    def permute(self, order: Sequence[int]) -> None:
+        """Reorder the experts: new expert j is old expert `order[j]`, with all its state.
+
+        Used when a learner kept across requests meets a pool listed in another order; the
+        learner then behaves exactly as one that had seen the same feedback in the new order.
+        """
+        if sorted(order) != list(range(self._n)):
+            raise ValueError(f"{list(order)} is not a permutation of {self._n} experts")
+        index = list(order)
+        for name in self._expert_state:
+            value = getattr(self, name)
+            if isinstance(value, np.ndarray):
+                setattr(self, name, value[np.asarray(index, dtype=np.intp)])
+            else:
+                setattr(self, name, [value[i] for i in index])
 
     def _shrink(self, index: int) -> None:
         """Validate a removal and decrement N; subclasses then drop their own state."""
@@ -188,6 +208,8 @@ class NormalHedge(FullInformationLearner):
     State is plain Python floats (see `check_losses`): an update costs microseconds.
     """
 
+    _expert_state = ("_regret", "_p")
+
     def __init__(self, num_experts: int) -> None:
         super().__init__(num_experts)
         self._regret = [0.0] * num_experts
@@ -247,6 +269,8 @@ class AdaNormalHedge(FullInformationLearner):
     Φ's exponent grows linearly in t, so weights are formed in log space.
     """
 
+    _expert_state = ("_regret", "_abs_regret", "_p")
+
     def __init__(self, num_experts: int) -> None:
         super().__init__(num_experts)
         self._regret = np.zeros(num_experts)
@@ -292,6 +316,8 @@ class Hedge(FullInformationLearner):
     default eta = 2 is close to that for pools of 2-5 drafters.
     """
 
+    _expert_state = ("_loss",)
+
     def __init__(self, num_experts: int, eta: float = 2.0) -> None:
         super().__init__(num_experts)
         if not eta > 0.0:
@@ -331,6 +357,8 @@ class UCBSpec(BanditLearner):
     σ = L/2). The grouping under the root is reconstructed (reference notes 2.8). Selection
     is deterministic; `select`'s rng and argmax are unused.
     """
+
+    _expert_state = ("_pulls", "_sums")
 
     def __init__(self, num_experts: int, max_len: int = 8, delta: float = 0.05) -> None:
         super().__init__(num_experts)
@@ -393,6 +421,8 @@ class EXP3Spec(BanditLearner):
     i.e. BanditSpec's (L + 1 - Y)/(L p) with L = max_len - 1. The estimate is unbiased only if
     the arm is drawn from p, so `select` always samples (its argmax flag is ignored).
     """
+
+    _expert_state = ("_estimates",)
 
     def __init__(self, num_experts: int) -> None:
         super().__init__(num_experts)
@@ -461,6 +491,10 @@ class Fixed(Learner):
 
     def add_expert(self) -> None:
         self._n += 1
+
+    def permute(self, order: Sequence[int]) -> None:
+        super().permute(order)
+        self.index = list(order).index(self.index)
 
     def remove_expert(self, index: int) -> None:
         if index == self.index:

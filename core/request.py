@@ -59,6 +59,7 @@ class RequestState:
     eos_ids: frozenset[int]
     learner: Learner | None = None
     feedback: FeedbackQueue | None = None
+    session: str | None = None  # the learner is kept for this session's next request
     dstate: DrafterState | None = None
     prefilled: bool = False
     finished: bool = False

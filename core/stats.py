@@ -57,6 +57,8 @@ class RequestStats:
     time_verify_s: float = 0.0
     time_evaluate_s: float = 0.0
     time_bookkeeping_s: float = 0.0
+    # Finished requests of the same session whose learner this request started from (0: cold).
+    warm_start_requests: int = 0
 
     @property
     def mean_accepted_tokens(self) -> float:
@@ -113,6 +115,7 @@ class RequestStats:
             "regret_tokens": self.regret_tokens,
             "regret_curve": list(self.regret_curve),
             "final_weights": dict(self.weights),
+            "warm_start_requests": self.warm_start_requests,
             "time_draft_s": self.time_draft_s,
             "time_verify_s": self.time_verify_s,
             "time_evaluate_s": self.time_evaluate_s,

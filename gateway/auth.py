@@ -60,6 +60,13 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
+def key_scope(request: Request) -> str:
+    """A short, stable name for the presented API key (a digest prefix, never the key), so
+    per-client state such as learner sessions cannot be shared between keys; "" without one."""
+    token = bearer_token(request)
+    return _digest(token).hex()[:16] if token else ""
+
+
 def _unauthorized(message: str) -> APIError:
     return APIError(
         message,

@@ -76,6 +76,7 @@ SERVE_FLAGS: dict[str, str] = {
     "admin_key": "admin_key",
     "cors_origin": "cors_origins",
     "policy": "default_policy",
+    "max_sessions": "max_sessions",
     "device": "device",
     "device_map": "device_map",
     "compile": "compile",
@@ -105,6 +106,8 @@ def _register_serve(sub: Any) -> None:
     p.add_argument("--admin-key", help="key for /admin/*")
     p.add_argument("--cors-origin", action="append", help="allowed CORS origin (repeatable)")
     p.add_argument("--policy", help="what `auto` means: a learner name, none or fixed:<id>")
+    p.add_argument("--max-sessions", type=int,
+                   help="learner sessions kept between requests (default 4096; 0: off)")
     p.add_argument("--device", help="torch device (default cpu)")
     p.add_argument("--dtype", help="float32, bfloat16 or float16")
     p.add_argument("--device-map", help="'auto' spreads a large target over every GPU")

@@ -95,6 +95,9 @@ class Settings(BaseSettings):
     tree_depth: int | None = Field(default=None, ge=1)
     tree_total_tokens: int | None = Field(default=None, ge=1)
     default_policy: str = "normalhedge"  # what `hedgespec.policy: auto` means
+    # Learner sessions (`hedgespec.session`) kept between requests, least recently used
+    # forgotten first; 0 turns sessions off (every request starts a fresh learner).
+    max_sessions: int = Field(default=4096, ge=0, le=1_000_000)
     # Intra-op threads for torch; None keeps torch's default (all cores). On a shared CPU box,
     # oversubscribed BLAS threads can make every round ~100x slower: set 1-2 there.
     torch_threads: int | None = Field(default=None, ge=1)
@@ -147,6 +150,6 @@ class Settings(BaseSettings):
             device=self.device,
             dtype=self.dtype,
             tree=tree,
-            selector=SelectorConfig(policy=self.default_policy),
+            selector=SelectorConfig(policy=self.default_policy, max_sessions=self.max_sessions),
             **extra,
         )

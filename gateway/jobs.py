@@ -90,6 +90,7 @@ class Job:
     prompt_tokens: int
     token_text: TokenText
     arrival: float
+    session: str | None = None  # the engine's learner-session key: API key scope + client's id
     sink: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
     first_token_at: float | None = None
 

@@ -45,9 +45,11 @@ class StreamOptions(OpenAIBaseModel):
 
 
 class HedgeSpecOptions(OpenAIBaseModel):
-    """Our request extension: `auto`, `none`, `fixed:<drafter id>` or a learner name."""
+    """Our request extension: the drafter policy (`auto`, `none`, `fixed:<drafter id>` or a
+    learner name) and an optional session whose requests share one learner (per API key)."""
 
     policy: str = Field(default="auto", min_length=1, max_length=200)
+    session: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 def _unicode(text: str) -> str:
@@ -160,6 +162,10 @@ class SamplingFields(OpenAIBaseModel):
     @property
     def policy(self) -> str:
         return self.hedgespec.policy if self.hedgespec else "auto"
+
+    @property
+    def session(self) -> str | None:
+        return self.hedgespec.session if self.hedgespec else None
 
 
 class ChatCompletionRequest(SamplingFields):

@@ -26,6 +26,7 @@ SPEC_KEYS = (
     "drafter_choices",
     "regret_tokens",
     "final_weights",
+    "warm_start_requests",
 )
 
 
@@ -90,8 +91,10 @@ def spec_metrics(stats: list[dict[str, Any] | None]) -> dict[str, Any] | None:
 
     With n > 1 the counts and `regret_tokens` are summed, `mean_acceptance_length` is recomputed
     over all rounds, `acceptance_by_position` is summed per depth, `drafter_choices` lists the
-    rounds of every choice in choice order and `final_weights` is the mean distribution; each
-    choice's own object is under `per_choice` (vLLM returns null for n > 1 instead).
+    rounds of every choice in choice order, `final_weights` is the mean distribution and
+    `warm_start_requests` (how many earlier requests of the session the learner had seen) the
+    largest over the choices; each choice's own object is under `per_choice` (vLLM returns
+    null for n > 1 instead).
     """
     present = [s for s in stats if s is not None]
     if not present:
@@ -133,6 +136,7 @@ def _aggregate(stats: list[dict[str, Any]]) -> dict[str, Any]:
         "drafter_choices": [d for s in stats for d in (s.get("drafter_choices") or [])],
         "regret_tokens": sum(float(s.get("regret_tokens", 0.0)) for s in stats),
         "final_weights": weights,
+        "warm_start_requests": max(int(s.get("warm_start_requests") or 0) for s in stats),
     }
 
 

@@ -52,7 +52,8 @@ class Engine(Protocol):
 
     def drafter_ids(self) -> list[str]: ...
     def add_request(
-        self, request_id: str, prompt_ids: list[int], params: SamplingParams, policy: str = ...
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams, policy: str = ...,
+        session: str | None = ...,
     ) -> None: ...
     def step(self) -> list[Any]: ...
     def abort(self, request_id: str) -> None: ...
@@ -67,6 +68,7 @@ class RequestSpec:
     params: SamplingParams
     policy: str = "auto"
     prompt_text: str | None = None  # only when the operator logs prompts (request log)
+    session: str | None = None  # learner session key (scoped to the API key by the caller)
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,9 @@ class EngineRunner:
             tracked = self._waiting.popleft()
             spec = tracked.spec
             try:
-                engine.add_request(spec.request_id, spec.prompt_ids, spec.params, spec.policy)
+                engine.add_request(
+                    spec.request_id, spec.prompt_ids, spec.params, spec.policy, session=spec.session
+                )
             except ValueError as exc:  # ContextLengthError, PolicyError: the client's fault
                 self._finish(
                     tracked, Update(spec.request_id, finished=True, error=_engine_error(exc))

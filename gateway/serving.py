@@ -123,7 +123,7 @@ class Serving:
 
     # ---- job construction --------------------------------------------------------------------
 
-    async def prepare(self, req: SamplingFields, arrival: float) -> Job:
+    async def prepare(self, req: SamplingFields, arrival: float, scope: str = "") -> Job:
         """Validate and tokenize `req` into a job (off the event loop when the prompt is big)."""
         if isinstance(req, ChatCompletionRequest):
             chars = sum(len(str(m.content)) for m in req.messages)
@@ -133,24 +133,24 @@ class Serving:
             chars = sum(len(p) for p in req.prompts)
             build = self.prepare_completion
         if chars > OFFLOAD_CHARS:
-            job: Job = await asyncio.to_thread(build, req, arrival)
+            job: Job = await asyncio.to_thread(build, req, arrival, scope)
         else:
-            job = build(req, arrival)
+            job = build(req, arrival, scope)
         return job
 
-    def prepare_chat(self, req: ChatCompletionRequest, arrival: float) -> Job:
+    def prepare_chat(self, req: ChatCompletionRequest, arrival: float, scope: str = "") -> Job:
         info = self.engine_info()
         self._check_common(req, info)
         prompt_ids = render_chat(self._tokenizer(), [m.template_dict() for m in req.messages])
         max_new = self._max_new_tokens(req, len(prompt_ids), info, "messages")
-        job = self._new_job("chat", "chatcmpl", req, info, arrival)
+        job = self._new_job("chat", "chatcmpl", req, info, arrival, scope)
         text = self._logged_prompt(prompt_ids)
         for i in range(req.n):
             self._add_choice(job, prompt_ids, max_new, index=i, prompt_text=text)
         job.prompt_tokens = len(prompt_ids)
         return job
 
-    def prepare_completion(self, req: CompletionRequest, arrival: float) -> Job:
+    def prepare_completion(self, req: CompletionRequest, arrival: float, scope: str = "") -> Job:
         info = self.engine_info()
         self._check_common(req, info)
         if req.echo and req.logprobs is not None:
@@ -160,7 +160,7 @@ class Serving:
             raise invalid_request(
                 f"number of prompts × n must be at most {self.settings.max_n}", param="prompt"
             )
-        job = self._new_job("completion", "cmpl", req, info, arrival)
+        job = self._new_job("completion", "cmpl", req, info, arrival, scope)
         for p, prompt in enumerate(prompts):
             ids = encode_prompt(self._tokenizer(), prompt, param="prompt")
             max_new = self._max_new_tokens(req, len(ids), info, "prompt")
@@ -177,7 +177,8 @@ class Serving:
         return str(self._tokenizer().decode(prompt, skip_special_tokens=False))
 
     def _new_job(
-        self, kind: str, prefix: str, req: SamplingFields, info: EngineInfo, arrival: float
+        self, kind: str, prefix: str, req: SamplingFields, info: EngineInfo, arrival: float,
+        scope: str,
     ) -> Job:
         return Job(
             kind=kind,
@@ -191,6 +192,8 @@ class Serving:
             prompt_tokens=0,
             token_text=self._tokens(),
             arrival=arrival,
+            # Sessions live per API key: one client cannot steer or read another's learner.
+            session=f"{scope}/{req.session}" if req.session is not None else None,
         )
 
     def _logged_prompt(self, prompt_ids: list[int]) -> str | None:
@@ -214,7 +217,9 @@ class Serving:
             logprobs=job.request_logprobs,
         )
         tokenizer = self._tokenizer()
-        job.specs.append(RequestSpec(request_id, list(prompt_ids), params, req.policy, prompt_text))
+        job.specs.append(
+            RequestSpec(request_id, list(prompt_ids), params, req.policy, prompt_text, job.session)
+        )
         job.choices.append(
             Choice(
                 index, request_id, IncrementalDetokenizer(tokenizer), StopMatcher(req.stop_strings),

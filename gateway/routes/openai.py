@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
-from gateway.auth import require_api_key
+from gateway.auth import key_scope, require_api_key
 from gateway.deps import ServingDep
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.serving import Job, Serving
@@ -36,7 +36,7 @@ async def create_chat_completion(
     body: ChatCompletionRequest, request: Request, serving: ServingDep
 ) -> Response:
     """Chat completion, streamed as SSE when `stream` is true."""
-    job = await serving.prepare(body, arrival=_arrival(request))
+    job = await serving.prepare(body, arrival=_arrival(request), scope=key_scope(request))
     return await _respond(job, request, serving)
 
 
@@ -45,7 +45,7 @@ async def create_completion(
     body: CompletionRequest, request: Request, serving: ServingDep
 ) -> Response:
     """Legacy text completion, streamed as SSE when `stream` is true."""
-    job = await serving.prepare(body, arrival=_arrival(request))
+    job = await serving.prepare(body, arrival=_arrival(request), scope=key_scope(request))
     return await _respond(job, request, serving)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from core.config import EngineConfig, TreeConfig
+from core.config import EngineConfig, SelectorConfig, TreeConfig
 from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping
 from core.engine import SpecEngine
 from core.target import Target
@@ -86,10 +86,10 @@ def copy_drafter(target: torch.nn.Module, perm: list[int]) -> Eagle3Drafter:
 
 
 def make_engine(target: torch.nn.Module, drafters: dict[str, Eagle3Drafter], tree: TreeConfig,
-                policy: str = "normalhedge", aux: tuple[int, int, int] = AUX) -> SpecEngine:
-    from core.config import SelectorConfig
-
-    cfg = EngineConfig(tree=tree, selector=SelectorConfig(policy=policy), max_context=480, aux_layers=aux)
+                policy: str = "normalhedge", aux: tuple[int, int, int] = AUX,
+                selector: SelectorConfig | None = None) -> SpecEngine:
+    cfg = EngineConfig(tree=tree, selector=selector or SelectorConfig(policy=policy), max_context=480,
+                       aux_layers=aux)
     return SpecEngine(Target(target, None, aux), drafters, cfg)
 
 

@@ -257,6 +257,29 @@ def test_policy_extension(client: OpenAI) -> None:
     assert err.value.body["param"] == "hedgespec.policy"  # type: ignore[index]
 
 
+def test_a_session_carries_the_learner_across_requests_of_one_api_key(
+    client: OpenAI, server: ServerProcess
+) -> None:
+    def warm_starts(c: OpenAI, session: str, **extra: Any) -> int:
+        resp = c.chat.completions.create(
+            model="tiny-target", messages=HELLO, max_tokens=8,
+            extra_body={"hedgespec": {"policy": "normalhedge", "session": session}, **extra},
+        )  # fmt: skip
+        starts: int = resp.model_extra["metrics"]["speculative_decoding"]["warm_start_requests"]
+        return starts
+
+    session = f"conversation-{time.monotonic_ns()}"
+    assert [warm_starts(client, session) for _ in range(3)] == [0, 1, 2]
+    # Another API key naming the same session gets its own learner, not this one.
+    other = OpenAI(base_url=f"{server.base_url}/v1", api_key=SECOND_KEY, max_retries=0)
+    assert warm_starts(other, session) == 0
+    assert warm_starts(client, session, n=2) == 3  # n choices start from the same state
+    for bad in ("", "x" * 201):
+        with pytest.raises(openai.BadRequestError) as err:
+            warm_starts(client, bad)
+        assert err.value.body["param"] == "hedgespec.session"  # type: ignore[index]
+
+
 def test_unknown_fields_are_ignored(client: OpenAI) -> None:
     resp = client.chat.completions.create(
         model="tiny-target", messages=HELLO, max_tokens=2, user="u-1",

@@ -44,7 +44,8 @@ class ScriptedEngine:
         return ["d1"]
 
     def add_request(
-        self, rid: str, prompt: list[int], params: SamplingParams, policy: str = "auto"
+        self, rid: str, prompt: list[int], params: SamplingParams, policy: str = "auto",
+        session: str | None = None,
     ) -> None:
         if len(prompt) + params.max_new_tokens > self.max_context:
             raise ContextLengthError("too long")
