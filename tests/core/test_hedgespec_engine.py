@@ -8,6 +8,7 @@ import pytest
 from core.config import LEARNER_NAMES, SamplingParams, TreeConfig
 from core.engine import PolicyError
 from tests.core.tiny_models import (
+    bigram_setup,
     bigram_target,
     copy_drafter,
     hf_greedy,
@@ -21,10 +22,7 @@ POLICIES = ["none", *LEARNER_NAMES, "fixed:copy", "fixed:r3"]
 
 @pytest.fixture(scope="module")
 def setup():  # type: ignore[no-untyped-def]
-    target, perm = bigram_target(vocab=32)
-    drafters = {f"r{i}": random_drafter(target, draft_vocab=24, seed=i) for i in range(7)}
-    drafters["copy"] = copy_drafter(target, perm)
-    return target, make_engine(target, drafters, TREE)
+    return bigram_setup(TREE, randoms=7)
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -11,6 +11,7 @@ from core.config import LEARNER_NAMES, SamplingParams, SelectorConfig, TreeConfi
 from core.learner_sessions import LearnerSessions, adapt
 from core.learners import Fixed, Learner, NormalHedge, make_learner
 from tests.core.tiny_models import (
+    bigram_setup,
     bigram_target,
     copy_drafter,
     hf_greedy,
@@ -92,10 +93,7 @@ def test_the_store_hands_out_private_copies_and_forgets_the_least_recently_used(
 
 @pytest.fixture(scope="module")
 def setup():  # type: ignore[no-untyped-def]
-    target, perm = bigram_target(vocab=32)
-    drafters = {f"r{i}": random_drafter(target, draft_vocab=24, seed=i) for i in range(3)}
-    drafters["copy"] = copy_drafter(target, perm)
-    return target, make_engine(target, drafters, TREE)
+    return bigram_setup(TREE, randoms=3)
 
 
 def test_a_sessions_next_request_starts_from_where_the_last_ended(setup) -> None:  # type: ignore[no-untyped-def]

@@ -93,6 +93,15 @@ def make_engine(target: torch.nn.Module, drafters: dict[str, Eagle3Drafter], tre
     return SpecEngine(Target(target, None, aux), drafters, cfg)
 
 
+def bigram_setup(tree: TreeConfig, randoms: int) -> tuple[torch.nn.Module, SpecEngine]:
+    """A bigram target and an engine over `randoms` random drafters plus one that copies the
+    target (so learners have a clear best drafter to find)."""
+    target, perm = bigram_target(vocab=32)
+    drafters = {f"r{i}": random_drafter(target, draft_vocab=24, seed=i) for i in range(randoms)}
+    drafters["copy"] = copy_drafter(target, perm)
+    return target, make_engine(target, drafters, tree)
+
+
 def hf_greedy(target: torch.nn.Module, prompt: list[int], n: int) -> list[int]:
     ids = torch.tensor([prompt])
     out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
