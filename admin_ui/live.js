@@ -191,6 +191,7 @@ export class LiveView {
     clear(meta);
     const rows = [
       ["Policy", rec.policy ?? "—"],
+      ["Learner", learnerStart(rec.warm_start_requests)],
       ["Started", fmtClock(rec.started_at)],
       ["Rounds", fmtInt(rec.rounds)],
       ["Prompt tokens", fmtInt(rec.prompt_tokens)],
@@ -269,6 +270,13 @@ function createRow(id) {
     h("td", { class: "spark-cell" }, cells.spark),
     cells.rounds, cells.tokens, cells.mat, cells.tps, cells.regret);
   return { tr, cells };
+}
+
+// How the request's learner started: fresh (the default), or continuing its session's learner.
+function learnerStart(warm) {
+  if (warm == null) return "—";
+  if (warm === 0) return "fresh";
+  return `session, after ${warm} earlier request${warm === 1 ? "" : "s"}`;
 }
 
 function setBadge(el, status) {

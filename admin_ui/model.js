@@ -48,6 +48,7 @@ export class LiveModel {
         rec.prompt_tokens = event.prompt_tokens ?? null;
         rec.max_tokens = event.max_tokens ?? null;
         rec.temperature = event.temperature ?? null;
+        rec.warm_start_requests = event.warm_start_requests ?? null;
         this.noteDrafters(rec.drafters);
         break;
       }
@@ -121,6 +122,7 @@ function normalise(rec) {
     prompt_tokens: rec.prompt_tokens ?? null,
     max_tokens: rec.max_tokens ?? null,
     temperature: rec.temperature ?? null,
+    warm_start_requests: rec.warm_start_requests ?? null,
     started_at: rec.started_at ?? null,
     finished_at: rec.finished_at ?? null,
     status: rec.status || "running",
@@ -186,6 +188,7 @@ export function applyFinished(rec, event) {
   rec.policy = stats.policy ?? rec.policy;
   rec.completion_tokens = stats.completion_tokens ?? rec.completion_tokens;
   rec.prompt_tokens = stats.prompt_tokens ?? rec.prompt_tokens;
+  rec.warm_start_requests = stats.warm_start_requests ?? rec.warm_start_requests;
   rec.mean_acceptance_length = stats.mean_acceptance_length ?? rec.mean_acceptance_length;
   rec.regret_tokens = stats.regret_tokens ?? rec.regret_tokens;
   if (stats.final_weights) rec.weights = stats.final_weights;

@@ -127,6 +127,7 @@ def started_event(request_id: str, stats: RequestStats, params: SamplingParams) 
         "prompt_tokens": stats.prompt_tokens,
         "max_tokens": params.max_new_tokens,
         "temperature": params.temperature,
+        "warm_start_requests": stats.warm_start_requests,  # > 0: a session's learner continued
     }
 
 

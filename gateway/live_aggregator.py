@@ -206,6 +206,7 @@ class LiveAggregator:
             trace.prompt_tokens = event.get("prompt_tokens")
             trace.max_tokens = event.get("max_tokens")
             trace.temperature = event.get("temperature")
+            trace.warm_start_requests = event.get("warm_start_requests")
         trace.updated_at = now
         return trace
 

@@ -25,6 +25,7 @@ class RequestTrace:
     prompt_tokens: int | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    warm_start_requests: int | None = None  # earlier requests of its session the learner saw
     started_at: float = 0.0
     updated_at: float = 0.0
     status: str = "running"  # running | finished | aborted | failed
@@ -94,6 +95,7 @@ class RequestTrace:
         self.policy = stats.get("policy", self.policy)
         self.completion_tokens = int(stats.get("completion_tokens") or self.completion_tokens)
         self.prompt_tokens = stats.get("prompt_tokens", self.prompt_tokens)
+        self.warm_start_requests = stats.get("warm_start_requests", self.warm_start_requests)
         self.mat = stats.get("mean_acceptance_length", self.mat)
         self.regret_tokens = stats.get("regret_tokens", self.regret_tokens)
         self.weights = dict(stats.get("final_weights") or self.weights)
@@ -122,6 +124,7 @@ class RequestTrace:
             "prompt_tokens": self.prompt_tokens,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
+            "warm_start_requests": self.warm_start_requests,
             "started_at": self.started_at,
             "updated_at": self.updated_at,
             "finished_at": self.finished_at,

@@ -125,6 +125,16 @@ def test_a_snapshot_is_not_changed_by_rounds_that_arrive_after_it() -> None:
     assert trace["regret_curve"] == [] and trace["weights"] == {"a": 0.75, "b": 0.25}
 
 
+def test_a_trace_says_whether_its_learner_continued_a_session() -> None:
+    agg = aggregator()
+    agg.apply({**started("r1"), "warm_start_requests": 2})
+    agg.apply(started("r2"))  # an older server: no field
+    assert agg.active["r1"].public()["warm_start_requests"] == 2
+    assert agg.active["r2"].public()["warm_start_requests"] is None
+    agg.apply(finished("r2", stats={"warm_start_requests": 0}))
+    assert agg.history[0].public()["warm_start_requests"] == 0
+
+
 def test_finished_stats_are_authoritative_and_history_is_newest_first() -> None:
     agg = aggregator()
     agg.apply(round_event("r1", 0, "a", 1))

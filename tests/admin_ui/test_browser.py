@@ -254,6 +254,7 @@ def test_detail_view_shows_weights_regret_and_accepted_lengths(
     for name, n in Counter(spec["drafter_choices"]).items():
         assert f"{name} × {n}" in chips
     expect(page.locator("#d-meta")).to_contain_text(f"{spec['mean_acceptance_length']:.2f}")
+    expect(page.locator("#d-meta")).to_contain_text("Learnerfresh")  # no session: a new learner
     for canvas in ("#d-strip", "#d-regret", "#d-accepted"):
         wait_drawn(page, canvas)
     time.sleep(0.3)  # let the weight bars finish their width transition
