@@ -82,6 +82,12 @@ class GatewayMetrics:
             buckets=LENGTH_BUCKETS,
             registry=r,
         )
+        self.warm_starts = Counter(
+            "hedgespec_learner_warm_starts",
+            "Requests whose learner continued their session's (hedgespec.session).",
+            ["policy"],
+            registry=r,
+        )
         self.regret = Histogram(
             "hedgespec_request_regret_tokens",
             "Per-request regret in tokens against the best single drafter in hindsight.",
@@ -152,6 +158,8 @@ class GatewayMetrics:
         if stats.get("num_spec_steps"):
             self.acceptance_length.labels(policy).observe(float(stats["mean_acceptance_length"]))
             self.regret.labels(policy).observe(float(stats.get("regret_tokens", 0.0)))
+        if stats.get("warm_start_requests"):
+            self.warm_starts.labels(policy).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -268,12 +268,22 @@ def test_a_session_carries_the_learner_across_requests_of_one_api_key(
         starts: int = resp.model_extra["metrics"]["speculative_decoding"]["warm_start_requests"]
         return starts
 
+    metric = 'hedgespec_learner_warm_starts_total{policy="normalhedge"}'
+    before = _metric(httpx.get(f"{server.base_url}/metrics").text, metric)
     session = f"conversation-{time.monotonic_ns()}"
     assert [warm_starts(client, session) for _ in range(3)] == [0, 1, 2]
     # Another API key naming the same session gets its own learner, not this one.
     other = OpenAI(base_url=f"{server.base_url}/v1", api_key=SECOND_KEY, max_retries=0)
     assert warm_starts(other, session) == 0
     assert warm_starts(client, session, n=2) == 3  # n choices start from the same state
+    # Requests 2 and 3, and both choices of the n=2 request. The worker counts a request just
+    # after handing it its last update, so allow it a moment.
+    deadline = time.monotonic() + 10
+    while (after := _metric(httpx.get(f"{server.base_url}/metrics").text, metric)) < before + 4:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert after == before + 4
     for bad in ("", "x" * 201):
         with pytest.raises(openai.BadRequestError) as err:
             warm_starts(client, bad)
