@@ -19,6 +19,7 @@ import json
 import platform
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +33,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("per-request", "session", "specialist")
 
 
-def run_one(engine: SpecEngine, prompt: Prompt, method: str, max_new: int) -> dict[str, Any]:
+def run_one(engine: SpecEngine, prompt: Prompt, method: str, max_new: int,
+            turn: int) -> dict[str, Any]:
     policy = f"fixed:{prompt.domain}" if method == "specialist" else "normalhedge"
     session = f"bench-{prompt.domain}" if method == "session" else None
-    t0 = time.perf_counter()
     # One seed per prompt: the learners' drafter draws are reproducible, and a session's first
     # (cold) request draws exactly as the per-request learner does.
     params = SamplingParams(max_new_tokens=max_new, seed=sum(map(ord, prompt.id)))
+    t0 = time.perf_counter()
     ids, st = engine.generate_ids(prompt.ids, params, policy, session=session)
-    return {"method": method, "domain": prompt.domain, "prompt": prompt.id, "ids": ids,
+    return {"method": method, "domain": prompt.domain, "prompt": prompt.id, "turn": turn, "ids": ids,
             "tokens": len(ids), "rounds": st.rounds, "wall_s": time.perf_counter() - t0,
             "mat": st.mean_accepted_tokens, "warm_start_requests": st.warm_start_requests,
             "chose_specialist": st.drafter_per_round.count(prompt.domain) / max(st.rounds, 1)}
@@ -48,9 +50,11 @@ def run_one(engine: SpecEngine, prompt: Prompt, method: str, max_new: int) -> di
 
 def run_all(engine: SpecEngine, prompts: list[Prompt], max_new: int) -> list[dict[str, Any]]:
     rows = []
+    turns: Counter[str] = Counter()  # requests sent so far in each domain's session
     for prompt in prompts:  # interleaved per prompt: machine drift hits every method alike
         for method in METHODS:
-            rows.append(run_one(engine, prompt, method, max_new))
+            rows.append(run_one(engine, prompt, method, max_new, turns[prompt.domain]))
+        turns[prompt.domain] += 1
     return rows
 
 
@@ -62,7 +66,7 @@ def summarize(rows: list[dict[str, Any]], per_domain: int) -> dict[str, Any]:
         by_turn = []
         for turn in range(per_domain):
             # the turn-th request of every domain's session (warm_start_requests == turn)
-            at = [r for r in mine if _turn(rows, r) == turn]
+            at = [r for r in mine if r["turn"] == turn]
             t, n = sum(r["tokens"] - 1 for r in at), sum(r["rounds"] for r in at)
             by_turn.append(t / n if n else None)
         out[method] = {
@@ -77,11 +81,6 @@ def summarize(rows: list[dict[str, Any]], per_domain: int) -> dict[str, Any]:
     out["identical_outputs"] = sum(all(x == ids[0] for x in ids) for ids in texts.values())
     out["prompts"] = len(texts)
     return out
-
-
-def _turn(rows: list[dict[str, Any]], row: dict[str, Any]) -> int:
-    same = [r["prompt"] for r in rows if r["method"] == row["method"] and r["domain"] == row["domain"]]
-    return same.index(row["prompt"])
 
 
 def render(s: dict[str, Any], meta: dict[str, Any]) -> str:

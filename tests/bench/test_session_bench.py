@@ -10,9 +10,10 @@ import pytest
 from bench.session_bench import METHODS, render, summarize
 
 
-def row(method: str, domain: str, prompt: str, tokens: int, rounds: int,
+def row(method: str, domain: str, prompt: str, tokens: int, rounds: int, turn: int = 0,
         ids: list[int] | None = None) -> dict[str, Any]:
-    return {"method": method, "domain": domain, "prompt": prompt, "ids": ids or [1, 2],
+    return {"method": method, "domain": domain, "prompt": prompt, "turn": turn,
+            "ids": ids or [1, 2],
             "tokens": tokens, "rounds": rounds, "wall_s": 1.0, "mat": 0.0,
             "warm_start_requests": 0, "chose_specialist": 0.5}
 
@@ -22,7 +23,8 @@ def test_mat_is_pooled_per_method_and_per_position_in_the_session() -> None:
     for method in METHODS:
         extra = 10 if method == "session" else 0
         rows += [row(method, "math", "m1", 31, 10), row(method, "code", "c1", 21, 10),
-                 row(method, "math", "m2", 31 + extra, 10), row(method, "code", "c2", 11, 10)]
+                 row(method, "math", "m2", 31 + extra, 10, turn=1),
+                 row(method, "code", "c2", 11, 10, turn=1)]
     s = summarize(rows, per_domain=2)
     assert s["per-request"]["mat"] == pytest.approx((30 + 20 + 30 + 10) / 40)
     assert s["per-request"]["mat_by_turn"] == pytest.approx([2.5, 2.0])
