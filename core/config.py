@@ -22,9 +22,12 @@ LossName = Literal["length", "prob"]
 class TreeConfig:
     """EAGLE-2/3 dynamic draft tree. `top_k=1` gives a chain of `depth` tokens.
 
-    depth = K, the number of draft levels below the root; total_tokens = drafted nodes kept
-    after reranking (the root is extra). EAGLE-3's GPU defaults are 10/7/60 (depth counts
-    levels here, so their depth=7 is depth 8 levels incl. the first: see docs in README).
+    depth = K, the number of draft levels below the root, the first level included.
+    total_tokens = drafted nodes kept after reranking; the root is not counted, so the target
+    verifies total_tokens + 1 tokens per round. EAGLE counts both differently: its `depth`
+    counts the levels after the first, and its `total_token` counts the root (`cnets.py` keeps
+    `total_tokens - 1` drafted nodes). EAGLE-3's GPU defaults top_k 10, depth 7, total_token 60
+    are therefore top_k=10, depth=8, total_tokens=59 here.
     CPU defaults were picked by measurement on the demo pool (bench/results/tree_sweep.md).
     """
 
@@ -35,8 +38,16 @@ class TreeConfig:
     def __post_init__(self) -> None:
         if self.top_k < 1 or self.depth < 1 or self.total_tokens < 1:
             raise ValueError("TreeConfig fields must be >= 1")
-        if self.total_tokens > self.top_k * self.depth:
-            object.__setattr__(self, "total_tokens", self.top_k * self.depth)
+        # More nodes than the tree can ever propose would only pretend to a larger tree.
+        pool = candidate_pool_size(self.top_k, self.depth)
+        if self.total_tokens > pool:
+            object.__setattr__(self, "total_tokens", pool)
+
+
+def candidate_pool_size(top_k: int, depth: int) -> int:
+    """Candidates a dynamic tree reranks: top_k at level 1, then top_k children for each of
+    the top_k expanded nodes at every later level (EAGLE's k + D·k², D = depth - 1 here)."""
+    return top_k + (depth - 1) * top_k * top_k
 
 
 @dataclass(frozen=True)

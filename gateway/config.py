@@ -93,6 +93,7 @@ class Settings(BaseSettings):
     max_context: int | None = Field(default=None, ge=16)
     tree_top_k: int | None = Field(default=None, ge=1)
     tree_depth: int | None = Field(default=None, ge=1)
+    # Drafted nodes, root not counted: EAGLE's total_token - 1 (core.config.TreeConfig).
     tree_total_tokens: int | None = Field(default=None, ge=1)
     default_policy: str = "normalhedge"  # what `hedgespec.policy: auto` means
     # Learner sessions (`hedgespec.session`) kept between requests, least recently used

@@ -20,9 +20,10 @@ from tests.deploy.conftest import (
     settings_variables,
 )
 
-# EAGLE-3's GPU defaults: top_k 10, total_tokens 60, depth 7 in EAGLE's counting (levels after
-# the first), i.e. 8 draft levels in core.config.TreeConfig.
-EAGLE3_TREE = {"top_k": 10, "depth": 8, "total_tokens": 60}
+# EAGLE-3's GPU defaults: top_k 10, total_token 60, depth 7 in EAGLE's counting (total_token
+# counts the root, depth the levels after the first), i.e. 59 drafted nodes over 8 draft levels
+# in core.config.TreeConfig.
+EAGLE3_TREE = {"top_k": 10, "depth": 8, "total_tokens": 59}
 # What a model variant must set, so that switching blocks leaves nothing of the other model.
 POOL_BLOCK = {
     "HEDGESPEC_TARGET", "HEDGESPEC_SEED_POOL", "HEDGESPEC_MODEL_NAME", "HEDGESPEC_DEVICE", "HEDGESPEC_DTYPE",
