@@ -4,6 +4,13 @@ top of the KV cache, capture the three EAGLE-3 auxiliary hidden states, compact 
 Supported families: Llama, Qwen2, Qwen3, Mistral (any decoder-only model whose transformers
 implementation accepts a 4D additive attention mask and explicit position ids). Never
 `trust_remote_code`: a checkpoint that needs custom code is refused.
+
+Sliding-window attention (Mistral's `sliding_window`, Qwen2's `use_sliding_window`): transformers
+uses a 4D mask as given, so the window is applied here, in the mask. The KV cache keeps every
+committed entry (full cache layers, no sliding layers): a sliding layer drops entries older than
+the window and counts positions in `cumulative_length`, which compacting the cache to the
+accepted path cannot keep consistent. The price is a cache of the full context instead of the
+window, at most max_context / sliding_window times more (none below the window).
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ class Target:
         for idx in set(self.aux_layers):
             self.decoder_layers[idx].register_forward_pre_hook(_store_input(self._captured, idx), with_kwargs=True)
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
+        self.sliding_window, self._mixed_windows = attention_windows(cfg)
 
     @classmethod
     def load(
@@ -123,7 +131,9 @@ class Target:
         return tuple(sorted(ids))
 
     def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.model.config)
+        # No config: every layer is a full DynamicLayer, whatever the model's sliding window
+        # (see the module docstring); compact_cache relies on it.
+        return DynamicCache()
 
     @torch.no_grad()
     def forward(
@@ -140,7 +150,7 @@ class Target:
         n, t = cache.get_seq_length(), input_ids.numel()
         if tree_mask is None:
             tree_mask = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()
-        mask = additive_mask(n, tree_mask.to(self.device), self.dtype)
+        mask = self._attention_mask(n, tree_mask.to(self.device), positions.to(self.device))
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if last_logits_only:
             kwargs["logits_to_keep"] = 1
@@ -162,6 +172,15 @@ class Target:
     def features_dtype(self) -> torch.dtype:
         return self.dtype
 
+    def _attention_mask(self, past: int, tree_mask: Tensor, positions: Tensor) -> Tensor | dict[str, Tensor]:
+        """The additive mask(s) for one forward; models with both full and sliding layers
+        (Qwen2 with max_window_layers) take one per layer type, as transformers' own masks."""
+        full = additive_mask(past, tree_mask, self.dtype)
+        if self.sliding_window is None:
+            return full
+        windowed = additive_mask(past, tree_mask, self.dtype, positions=positions, sliding_window=self.sliding_window)
+        return {"full_attention": full, "sliding_attention": windowed} if self._mixed_windows else windowed
+
 
 def _store_input(captured: dict[int, Tensor], idx: int) -> Any:
     """A forward pre-hook that keeps decoder layer `idx`'s input hidden states."""
@@ -170,21 +189,55 @@ def _store_input(captured: dict[int, Tensor], idx: int) -> Any:
     return hook
 
 
-def additive_mask(past: int, tree_mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """[1,1,T,past+T] additive mask: full view of the past, `tree_mask` over the new tokens."""
+def additive_mask(
+    past: int, tree_mask: Tensor, dtype: torch.dtype, *, positions: Tensor | None = None,
+    sliding_window: int | None = None,
+) -> Tensor:
+    """[1,1,T,past+T] additive mask: full view of the past, `tree_mask` over the new tokens.
+
+    With `sliding_window` W, a query at position p also sees only keys at positions > p - W
+    (transformers' sliding_window_overlay); the past key j sits at position j (the cache holds
+    the committed prefix only), new token i at `positions[i]` [T].
+    """
     t = tree_mask.shape[0]
     allowed = torch.cat([torch.ones(t, past, dtype=torch.bool, device=tree_mask.device), tree_mask], dim=1)
+    if sliding_window is not None:
+        if positions is None:
+            raise ValueError("a sliding window needs the positions of the new tokens")
+        q_pos = positions.to(tree_mask.device).long()
+        k_pos = torch.cat([torch.arange(past, device=tree_mask.device), q_pos])
+        allowed &= k_pos[None, :] > q_pos[:, None] - sliding_window
     mask = torch.zeros(t, past + t, dtype=dtype, device=tree_mask.device)
     return mask.masked_fill(~allowed, torch.finfo(dtype).min if dtype != torch.float32 else -math.inf)[None, None]
+
+
+def attention_windows(config: Any) -> tuple[int | None, bool]:
+    """(sliding window or None, whether full-attention layers exist beside sliding ones).
+
+    transformers marks sliding layers in `layer_types` (Qwen2/3); Mistral has no layer_types
+    and slides every layer when `sliding_window` is set.
+    """
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None, False
+    kinds = set(getattr(config, "layer_types", None) or ["sliding_attention"])
+    if "sliding_attention" not in kinds:
+        return None, False
+    return int(window), bool(kinds - {"sliding_attention"})
 
 
 def compact_cache(cache: DynamicCache, committed: int, keep: Tensor) -> None:
     """Keep the first `committed` entries plus the new entries at offsets `keep` (accepted path)."""
     for layer in cache.layers:
         layer = cast(Any, layer)
+        if layer.keys.shape[-2] != getattr(layer, "cumulative_length", layer.keys.shape[-2]):
+            # A sliding layer that already dropped old entries: the offsets no longer hold.
+            raise ValueError("compact_cache needs a cache that keeps every entry (Target.new_cache)")
         idx = torch.cat([torch.arange(committed, device=layer.keys.device), committed + keep.to(layer.keys.device)])
         layer.keys = layer.keys.index_select(-2, idx)
         layer.values = layer.values.index_select(-2, idx)
+        if hasattr(layer, "cumulative_length"):  # sliding layers report this as their length
+            layer.cumulative_length = layer.keys.shape[-2]
 
 
 def _model_type(path: Path) -> str:

@@ -24,13 +24,24 @@ def prompts(count: int, vocab: int, seed: int = 7) -> list[list[int]]:
             for _ in range(count)]
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "mistral"])
 @pytest.mark.parametrize("tree", sorted(TREES))
 def test_random_drafters_match_hf_generate(family: str, tree: str) -> None:
-    target = tiny_target(family)
+    target = tiny_target(family)  # mistral: sliding_window 4096 as Mistral-7B-v0.1, never reached
     drafters = {f"d{i}": random_drafter(target, seed=i) for i in range(3)}
     engine = make_engine(target, drafters, TREES[tree])
     for prompt in prompts(20, 64):
+        ids, stats = engine.generate_ids(prompt, SamplingParams(max_new_tokens=24, ignore_eos=True))
+        assert ids == hf_greedy(target, prompt, 24), f"mismatch for prompt {prompt}"
+        assert stats.target_forwards == stats.rounds + 1
+
+
+@pytest.mark.parametrize("tree", sorted(TREES))
+def test_mistral_sliding_window_shorter_than_the_context(tree: str) -> None:
+    # A window of 6 bites after a few tokens: the tree mask must apply it like transformers does.
+    target = tiny_target("mistral", sliding_window=6)
+    engine = make_engine(target, {f"d{i}": random_drafter(target, seed=i) for i in range(2)}, TREES[tree])
+    for prompt in prompts(8, 64, seed=11):
         ids, stats = engine.generate_ids(prompt, SamplingParams(max_new_tokens=24, ignore_eos=True))
         assert ids == hf_greedy(target, prompt, 24), f"mismatch for prompt {prompt}"
         assert stats.target_forwards == stats.rounds + 1

@@ -4,7 +4,14 @@ drafters, and a constructed (bigram) target with a drafter that copies it exactl
 from __future__ import annotations
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from core.config import EngineConfig, SelectorConfig, TreeConfig
 from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping
@@ -15,13 +22,16 @@ AUX = (1, 2, 3)
 
 
 def tiny_target(family: str = "llama", *, vocab: int = 64, hidden: int = 32, layers: int = 4,
-                seed: int = 0) -> torch.nn.Module:
+                seed: int = 0, sliding_window: int = 4096) -> torch.nn.Module:
+    """`family`: llama, qwen3 or mistral; `sliding_window` is Mistral's (7B-v0.1 ships 4096)."""
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                   eos_token_id=None, bos_token_id=None, pad_token_id=None, initializer_range=0.2)
     if family == "qwen3":
         model: torch.nn.Module = Qwen3ForCausalLM(Qwen3Config(head_dim=hidden // 4, **common))
+    elif family == "mistral":
+        model = MistralForCausalLM(MistralConfig(sliding_window=sliding_window, **common))
     else:
         model = LlamaForCausalLM(LlamaConfig(**common))
     return model.eval().requires_grad_(False)
