@@ -102,5 +102,7 @@ class EngineConfig:
     # Low/mid/high capture layers (input of decoder layer idx). None = EAGLE-3 default
     # (2, L//2, L-3) made distinct, or the drafters' eagle_config when they carry one.
     aux_layers: tuple[int, int, int] | None = None
-    # Run every drafter's catch-up each round (needed for counterfactual evaluation).
-    evaluate_all: bool = True
+    # Evaluate every drafter each round even under policies that learn nothing from it (a fixed
+    # drafter, UCBSpec, EXP3Spec), for their regret statistics. Off: those pay only the chosen
+    # drafter's catch-up, as in a plain EAGLE engine, and report no ÂL or regret.
+    evaluate_all: bool = False

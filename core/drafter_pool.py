@@ -3,6 +3,13 @@ single batched pass (stacked weights, einsum over the drafter axis) for the catc
 evaluation phase; each drafter's own module is a view into the stacked tensors, so stacking
 costs no extra memory. A `PoolSnapshot` is immutable: requests keep the snapshot they started
 with while operators add or remove drafters (the engine swaps in a new snapshot).
+
+`DrafterState` keeps one request's drafter caches in one of two modes. Full evaluation (the
+full-information learners) catches every group up on every verified pair, batched, because
+the counterfactual γ needs every drafter's one-step prediction. Lazy catch-up (fixed drafter,
+bandits) advances a drafter only when it is about to draft, on the pairs it has missed since
+it last drafted: those policies learn nothing from the other drafters, so evaluating them
+would be pure cost (issue 14, "honest baselines").
 """
 
 from __future__ import annotations
@@ -56,7 +63,8 @@ class CatchUp:
 
     kv: KV  # [n, nkv, S+T, hd]
     h_last: Tensor  # [n, H] pre-norm output of the last pair
-    topk_ids: Tensor  # [n, T, k]
+    topk_ids: Tensor  # [n, T, k] target-vocab ids of each pair's top-k, best first
+    topk_logp: Tensor  # [n, T, k] their log q (log-softmax over the draft vocabulary)
 
 
 class StackedGroup:
@@ -77,15 +85,20 @@ class StackedGroup:
     def __len__(self) -> int:
         return len(self.drafters)
 
-    def empty_kv(self) -> KV:
+    def empty_kv(self, rows: slice | None = None) -> KV:
         c, n, w = self.cfg, len(self.drafters), self.w["fc"]
-        shape = (n, c.num_key_value_heads, 0, c.head_dim)
+        shape = (n if rows is None else len(range(n)[rows]), c.num_key_value_heads, 0, c.head_dim)
         return torch.zeros(shape, dtype=w.dtype, device=w.device), torch.zeros(shape, dtype=w.dtype, device=w.device)
 
     @torch.no_grad()
-    def catch_up(self, kv: KV, features: Tensor, tokens: Tensor, positions: Tensor, top_k: int) -> CatchUp:
-        """Every drafter consumes the same T new (feature, token) pairs. features [T, 3Ht]."""
-        c, n, t, w = self.cfg, len(self.drafters), tokens.numel(), self.w
+    def catch_up(self, kv: KV, features: Tensor, tokens: Tensor, positions: Tensor, top_k: int,
+                 rows: slice | None = None) -> CatchUp:
+        """Every drafter (or the `rows` slice of the group: a view, no weight copy) consumes the
+        same T new (feature, token) pairs. features [T, 3Ht]; kv holds exactly those rows."""
+        c, t = self.cfg, tokens.numel()
+        w = self.w if rows is None else {name: v[rows] for name, v in self.w.items()}
+        d2t = self.d2t if rows is None else self.d2t[rows]
+        n = w["fc"].shape[0]
         tokens, positions = tokens.to(w["fc"].device), positions.to(w["fc"].device)
         g = torch.einsum("td,nhd->nth", features.to(w["fc"].dtype), w["fc"])  # [n,T,H]
         e = self.drafters[0].embed(tokens.view(1, t)).expand(n, t, -1)
@@ -104,9 +117,11 @@ class StackedGroup:
         act = act * torch.einsum("nth,nih->nti", y, w["w_up"])
         h = h + torch.einsum("nti,nhi->nth", act, w["w_down"])
         logits = torch.einsum("nth,nvh->ntv", rms_norm(h, w["w_norm"][:, None], c.rms_norm_eps), w["lm_head"])
-        draft_ids = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).indices  # [n,T,k]
-        target_ids = draft_ids + torch.gather(self.d2t, 1, draft_ids.view(n, -1)).view_as(draft_ids)
-        return CatchUp(kv=(k, v), h_last=h[:, -1], topk_ids=target_ids)
+        top = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1)  # [n,T,k]
+        logp = top.values.float() - torch.logsumexp(logits.float(), dim=-1, keepdim=True)
+        draft_ids = top.indices
+        target_ids = draft_ids + torch.gather(d2t, 1, draft_ids.view(n, -1)).view_as(draft_ids)
+        return CatchUp(kv=(k, v), h_last=h[:, -1], topk_ids=target_ids, topk_logp=logp)
 
 
 class PoolSnapshot:
@@ -137,42 +152,106 @@ class PoolSnapshot:
 
 
 @dataclass
+class _Unit:
+    """Drafters of one group that always catch up together: the whole group (full evaluation)
+    or a single drafter (lazy catch-up)."""
+
+    group: int
+    rows: slice  # rows of the group's stacked weights
+    indices: list[int]  # snapshot index of each row
+    kv: KV  # [rows, nkv, synced, hd]
+    h_last: Tensor | None  # [rows, H] pre-norm output of the last consumed pair
+    synced: int  # pairs consumed = absolute position of the next pair to consume
+
+
+@dataclass
+class Candidates:
+    """Each caught-up drafter's one-step top-k after every new pair, in snapshot order."""
+
+    indices: list[int]  # snapshot indices of the rows below
+    topk_ids: Tensor  # [n, T, k] target-vocab ids
+    topk_logp: Tensor  # [n, T, k]
+
+
 class DrafterState:
-    """Per-request drafter caches for one snapshot: one stacked KV per group, plus each
-    drafter's last pre-norm output (the level-1 input) and pending top-k (γ at the next root)."""
+    """Per-request drafter caches for one snapshot (see the module docstring for the modes).
 
-    kv: list[KV]
-    h_last: Tensor  # [N, H] (groups share H in practice; stored per drafter)
-    pending_topk: Tensor  # [N, k]
+    Pairs are (target feature at position j, token j+1), j = 0, 1, ...: pair j predicts the
+    token at j+2. Pairs not yet consumed by some drafter are held until it catches up.
+    """
 
-    @staticmethod
-    def start(snapshot: PoolSnapshot, features: Tensor, tokens: Tensor, positions: Tensor,
-              top_k: int) -> tuple[DrafterState, Tensor]:
-        kvs = [g.empty_kv() for g in snapshot.groups]
-        state = DrafterState(kv=kvs, h_last=torch.empty(0), pending_topk=torch.empty(0, dtype=torch.long))
-        topk = state.advance(snapshot, features, tokens, positions, top_k)
-        return state, topk
+    def __init__(self, snapshot: PoolSnapshot, *, full: bool, drafters: list[int] | None = None) -> None:
+        self.full = full
+        self.units: list[_Unit] = []
+        wanted = set(range(len(snapshot)) if drafters is None else drafters)
+        for g, (group, members) in enumerate(zip(snapshot.groups, snapshot.members, strict=True)):
+            spans = [slice(0, len(members))] if full else [slice(j, j + 1) for j in range(len(members))]
+            for rows in spans:
+                idx = members[rows]
+                if full or idx[0] in wanted:
+                    self.units.append(_Unit(g, rows, idx, group.empty_kv(rows), None, 0))
+        self._unit_of = {i: u for u in self.units for i in u.indices}
+        self._features: Tensor | None = None  # [P, 3Ht] pairs from position self._base on
+        self._tokens = torch.empty(0, dtype=torch.long)
+        self._base = 0
+        self.catch_up_pairs = 0  # drafter-pairs processed (one drafter consuming one pair = 1)
 
-    def advance(self, snapshot: PoolSnapshot, features: Tensor, tokens: Tensor, positions: Tensor,
-                top_k: int) -> Tensor:
-        """Catch every drafter up on T pairs; returns topk ids [N, T, k] in snapshot order and
-        updates the caches, h_last and pending_topk (= topk[:, -1])."""
-        n, t = len(snapshot), tokens.numel()
-        outs = [g.catch_up(kv, features, tokens, positions, top_k) for g, kv in zip(snapshot.groups, self.kv, strict=False)]
-        self.kv = [o.kv for o in outs]
-        first = outs[0]
-        k = first.topk_ids.shape[-1]
-        topk = torch.empty(n, t, k, dtype=torch.long, device=first.topk_ids.device)
-        h_last = torch.empty(n, first.h_last.shape[-1], dtype=first.h_last.dtype, device=first.h_last.device)
-        for members, out in zip(snapshot.members, outs, strict=False):
-            idx = torch.tensor(members, device=topk.device)
-            topk[idx] = out.topk_ids
-            h_last[idx] = out.h_last
-        self.h_last = h_last
-        self.pending_topk = topk[:, -1]
-        return topk
+    @property
+    def held_pairs(self) -> int:
+        return int(self._tokens.numel())
 
-    def drafter_kv(self, snapshot: PoolSnapshot, index: int) -> KV:
-        g, j = snapshot.locate[index]
-        k, v = self.kv[g]
-        return k[j : j + 1], v[j : j + 1]
+    def record(self, features: Tensor, tokens: Tensor) -> None:
+        """Append the next verified pairs (features [T, 3Ht], tokens [T]); nothing runs."""
+        feats = features.detach()
+        self._features = feats if self._features is None else torch.cat([self._features, feats])
+        self._tokens = torch.cat([self._tokens, tokens.detach().cpu().long()])
+
+    def sync(self, snapshot: PoolSnapshot, top_k: int, drafters: list[int] | None = None) -> Candidates | None:
+        """Catch the given drafters (all held ones when None) up on every pair they have not
+        consumed. Returns their top-k over the pairs just consumed when they all consumed the
+        same ones (the full-evaluation case), else None."""
+        units = self.units if drafters is None else [u for u in self.units
+                                                     if any(i in u.indices for i in drafters)]
+        end = self._base + self.held_pairs
+        todo = [u for u in units if u.synced < end]
+        outs = [(u, self._catch_up(snapshot, u, end, top_k)) for u in todo]
+        self._trim()
+        if not outs or len({u.synced - o.topk_ids.shape[1] for u, o in outs}) != 1:
+            return None
+        indices = [i for u, _ in outs for i in u.indices]
+        order = torch.tensor(sorted(range(len(indices)), key=indices.__getitem__))  # snapshot order
+        return Candidates(indices=sorted(indices),
+                          topk_ids=torch.cat([o.topk_ids for _, o in outs])[order.to(outs[0][1].topk_ids.device)],
+                          topk_logp=torch.cat([o.topk_logp for _, o in outs])[order.to(outs[0][1].topk_ids.device)])
+
+    def drafter_kv(self, index: int) -> KV:
+        u = self._unit_of[index]
+        j = u.indices.index(index)
+        return u.kv[0][j : j + 1], u.kv[1][j : j + 1]
+
+    def h_last(self, index: int) -> Tensor:
+        u = self._unit_of[index]
+        assert u.h_last is not None, "the drafter has not caught up yet"
+        return u.h_last[u.indices.index(index)]
+
+    def synced(self, index: int) -> int:
+        return self._unit_of[index].synced
+
+    def _catch_up(self, snapshot: PoolSnapshot, u: _Unit, end: int, top_k: int) -> CatchUp:
+        assert self._features is not None
+        lo = u.synced - self._base
+        group = snapshot.groups[u.group]
+        rows = None if len(u.indices) == len(group) else u.rows
+        out = group.catch_up(u.kv, self._features[lo:], self._tokens[lo:], torch.arange(u.synced, end),
+                             top_k, rows)
+        u.kv, u.h_last, u.synced = out.kv, out.h_last, end
+        self.catch_up_pairs += len(u.indices) * (end - self._base - lo)
+        return out
+
+    def _trim(self) -> None:
+        """Drop pairs every held drafter has consumed."""
+        floor = min((u.synced for u in self.units), default=self._base + self.held_pairs)
+        drop = floor - self._base
+        if drop > 0 and self._features is not None:
+            self._features, self._tokens = self._features[drop:], self._tokens[drop:]
+            self._base = floor

@@ -6,6 +6,9 @@
   4. lossless acceptance, KV compaction                 (verify)
   5. every drafter catches up on the verified pairs and yields γ; completed feedback windows
      update the learner                                  (evaluate)
+     Only the counterfactual learners need step 5 for every drafter: under a fixed drafter,
+     UCBSpec or EXP3Spec the chosen drafter alone catches up, lazily, when it drafts
+     (`EngineConfig.evaluate_all` restores full evaluation for their regret statistics).
 
 Requests interleave round by round (`step()` runs one round of the next request), so every
 stream makes progress. The engine is not thread-safe: one worker thread owns it.

@@ -37,6 +37,9 @@ class Learner(ABC):
     """A distribution over N experts, updated from feedback and sampled once per round."""
 
     full_information: ClassVar[bool]
+    # Whether the learner consumes the counterfactual losses, i.e. whether every drafter must
+    # be evaluated each round for it (bandits and a fixed drafter do not: issue 14).
+    counterfactual: ClassVar[bool]
     # Attributes holding one entry per expert (lists or arrays), in expert order: `permute`
     # reorders exactly these, so a subclass that adds per-expert state must list it here.
     _expert_state: ClassVar[tuple[str, ...]] = ()
@@ -49,6 +52,11 @@ class Learner(ABC):
     @property
     def num_experts(self) -> int:
         return self._n
+
+    @property
+    def fixed_index(self) -> int | None:
+        """The only expert this learner ever plays, if there is one."""
+        return None
 
     @abstractmethod
     def distribution(self) -> FloatArray:
@@ -107,6 +115,7 @@ class FullInformationLearner(Learner):
     """Learns from a loss for every expert; bandit feedback is ignored."""
 
     full_information: ClassVar[bool] = True
+    counterfactual: ClassVar[bool] = True
 
     def update_bandit(self, arm: int, accepted_len: float, max_len: int) -> None:
         return None
@@ -116,6 +125,7 @@ class BanditLearner(Learner):
     """Learns only from the played arm's accepted length; loss vectors are ignored."""
 
     full_information: ClassVar[bool] = False
+    counterfactual: ClassVar[bool] = False
 
     def update(self, losses: npt.ArrayLike) -> None:
         return None
@@ -464,16 +474,21 @@ class EXP3Spec(BanditLearner):
 
 
 class Fixed(Learner):
-    """Always expert `index` (`fixed:<drafter>`); consumes no feedback. The engine still
-    evaluates every drafter for the regret statistics."""
+    """Always expert `index` (`fixed:<drafter>`); consumes no feedback, so the engine evaluates
+    no drafter for it (unless `EngineConfig.evaluate_all` asks for the regret statistics)."""
 
     full_information: ClassVar[bool] = True
+    counterfactual: ClassVar[bool] = False
 
     def __init__(self, num_experts: int, index: int) -> None:
         super().__init__(num_experts)
         if not 0 <= index < num_experts:
             raise IndexError(f"fixed expert {index} out of range for {num_experts} experts")
         self.index = index
+
+    @property
+    def fixed_index(self) -> int | None:
+        return self.index
 
     def distribution(self) -> FloatArray:
         p = np.zeros(self._n)

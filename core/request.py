@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
-from core.drafter_pool import DrafterState, PoolSnapshot
+from core.drafter_pool import Candidates, DrafterState, PoolSnapshot
 from core.feedback import FeedbackQueue, Window
 from core.learners import Learner, make_learner
 from core.stats import RequestStats, TokenLogprob
@@ -61,6 +61,10 @@ class RequestState:
     feedback: FeedbackQueue | None = None
     session: str | None = None  # the learner is kept for this session's next request
     dstate: DrafterState | None = None
+    # Every drafter is evaluated each round (counterfactual learners, or evaluate_all); else
+    # drafters catch up lazily and no γ is computed.
+    evaluate: bool = False
+    pending: Candidates | None = None  # every drafter's top-k at the next root (evaluate only)
     prefilled: bool = False
     finished: bool = False
     finish_reason: str | None = None
@@ -80,11 +84,13 @@ class RequestState:
             name = "fixed" if policy.kind == "fixed" else policy.name
             learner = make_learner(name, n, hedge_eta=sel.hedge_eta, max_len=config.tree.depth + 1,
                                    fixed_index=fixed)
-            feedback = FeedbackQueue(n, config.tree.depth, loss=sel.loss, greedy=params.greedy)
+            if learner.counterfactual or config.evaluate_all:
+                feedback = FeedbackQueue(n, config.tree.depth, loss=sel.loss, greedy=params.greedy)
         stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
                              prompt_tokens=len(prompt))
         return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt), cache, stats,
-                            gen, np.random.default_rng(seed + 1), frozenset(eos_ids), learner, feedback)
+                            gen, np.random.default_rng(seed + 1), frozenset(eos_ids), learner, feedback,
+                            evaluate=feedback is not None)
 
     @property
     def generated(self) -> int:

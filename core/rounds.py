@@ -36,9 +36,12 @@ def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[i
     state.stats.prefill_tokens = len(committed)
     state.stats.completion_tokens += len(committed)
     if state.learner is not None and not state.finished:
-        tokens = torch.cat([ids[1:], torch.tensor([tok])])
-        state.dstate, _ = DrafterState.start(state.snapshot, out.features, tokens, torch.arange(ids.numel()),
-                                             config.tree.top_k)
+        fixed = state.learner.fixed_index
+        state.dstate = DrafterState(state.snapshot, full=state.evaluate,
+                                    drafters=None if fixed is None else [fixed])
+        state.dstate.record(out.features, torch.cat([ids[1:], torch.tensor([tok])]))
+        if state.evaluate:  # the first γ (at the first root) needs every drafter's prediction now
+            state.pending = state.dstate.sync(state.snapshot, config.tree.top_k)
     return committed
 
 
@@ -78,20 +81,40 @@ def _draft(state: RequestState, chosen: int | None, n: int, config: EngineConfig
     if chosen is None or state.dstate is None:
         return chain_tree([root])
     drafter = state.snapshot.drafters[state.snapshot.ids[chosen]]
-    kv = state.dstate.drafter_kv(state.snapshot, chosen)
-    return grow_tree(drafter, kv, state.dstate.h_last[chosen], root, n, config.tree)
+    # Lazy catch-up: the chosen drafter consumes the pairs it missed (a no-op under full
+    # evaluation, where every drafter caught up in the last evaluation phase).
+    state.dstate.sync(state.snapshot, config.tree.top_k, [chosen])
+    kv = state.dstate.drafter_kv(chosen)
+    return grow_tree(drafter, kv, state.dstate.h_last(chosen), root, n, config.tree)
 
 
 def _evaluate(state: RequestState, out: TargetOutput, path: list[int], new: list[int], probs: Tensor | None,
               chosen: int | None, n: int, config: EngineConfig) -> None:
-    """Evaluation phase: all drafters catch up on the L+1 verified pairs (one batched pass per
-    group), then γ_d(m) for m = n..n+L and the learner update. No target call."""
-    assert state.dstate is not None and state.feedback is not None
+    """Evaluation phase, no target call. The L+1 verified (feature, token) pairs are recorded;
+    under full evaluation every drafter catches up on them (one batched pass per group), which
+    yields γ_d(m) for m = n..n+L and the learner update. Bandits and fixed drafters only need
+    the chosen drafter's realised length: their drafters catch up lazily when they draft."""
+    assert state.dstate is not None
     steps = len(new)
-    prev = state.dstate.pending_topk  # top-k at position n, from the previous catch-up
-    topk = state.dstate.advance(state.snapshot, out.features[path], torch.tensor(new),
-                                torch.arange(n, n + steps), config.tree.top_k)
-    q_topk = torch.cat([prev[:, None], topk[:, : steps - 1]], dim=1).cpu().numpy()  # [N, L+1, k]
+    state.dstate.record(out.features[path], torch.tensor(new))
+    if state.evaluate:
+        _counterfactual(state, out, path, probs, chosen, n, config)
+    if state.learner is not None and not state.learner.full_information and chosen is not None:
+        state.learner.update_bandit(chosen, float(steps), config.tree.depth + 1)
+
+
+def _counterfactual(state: RequestState, out: TargetOutput, path: list[int], probs: Tensor | None,
+                    chosen: int | None, n: int, config: EngineConfig) -> None:
+    """Every drafter catches up; γ at m = n..n+L from its top-k at each m, the feedback queue
+    and the completed windows' learner updates."""
+    assert state.dstate is not None and state.feedback is not None and state.pending is not None
+    steps = len(path)
+    prev = state.pending  # top-k at position n, from the previous catch-up
+    cur = state.dstate.sync(state.snapshot, config.tree.top_k)
+    assert cur is not None and cur.indices == prev.indices == list(range(len(state.snapshot)))
+    state.pending = cur
+    topk = cur.topk_ids
+    q_topk = torch.cat([prev.topk_ids[:, -1:], topk[:, : steps - 1]], dim=1).cpu().numpy()  # [N, L+1, k]
     if probs is None:
         argmax = out.logits[path].argmax(dim=-1).cpu().numpy()
         gammas = gamma_greedy(argmax, q_topk)
@@ -100,8 +123,6 @@ def _evaluate(state: RequestState, out: TargetOutput, path: list[int], new: list
     state.feedback.open_window(n, chosen, steps)
     state.feedback.add_gammas(n, gammas)
     state.learn(state.feedback.pop_completed())
-    if state.learner is not None and not state.learner.full_information and chosen is not None:
-        state.learner.update_bandit(chosen, float(steps), config.tree.depth + 1)
 
 
 def _processed(logits: Tensor, state: RequestState) -> Tensor:
