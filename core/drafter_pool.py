@@ -53,7 +53,7 @@ def group_key(d: Eagle3Drafter) -> tuple[object, ...]:
     c = d.cfg
     own = id(d) if d.own_embed is not None else None  # own embedding tables are not stacked
     return (c.hidden_size, c.target_hidden_size, c.intermediate_size, c.num_attention_heads,
-            c.num_key_value_heads, c.head_dim, c.draft_vocab_size, c.vocab_size, c.rope_theta,
+            c.num_key_value_heads, c.head_dim, c.draft_vocab_size, c.vocab_size, c.rope,
             c.rms_norm_eps, own, d.fc.weight.dtype, d.fc.weight.device)
 
 
@@ -107,7 +107,7 @@ class StackedGroup:
         q = torch.einsum("ntc,nqc->ntq", x, w["wq"]).view(n, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
         k = torch.einsum("ntc,nqc->ntq", x, w["wk"]).view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
         v = torch.einsum("ntc,nqc->ntq", x, w["wv"]).view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        cos, sin = rope_cos_sin(positions.view(1, t), c.head_dim, c.rope_theta, q.dtype)
+        cos, sin = rope_cos_sin(positions.view(1, t), c.head_dim, c.rope, q.dtype)
         q, k = apply_rope(q, cos[:, None], sin[:, None]), apply_rope(k, cos[:, None], sin[:, None])
         k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)
         o = attention(q, k, v, None).transpose(1, 2).reshape(n, t, -1)

@@ -2,7 +2,8 @@
 
 Official format (as published by yuhuili/EAGLE3-*, SpecForge exports, the HedgeSpec paper):
   config.json   architectures LlamaForCausalLM | LlamaForCausalLMEagle3, hidden_size H,
-                vocab_size V (target vocab), draft_vocab_size Vd, no rope_theta => 10000,
+                vocab_size V (target vocab), draft_vocab_size Vd, RoPE as rope_theta/rope_scaling
+                or rope_parameters (core/rope.py; none => plain RoPE, base 10000),
                 optional target_hidden_size Ht, optional eagle_config.eagle_aux_hidden_state_layer_ids
   weights       model.safetensors or pytorch_model.bin (torch.load(weights_only=True)):
                 fc.weight [H, 3Ht]; midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight [H];
@@ -28,6 +29,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from core.rope import RopeConfig, RopeConfigError, rope_cos_sin
 
 ARCHITECTURES = ("LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -66,10 +69,14 @@ class Eagle3Config:
     draft_vocab_size: int
     target_hidden_size: int
     rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
+    rope: RopeConfig = field(default_factory=RopeConfig)  # the drafter's own, never the target's
     aux_layers: tuple[int, int, int] | None = None  # input-of-layer convention
     architectures: tuple[str, ...] = ("LlamaForCausalLMEagle3",)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def rope_theta(self) -> float:
+        return self.rope.theta
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Eagle3Config:
@@ -89,11 +96,13 @@ class Eagle3Config:
                 draft_vocab_size=int(raw.get("draft_vocab_size") or raw["vocab_size"]),
                 target_hidden_size=int(raw.get("target_hidden_size") or hidden),
                 rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-                rope_theta=float(raw.get("rope_theta") or 10000.0),
+                rope=RopeConfig.from_config(raw),
                 aux_layers=aux if aux is None or len(aux) == 3 else None,  # type: ignore[arg-type]
                 architectures=tuple(raw.get("architectures") or ()),
                 extra=dict(raw),
             )
+        except RopeConfigError as exc:
+            raise DrafterLoadError(f"config.json: {exc}") from exc
         except (KeyError, TypeError, ValueError) as exc:
             raise DrafterLoadError(f"config.json is missing or has a bad field: {exc}") from exc
 
@@ -109,7 +118,7 @@ class Eagle3Config:
             "head_dim": self.head_dim,
             "hidden_act": "silu",
             "rms_norm_eps": self.rms_norm_eps,
-            "rope_theta": self.rope_theta,
+            **self.rope.to_config(),
             "vocab_size": self.vocab_size,
             "draft_vocab_size": self.draft_vocab_size,
             "tie_word_embeddings": False,
@@ -178,16 +187,6 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
-
-
-def rope_cos_sin(
-    position_ids: Tensor, head_dim: int, theta: float, dtype: torch.dtype
-) -> tuple[Tensor, Tensor]:
-    """cos/sin [..., T, head_dim] for integer positions (Llama's half-rotation layout)."""
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=position_ids.device).float() / head_dim))
-    ang = position_ids.float().unsqueeze(-1) * inv  # [..., T, hd/2]
-    emb = torch.cat([ang, ang], dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -301,7 +300,7 @@ class Eagle3Drafter(nn.Module):
         q = a.q_proj(x).view(b, t, cfg.num_attention_heads, cfg.head_dim).transpose(1, 2)
         k = a.k_proj(x).view(b, t, cfg.num_key_value_heads, cfg.head_dim).transpose(1, 2)
         v = a.v_proj(x).view(b, t, cfg.num_key_value_heads, cfg.head_dim).transpose(1, 2)
-        cos, sin = rope_cos_sin(position_ids, cfg.head_dim, cfg.rope_theta, q.dtype)
+        cos, sin = rope_cos_sin(position_ids, cfg.head_dim, cfg.rope, q.dtype)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [B,1,T,hd]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if past_kv is not None:

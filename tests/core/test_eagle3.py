@@ -19,7 +19,8 @@ from tests.core.tiny_models import random_drafter, tiny_target
 H, V, VD, NH, NKV, HD, FF = 32, 64, 40, 4, 2, 8, 48
 
 
-def official_checkpoint(root: Path, *, seed: int = 0, rope_theta: float | None = None) -> dict[str, torch.Tensor]:
+def official_checkpoint(root: Path, *, seed: int = 0, rope_theta: float | None = None,
+                        rope_keys: dict[str, object] | None = None) -> dict[str, torch.Tensor]:
     """Write config.json + model.safetensors exactly as published EAGLE-3 checkpoints are laid out."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *shape: torch.randn(*shape, generator=g) * 0.2  # noqa: E731
@@ -39,6 +40,7 @@ def official_checkpoint(root: Path, *, seed: int = 0, rope_theta: float | None =
            "vocab_size": V, "draft_vocab_size": VD, "hidden_act": "silu", "torch_dtype": "float32"}
     if rope_theta is not None:
         cfg["rope_theta"] = rope_theta
+    cfg.update(rope_keys or {})
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps(cfg))
     save_file(sd, str(root / "model.safetensors"))
@@ -46,7 +48,7 @@ def official_checkpoint(root: Path, *, seed: int = 0, rope_theta: float | None =
 
 
 def reference_forward(sd: dict[str, torch.Tensor], embed: torch.Tensor, feats: torch.Tensor,
-                      tokens: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
+                      tokens: torch.Tensor, theta: float = 10000.0, linear_factor: float = 1.0) -> torch.Tensor:
     """EAGLE-3 step-0 logits written out longhand from the published architecture."""
     def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return w * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
@@ -54,7 +56,7 @@ def reference_forward(sd: dict[str, torch.Tensor], embed: torch.Tensor, feats: t
     def rope(x: torch.Tensor) -> torch.Tensor:  # x [heads, T, HD]
         t = x.shape[1]
         freqs = torch.tensor([theta ** (-2 * i / HD) for i in range(HD // 2)])
-        ang = torch.arange(t)[:, None].float() * freqs[None]
+        ang = (torch.arange(t)[:, None].float() / linear_factor) * freqs[None]  # linear: positions / factor
         cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
         return x * cos + torch.cat([-x[..., HD // 2:], x[..., : HD // 2]], -1) * sin
 
@@ -92,6 +94,23 @@ def test_official_checkpoint_matches_reference_forward(tmp_path: Path, theta: fl
     if theta is not None:  # the default theta would give different logits: the field matters
         wrong = reference_forward(sd, embed, feats, tokens, 10000.0)
         assert not torch.allclose(drafter.logits(h)[0], wrong, atol=1e-4)
+
+
+@pytest.mark.parametrize(("rope_keys", "theta", "factor"), [
+    # transformers >= 5 writes rope_parameters and no top-level rope_theta
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}, 1e6, 1.0),
+    # transformers < 5: rope_theta plus a rope_scaling dict
+    ({"rope_theta": 1e6, "rope_scaling": {"rope_type": "linear", "factor": 4.0}}, 1e6, 4.0),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 5e5, "factor": 2.0}}, 5e5, 2.0),
+])
+def test_both_rope_config_forms_reach_the_forward(tmp_path: Path, rope_keys: dict[str, object], theta: float,
+                                                   factor: float) -> None:
+    sd = official_checkpoint(tmp_path, rope_keys=rope_keys)
+    embed, feats, tokens = inputs()
+    drafter = load_drafter(tmp_path, embed_tokens=torch.nn.Embedding.from_pretrained(embed))
+    h, _ = drafter(feats[None], tokens[None], torch.arange(6)[None])
+    ref = reference_forward(sd, embed, feats, tokens, theta, linear_factor=factor)
+    torch.testing.assert_close(drafter.logits(h)[0], ref, atol=1e-5, rtol=1e-5)
 
 
 def test_d2t_maps_draft_ids_to_target_ids(tmp_path: Path) -> None:
