@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.checkpoint_config import eagle3_default_layers
 from core.eagle3 import (
     DrafterLoadError,
     check_state_dict,
@@ -53,12 +54,15 @@ def compatibility_problems(
     if drafter_cfg.vocab_size != t_vocab:
         problems.append(f"vocab size {drafter_cfg.vocab_size} != target vocab size {t_vocab}")
     layers = int(target_cfg.get("num_hidden_layers", 0))
-    if drafter_cfg.aux_layers is not None:
-        bad = [i for i in drafter_cfg.aux_layers if not 0 <= i < max(layers, 1)]
-        if bad:
-            problems.append(f"aux layers {list(drafter_cfg.aux_layers)} outside the target's {layers} layers")
-        elif aux_layers is not None and tuple(drafter_cfg.aux_layers) != tuple(aux_layers):
-            problems.append(f"aux layers {list(drafter_cfg.aux_layers)} != served aux layers {list(aux_layers)}")
+    # A config that names no layers was trained on EAGLE-3's default, which every engine serves it
+    # with; a pool served on other layers would feed it features it has never seen.
+    named = drafter_cfg.aux_layers is not None
+    trained = tuple(drafter_cfg.aux_layers) if named else eagle3_default_layers(layers)
+    what = f"aux layers {list(trained)}" if named else f"EAGLE-3's default aux layers {list(trained)} (config names none)"
+    if any(not 0 <= i < max(layers, 1) for i in trained):
+        problems.append(f"{what} outside the target's {layers} layers")
+    elif aux_layers is not None and trained != tuple(aux_layers):
+        problems.append(f"{what} != served aux layers {list(aux_layers)}")
     return problems
 
 

@@ -13,9 +13,10 @@ Official format (as published by yuhuili/EAGLE3-*, SpecForge exports, the HedgeS
                 embed_tokens.weight [V, H] usually absent (shared from the target).
 
 Aux layer convention: inside `core` an aux layer index `idx` means "the input of decoder layer
-idx" (= Hugging Face `output_hidden_states[idx]`). In config.json we write and read
-`eagle_aux_hidden_state_layer_ids` in the SGLang/SpecForge convention, "output of layer id",
-so config id j <=> our idx j + 1.
+idx" (= Hugging Face `output_hidden_states[idx]`). config.json carries the layers twice, each
+in the convention of the engine that reads it: top-level `eagle_aux_hidden_state_layer_ids`
+(vLLM: input of layer id, = our idx) and `eagle_config.eagle_aux_hidden_state_layer_ids`
+(SGLang/SpecForge: output of layer id, = our idx - 1); see core/checkpoint_config.py.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from core.checkpoint_config import (
+    TOP_LEVEL_IDS,
+    DrafterConfigError,
+    aux_layers_from_config,
+    check_drafter_flags,
+    positive_int,
+)
 from core.rope import RopeConfig, RopeConfigError, rope_cos_sin
 
 ARCHITECTURES = ("LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
@@ -81,28 +89,31 @@ class Eagle3Config:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Eagle3Config:
         try:
-            hidden = int(raw["hidden_size"])
-            heads = int(raw["num_attention_heads"])
-            eagle = raw.get("eagle_config") or {}
-            ids = eagle.get("eagle_aux_hidden_state_layer_ids")
-            aux = tuple(int(i) + 1 for i in ids) if ids else None
+            check_drafter_flags(raw)
+            hidden = positive_int(raw, "hidden_size")
+            heads = positive_int(raw, "num_attention_heads")
+            vocab = positive_int(raw, "vocab_size")
+            draft_vocab = positive_int(raw, "draft_vocab_size", vocab)
+            if draft_vocab > vocab:
+                raise DrafterConfigError(f"draft_vocab_size {draft_vocab} exceeds vocab_size {vocab}")
             return cls(
                 hidden_size=hidden,
-                intermediate_size=int(raw["intermediate_size"]),
+                intermediate_size=positive_int(raw, "intermediate_size"),
                 num_attention_heads=heads,
-                num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
-                head_dim=int(raw.get("head_dim") or hidden // heads),
-                vocab_size=int(raw["vocab_size"]),
-                draft_vocab_size=int(raw.get("draft_vocab_size") or raw["vocab_size"]),
-                target_hidden_size=int(raw.get("target_hidden_size") or hidden),
+                num_key_value_heads=positive_int(raw, "num_key_value_heads", heads),
+                head_dim=positive_int(raw, "head_dim", hidden // heads),
+                vocab_size=vocab,
+                draft_vocab_size=draft_vocab,
+                target_hidden_size=positive_int(raw, "target_hidden_size", hidden),
                 rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
                 rope=RopeConfig.from_config(raw),
-                aux_layers=aux if aux is None or len(aux) == 3 else None,  # type: ignore[arg-type]
+                aux_layers=aux_layers_from_config(raw),
                 architectures=tuple(raw.get("architectures") or ()),
                 extra=dict(raw),
             )
-        except RopeConfigError as exc:
-            raise DrafterLoadError(f"config.json: {exc}") from exc
+        except (RopeConfigError, DrafterConfigError) as exc:
+            msg = str(exc)
+            raise DrafterLoadError(msg if msg.startswith("config.json") else f"config.json: {msg}") from exc
         except (KeyError, TypeError, ValueError) as exc:
             raise DrafterLoadError(f"config.json is missing or has a bad field: {exc}") from exc
 
@@ -127,10 +138,16 @@ class Eagle3Config:
         if self.target_hidden_size != self.hidden_size:
             out["target_hidden_size"] = self.target_hidden_size
         if self.aux_layers is not None:
+            # Each engine's field in its own convention (core/checkpoint_config.py), so that
+            # vLLM (top level first, as is) and SGLang (nested only, + 1) capture the same layers.
+            out[TOP_LEVEL_IDS] = list(self.aux_layers)
             out["eagle_config"] = {
-                "eagle_aux_hidden_state_layer_ids": [i - 1 for i in self.aux_layers],
+                TOP_LEVEL_IDS: [i - 1 for i in self.aux_layers],
                 "use_aux_hidden_state": True,
-                "layer_id_convention": "output of decoder layer id (SGLang/SpecForge)",
+                "layer_id_convention": (
+                    "eagle_config ids: output of decoder layer id (SGLang/SpecForge); "
+                    "top-level ids: input of decoder layer id (vLLM)"
+                ),
             }
         return out
 
