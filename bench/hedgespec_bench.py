@@ -9,7 +9,11 @@ workload (domains interleaved request by request) and the per-domain workloads a
 requests grouped differently.
 
 Also: evaluation-phase share of round time, cumulative regret curves, estimator calibration
-(ÂL vs realised), and MAT vs pool size (N = 2..32, padding the pool with perturbed copies).
+(ÂL vs realised), MAT vs pool size (N = 2..32, padding the pool with perturbed copies), and
+the estimator variants side by side (`estimator_metrics`): calibration of the chosen
+drafter's ÂL (mean |ÂL - realised|, least-squares slope of realised on ÂL), ranking (Spearman
+correlation between each drafter's mean ÂL and its realised MAT when it runs alone on the
+same prompts) and MAT against the oracle.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class Run:
     regret_curve: list[float] = field(default_factory=list)
     estimates: list[tuple[float, int]] = field(default_factory=list)
     drafters: list[str | None] = field(default_factory=list)
+    est_len_sum: dict[str, float] = field(default_factory=dict)  # Σ ÂL_d over the windows
 
     @property
     def mat(self) -> float:
@@ -92,7 +97,8 @@ def run_method(engine: SpecEngine, prompts: Iterable[Prompt], method: str, polic
         wall = time.perf_counter() - t0
         round_s = st.time_draft_s + st.time_verify_s + st.time_evaluate_s + st.time_bookkeeping_s
         runs.append(Run(method, p, len(ids), st.rounds, wall, st.time_evaluate_s, round_s,
-                        list(st.regret_curve), list(st.estimates), list(st.drafter_per_round)))
+                        list(st.regret_curve), list(st.estimates), list(st.drafter_per_round),
+                        dict(st.est_len_sum)))
     return runs
 
 
@@ -145,3 +151,79 @@ def oracle_runs(fixed: dict[str, list[Run]]) -> list[Run]:
     """Per request, the fixed drafter with the best realised MAT (ties: faster)."""
     per_request = zip(*fixed.values(), strict=True)
     return [replace(max(rs, key=lambda r: (r.mat, -r.wall_s)), method="oracle") for rs in per_request]
+
+
+def calibration_error(runs: list[Run]) -> dict[str, float]:
+    """Mean |ÂL - realised| of the chosen drafter, and the slope of realised on ÂL (1 = a
+    calibrated estimator; near 0 = ÂL says nothing about the round)."""
+    pairs = [(est, float(real)) for r in runs for est, real in r.estimates]
+    if not pairs:
+        return {"mae": float("nan"), "slope": float("nan"), "windows": 0}
+    est = [e for e, _ in pairs]
+    real = [x for _, x in pairs]
+    mean_e, mean_r = sum(est) / len(est), sum(real) / len(real)
+    var = sum((e - mean_e) ** 2 for e in est)
+    cov = sum((e - mean_e) * (x - mean_r) for e, x in pairs)
+    return {"mae": sum(abs(e - x) for e, x in pairs) / len(pairs),
+            "slope": cov / var if var > 0 else float("nan"), "windows": len(pairs)}
+
+
+def mean_estimates(runs: list[Run]) -> dict[str, float]:
+    """Each drafter's mean ÂL over every window of the runs."""
+    windows = sum(len(r.regret_curve) for r in runs)
+    totals: dict[str, float] = {}
+    for r in runs:
+        for d, v in r.est_len_sum.items():
+            totals[d] = totals.get(d, 0.0) + v
+    return {d: v / windows for d, v in totals.items()} if windows else {}
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    """Rank correlation (average ranks for ties); nan when either side is constant."""
+    rx, ry = _ranks(xs), _ranks(ys)
+    n = len(rx)
+    if n < 2:
+        return float("nan")
+    mx, my = sum(rx) / n, sum(ry) / n
+    sx = sum((a - mx) ** 2 for a in rx) ** 0.5
+    sy = sum((b - my) ** 2 for b in ry) ** 0.5
+    if sx == 0 or sy == 0:
+        return float("nan")
+    return sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True)) / (sx * sy)
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for t in range(i, j + 1):
+            ranks[order[t]] = (i + j) / 2
+        i = j + 1
+    return ranks
+
+
+def estimator_metrics(variant_runs: list[Run], alone: dict[str, list[Run]], oracle: list[Run],
+                      depth: int) -> dict[str, float]:
+    """Calibration, ranking and MAT of one HedgeSpec variant (see the module docstring).
+    alone: each drafter's fixed-policy runs on the same prompts (keys: drafter ids)."""
+    means = mean_estimates(variant_runs)
+    ids = [d for d in alone if d in means]
+    mat = summarize(variant_runs)["mat"]
+    oracle_mat = summarize(oracle)["mat"]
+    return {**calibration_error(variant_runs),
+            "rank_corr": spearman([means[d] for d in ids], [summarize(alone[d])["mat"] for d in ids]),
+            "mat": mat, "mat_vs_oracle": mat / oracle_mat if oracle_mat else 0.0,
+            "saturated_share": _saturated_share(variant_runs, depth)}
+
+
+def _saturated_share(runs: list[Run], depth: int) -> float:
+    """Share of the chosen drafter's windows at the ceiling ÂL = K+1 (a saturated estimator
+    puts most windows there whatever they realise)."""
+    pairs = [est for r in runs for est, _ in r.estimates]
+    if not pairs:
+        return float("nan")
+    return sum(1 for e in pairs if e >= depth + 1 - 1e-9) / len(pairs)

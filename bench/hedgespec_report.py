@@ -62,6 +62,18 @@ def markdown(r: dict[str, Any], calib: list[tuple[float, float, int]]) -> str:
     for name, row in ps["mat"].items():
         lines.append(f"| {name} | " + " | ".join(f"{row[n]:.2f}" for n in sizes) + " |")
     lines.append("| HedgeSpec eval share | " + " | ".join(f"{ps['eval_share'][n]:.1%}" for n in sizes) + " |")
+    if "estimators" in r:
+        lines += ["", "## Estimator variants (HedgeSpec = NormalHedge; issue 14)", "",
+                  "Calibration: the chosen drafter's ÂL against the tokens its round realised (mean absolute "
+                  "error; slope of realised on ÂL, 1 = calibrated). Ranking: Spearman correlation between each "
+                  "drafter's mean ÂL in the run and its MAT when it runs alone on the same prompts. Saturated: "
+                  "share of windows at ÂL = K+1.", "",
+                  "| variant | estimator | loss | feedback | MAT | x oracle | mean abs(ÂL - realised) | slope | "
+                  "rank corr | saturated | windows |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, e in r["estimators"].items():
+            lines.append(f"| {name} | {e['estimator']} | {e['loss']} | {e['feedback']} | {e['mat']:.2f} | "
+                         f"{e['mat_vs_oracle']:.2f} | {e['mae']:.2f} | {e['slope']:.2f} | {e['rank_corr']:.2f} | "
+                         f"{e['saturated_share']:.0%} | {e['windows']} |")
     lines += ["", "## Estimator calibration (HedgeSpec runs: ÂL of the chosen drafter vs realised tokens/round)", "",
               "| ÂL bin | mean realised | windows |", "|---|---|---|"]
     lines += [f"| {lo:.1f} | {mean:.2f} | {n} |" for lo, mean, n in calib]

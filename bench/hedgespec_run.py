@@ -17,6 +17,7 @@ import torch
 from bench.hedgespec_bench import (
     DEFAULT_POOL,
     Run,
+    estimator_metrics,
     load_prompts,
     oracle_runs,
     padded_pool,
@@ -29,6 +30,16 @@ from core.engine import SpecEngine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LEARNED = {"ucbspec": "ucbspec", "exp3spec": "exp3spec", "hedgespec": "normalhedge", "hedgespec_ada": "adanormalhedge"}
+# HedgeSpec (NormalHedge) with each counterfactual estimator / loss / feedback indexing
+# (core/counterfactual.py, core/feedback.py), measured side by side: issue 14, item 1.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "hedgespec_topk": {"estimator": "topk", "loss": "length", "feedback": "round"},
+    "hedgespec_tree": {"estimator": "tree", "loss": "length", "feedback": "round"},
+    "hedgespec_topk_position": {"estimator": "topk", "loss": "length", "feedback": "position"},
+    "hedgespec_tree_position": {"estimator": "tree", "loss": "length", "feedback": "position"},
+    "hedgespec_prob": {"estimator": "topk", "loss": "prob", "feedback": "round"},
+    "hedgespec_tree_prob": {"estimator": "tree", "loss": "prob", "feedback": "round"},
+}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -98,9 +109,18 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
         go("generalist" if d == gen else d, engine, f"fixed:{d}")
     for name, learner in LEARNED.items():
         go(name, engine, learner)
-    go("hedgespec_prob", variant(engine, loss="prob"), "normalhedge")
-    runs["oracle"] = oracle_runs({d: runs["generalist" if d == gen else d] for d in ids})
+    default = engine.config.selector
+    for name, overrides in VARIANTS.items():
+        if all(getattr(default, k) == v for k, v in overrides.items()):
+            runs[name] = runs["hedgespec"]  # the default selector: already measured
+        else:
+            go(name, variant(engine, **overrides), "normalhedge")
+    alone = {d: runs["generalist" if d == gen else d] for d in ids}
+    runs["oracle"] = oracle_runs(alone)
     results = tabulate(runs, prompts_domains=sorted({p.domain for p in prompts}), specialists=[d for d in ids if d != gen])
+    results["estimators"] = {name: {**overrides, **estimator_metrics(runs[name], alone, runs["oracle"],
+                                                                     engine.config.tree.depth)}
+                             for name, overrides in VARIANTS.items()}
     results["pool_size"] = pool_size_sweep(engine, prompts, args, log)
     results["config"] = {"pool": str(args.pool), "tree": engine.config.tree.__dict__, "prompts": len(prompts),
                          "per_domain": args.per_domain, "max_new_tokens": args.max_new_tokens,

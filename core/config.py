@@ -4,7 +4,8 @@ Symbols used across `core` (defined once here):
   p      target distribution over the target vocabulary (after temperature/top-p/top-k: p̃)
   q_d    drafter d's one-step distribution over its draft vocabulary
   K      tree depth = number of draft levels below the root (max accepted draft tokens/round)
-  γ_d(m) probability that drafter d's top_k candidates at position m contain the accepted token
+  γ_d    probability that the verifier accepts one of drafter d's candidates at a tree level
+         (which candidates: SelectorConfig.estimator, core/counterfactual.py)
   ÂL_d   HedgeSpec's acceptance-length estimate for drafter d, in [1, K+1]
 """
 
@@ -16,6 +17,11 @@ from typing import Literal
 LearnerName = Literal["normalhedge", "adanormalhedge", "hedge", "ucbspec", "exp3spec"]
 LEARNER_NAMES: tuple[str, ...] = ("normalhedge", "adanormalhedge", "hedge", "ucbspec", "exp3spec")
 LossName = Literal["length", "prob"]
+# Counterfactual candidate sets (core/counterfactual.py): the unpruned top_k ("topk", the
+# paper's estimator as usually read) or the children the drafter's own tree would keep.
+EstimatorName = Literal["topk", "tree"]
+# One feedback window per round start, or per verified token position (the paper's indexing).
+FeedbackName = Literal["round", "position"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,8 @@ class SelectorConfig:
 
     policy: str = "normalhedge"
     loss: LossName = "length"
+    estimator: EstimatorName = "topk"
+    feedback: FeedbackName = "round"
     select: Literal["sample", "argmax"] = "sample"
     hedge_eta: float = 2.0
     # Sessions whose learner is kept between requests (core/learner_sessions.py); LRU beyond.

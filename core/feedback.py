@@ -1,18 +1,30 @@
 """Censoring-aware delayed feedback for one request (DESIGN.md §3, step 6).
 
-A round rooted at position s is judged on γ_d(s), ..., γ_d(s+K-1), but the trajectory is
+A round rooted at position s is judged on positions s, ..., s+K-1, but the trajectory is
 verified chunk by chunk: unless the chosen drafter accepted everything, those positions are
 only known after later rounds. Applying a truncated window instead biases the learner toward
 the drafter it already plays (HedgeSpec §4, "censoring"), so each window waits in a FIFO
-queue until it is complete, and completed windows are handed to the learner in order
-(Joulani et al. 2013, the stochastic-setting queue; reference notes 2.3 and 2.5).
+queue until its loss is known, and losses are handed to the learner in order (Joulani et al.
+2013, the stochastic-setting queue; reference notes 2.3 and 2.5).
 
-One window is opened per round start. A window is complete when its K positions are known,
-or, with `greedy=True`, as soon as every drafter has an exact zero γ inside the known part:
-the running product Π γ is then zero for all of them and the unknown positions cannot change
-ÂL or either loss. An exact zero means the same thing when sampling, so the shortcut is valid
-there too. Both losses use the same completion rule so that every window also carries a
-final ÂL for the statistics, even though the "prob" loss only needs γ(s).
+Windows. One window is opened per round start ("round" feedback), or one per verified
+position ("position" feedback: the paper's loss is indexed by token position, every position
+being a potential round start; the extra windows feed the learner only, the statistics keep
+one window per real round). What is stored per position is the `Evidence` of the catch-up,
+so that a window's γ can depend on the window (the "tree" estimator ranks candidates by
+their cumulative score from the window's root).
+
+Completion. A window is complete when its K positions are known, or as soon as every
+drafter has an exact zero γ inside the known part: the running product Π γ is then zero for
+all of them, and since more positions can only lower a "tree" γ (a larger tree raises the
+total_tokens cut), the unknown positions cannot change ÂL or either loss. This holds for
+greedy and sampled decoding alike (when sampling, a zero comes from candidates with no
+target mass, e.g. under top-p or top-k truncation).
+
+The "prob" loss 1 - γ_d(s) under the "topk" estimator needs γ(s) only: its loss goes to the
+learner as soon as position s is known, while the window stays queued until complete so that
+the statistics still get its final ÂL. Under the "tree" estimator γ(s) depends on the whole
+window (the cut), so the prob loss waits like the length loss.
 """
 
 from __future__ import annotations
@@ -25,7 +37,15 @@ import numpy as np
 import numpy.typing as npt
 
 from core.config import LossName
-from core.counterfactual import FloatArray, estimate_length, length_loss, prob_loss
+from core.counterfactual import (
+    ESTIMATORS,
+    Evidence,
+    FloatArray,
+    estimate_length,
+    length_loss,
+    prob_loss,
+    window_gammas,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,8 +53,8 @@ class Window:
     """One feedback window: the counterfactual verdict on the round rooted at `start`."""
 
     start: int  # absolute position s of the round's root
-    chosen: int | None  # drafter chosen for that round (None in plain mode)
-    realised: int  # tokens committed that round (accepted + bonus)
+    chosen: int | None  # drafter chosen for that round (None in plain mode or a position window)
+    realised: int | None  # tokens committed that round (accepted + bonus); None: not a round
     gammas: FloatArray  # [N, K] γ used; zero where unknown (early close or censored)
     est_len: FloatArray  # [N] ÂL
     loss: FloatArray  # [N] loss in [0, 1] per the queue's loss
@@ -43,48 +63,57 @@ class Window:
     # signal for a learner that outlives the request).
     censored: bool = False
 
+    @property
+    def is_round(self) -> bool:
+        return self.realised is not None
 
-@dataclass(frozen=True)
+
+@dataclass
 class _Pending:
     start: int
     chosen: int | None
-    realised: int
+    realised: int | None
+    learned: bool = False  # its loss was handed out by pop_losses
 
 
 class FeedbackQueue:
-    """Holds γ history and open windows of one request; see the module docstring."""
+    """Holds the evidence and open windows of one request; see the module docstring."""
 
     def __init__(self, num_drafters: int, depth: int, loss: str = "length",
-                 greedy: bool = True) -> None:
+                 estimator: str = "topk", total_tokens: int | None = None) -> None:
         if num_drafters < 1 or depth < 1:
             raise ValueError("num_drafters and depth must be >= 1")
         if loss not in get_args(LossName):
             raise ValueError(f"unknown loss {loss!r}; expected one of {get_args(LossName)}")
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {estimator!r}; expected one of {ESTIMATORS}")
         self.num_drafters = num_drafters
         self.depth = depth
         self.loss = loss
-        self.greedy = greedy
+        self.estimator = estimator
+        self.total_tokens = total_tokens if total_tokens is not None else 1 << 30
         self._pending: deque[_Pending] = deque()
-        self._gammas: FloatArray = np.zeros((num_drafters, 0))  # [N, positions held]
-        self._base: int | None = None  # absolute position of self._gammas[:, 0]
+        self._evidence: Evidence | None = None  # positions from self._base on
+        self._base: int | None = None  # absolute position of the first held position
         self._last_start: int | None = None
 
     @property
     def next_position(self) -> int | None:
-        """The position the next add_gammas call must start at (None before the first)."""
-        return None if self._base is None else self._base + self._gammas.shape[1]
+        """The position the next add_* call must start at (None before the first)."""
+        return None if self._base is None else self._base + self.buffered_positions
 
     @property
     def buffered_positions(self) -> int:
-        """Number of γ positions currently held (bounded by what open windows need)."""
-        return int(self._gammas.shape[1])
+        """Number of positions currently held (bounded by what open windows need)."""
+        return 0 if self._evidence is None else self._evidence.positions
 
     @property
     def open_windows(self) -> int:
         return len(self._pending)
 
-    def open_window(self, start: int, chosen: int | None, realised: int) -> None:
-        """Register the round rooted at `start`, once it has been verified."""
+    def open_window(self, start: int, chosen: int | None, realised: int | None) -> None:
+        """Register the window rooted at `start` (a verified round, or with realised=None a
+        position window that only feeds the learner)."""
         if self._last_start is not None and start <= self._last_start:
             raise ValueError(f"window starts must increase: {start} after {self._last_start}")
         if self._base is not None and start < self._base:
@@ -96,12 +125,18 @@ class FeedbackQueue:
         self._trim()
 
     def add_gammas(self, start: int, gammas: npt.ArrayLike) -> None:
-        """Append γ for positions start .. start+M-1. gammas: [N, M]; contiguous, in order."""
+        """Append positions known only by their γ ([N, M]); see Evidence.from_gammas."""
         g = np.asarray(gammas, dtype=np.float64)
         if g.ndim != 2 or g.shape[0] != self.num_drafters:
             raise ValueError(f"expected gammas [{self.num_drafters}, M], got {g.shape}")
         if not np.all((g >= 0.0) & (g <= 1.0)):
             raise ValueError("γ must lie in [0, 1]")
+        self.add_evidence(start, Evidence.from_gammas(g))
+
+    def add_evidence(self, start: int, evidence: Evidence) -> None:
+        """Append the evidence of positions start .. start+M-1; contiguous, in order."""
+        if evidence.logp.shape[0] != self.num_drafters:
+            raise ValueError(f"expected evidence for {self.num_drafters} drafters, got {evidence.logp.shape}")
         expected = self.next_position
         if expected is None:
             if self._pending and start > self._pending[0].start:
@@ -109,11 +144,28 @@ class FeedbackQueue:
             self._base = start
         elif start != expected:
             raise ValueError(f"γ must arrive contiguously: expected position {expected}, got {start}")
-        self._gammas = np.concatenate([self._gammas, g], axis=1)
+        held = self._evidence
+        if held is not None and held.logp.shape[2] != evidence.logp.shape[2]:
+            raise ValueError("every position must carry the same number of candidates")
+        self._evidence = evidence if held is None else Evidence.concat([held, evidence])
         self._trim()
 
+    def pop_losses(self) -> list[FloatArray]:
+        """Loss vectors ([N] each) that became known, in window order; each exactly once."""
+        out: list[FloatArray] = []
+        for pending in self._pending:
+            if pending.learned:
+                continue
+            gammas, known = self._window_gammas(pending.start)
+            if not self._loss_ready(gammas, known):
+                break  # FIFO: a later window never overtakes an earlier one
+            out.append(self._loss(gammas))
+            pending.learned = True
+        return out
+
     def pop_completed(self) -> list[Window]:
-        """Completed windows in FIFO order (a later window never overtakes an earlier one)."""
+        """Completed windows in FIFO order. A window whose loss pop_losses did not hand out
+        yet is marked as handed out: its loss is in the Window."""
         done: list[Window] = []
         while self._pending:
             gammas, known = self._window_gammas(self._pending[0].start)
@@ -141,37 +193,47 @@ class FeedbackQueue:
         if known == self.depth:
             return True
         # Every drafter's running product is already zero: the unknown tail cannot matter.
-        return self.greedy and known > 0 and bool((gammas[:, :known] == 0.0).any(axis=1).all())
+        return known > 0 and bool((gammas[:, :known] == 0.0).any(axis=1).all())
+
+    def _loss_ready(self, gammas: FloatArray, known: int) -> bool:
+        if self.loss == "prob" and self.estimator == "topk":
+            return known > 0
+        return self._is_complete(gammas, known)
+
+    def _loss(self, gammas: FloatArray) -> FloatArray:
+        if self.loss == "length":
+            return length_loss(estimate_length(gammas), self.depth)
+        return prob_loss(gammas[:, 0])
 
     def _window(self, pending: _Pending, gammas: FloatArray, *, censored: bool) -> Window:
-        est = estimate_length(gammas)  # [N]
-        loss = length_loss(est, self.depth) if self.loss == "length" else prob_loss(gammas[:, 0])
-        return Window(pending.start, pending.chosen, pending.realised, gammas, est, loss,
-                      censored=censored)
+        pending.learned = True
+        return Window(pending.start, pending.chosen, pending.realised, gammas, estimate_length(gammas),
+                      self._loss(gammas), censored=censored)
 
     def _window_gammas(self, start: int) -> tuple[FloatArray, int]:
         """γ of the window rooted at `start` ([N, K], zero where unknown) and how many of its
         leading positions are known."""
-        window = np.zeros((self.num_drafters, self.depth))
-        if self._base is None:
-            return window, 0
+        if self._base is None or self._evidence is None:
+            return np.zeros((self.num_drafters, self.depth)), 0
         lo = start - self._base
-        known = max(0, min(self.depth, self._gammas.shape[1] - lo))
-        window[:, :known] = self._gammas[:, lo:lo + known]
-        return window, known
+        known = max(0, min(self.depth, self._evidence.positions - lo))
+        window = self._evidence.slice(lo, lo + known).padded(self.depth)
+        gammas = window_gammas(window, self.estimator, self.total_tokens)
+        gammas[:, known:] = 0.0
+        return gammas, known
 
     def _trim(self) -> None:
-        """Drop γ no open or future window can need: windows start strictly after the last
-        opened one, so nothing before the oldest open start (or last start + 1) is needed."""
-        if self._base is None:
+        """Drop positions no open or future window can need: windows start strictly after the
+        last opened one, so nothing before the oldest open start (or last start + 1) is needed."""
+        if self._base is None or self._evidence is None:
             return
         if self._pending:
             floor = self._pending[0].start
         elif self._last_start is not None:
             floor = self._last_start + 1
         else:
-            return  # no window opened yet: γ may belong to a window about to be opened
-        drop = max(0, min(floor - self._base, self._gammas.shape[1]))
+            return  # no window opened yet: positions may belong to a window about to be opened
+        drop = max(0, min(floor - self._base, self._evidence.positions))
         if drop:
-            self._gammas = self._gammas[:, drop:]
+            self._evidence = self._evidence.slice(drop, self._evidence.positions)
             self._base += drop

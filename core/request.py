@@ -85,7 +85,8 @@ class RequestState:
             learner = make_learner(name, n, hedge_eta=sel.hedge_eta, max_len=config.tree.depth + 1,
                                    fixed_index=fixed)
             if learner.counterfactual or config.evaluate_all:
-                feedback = FeedbackQueue(n, config.tree.depth, loss=sel.loss, greedy=params.greedy)
+                feedback = FeedbackQueue(n, config.tree.depth, loss=sel.loss, estimator=sel.estimator,
+                                         total_tokens=config.tree.total_tokens)
         stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
                              prompt_tokens=len(prompt))
         return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt), cache, stats,
@@ -122,16 +123,23 @@ class RequestState:
                 self.finished, self.finish_reason = True, "length"
                 break
         if self.finished and self.feedback is not None:
-            self.learn(self.feedback.close(), stats_only=True)
+            self.record(self.feedback.close())  # statistics only: censored windows are biased low
         return out
 
-    def learn(self, windows: list[Window], *, stats_only: bool = False) -> None:
-        """Apply completed feedback windows in order (full-information learners) and record
-        the ÂL estimates for regret statistics. Censored windows closed at the end of the
-        request are recorded for statistics only (`stats_only`): they are biased low."""
+    def learn(self) -> None:
+        """Apply the loss vectors that became known, in order (counterfactual learners), then
+        record the completed windows' ÂL estimates for the statistics."""
+        assert self.feedback is not None
+        for loss in self.feedback.pop_losses():
+            if self.learner is not None and self.learner.counterfactual:
+                self.learner.update(loss)
+        self.record(self.feedback.pop_completed())
+
+    def record(self, windows: list[Window]) -> None:
+        """Statistics of one window per real round (position windows only feed the learner)."""
         for w in windows:
-            if self.learner is not None and self.learner.full_information and not stats_only:
-                self.learner.update(w.loss)
+            if w.realised is None:
+                continue
             chosen = self.snapshot.ids[w.chosen] if w.chosen is not None else None
             est = {d: float(v) for d, v in zip(self.snapshot.ids, w.est_len, strict=False)}
             self.stats.record_window(est, chosen, w.realised)

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from core.config import EngineConfig
-from core.counterfactual import gamma_greedy, gamma_sampling
+from core.counterfactual import evidence_greedy, evidence_sampling
 from core.drafter_pool import DrafterState
 from core.drafting import grow_tree
 from core.request import RequestState
@@ -98,31 +98,35 @@ def _evaluate(state: RequestState, out: TargetOutput, path: list[int], new: list
     steps = len(new)
     state.dstate.record(out.features[path], torch.tensor(new))
     if state.evaluate:
-        _counterfactual(state, out, path, probs, chosen, n, config)
+        _counterfactual(state, out, path, new, probs, chosen, n, config)
     if state.learner is not None and not state.learner.full_information and chosen is not None:
         state.learner.update_bandit(chosen, float(steps), config.tree.depth + 1)
 
 
-def _counterfactual(state: RequestState, out: TargetOutput, path: list[int], probs: Tensor | None,
-                    chosen: int | None, n: int, config: EngineConfig) -> None:
-    """Every drafter catches up; γ at m = n..n+L from its top-k at each m, the feedback queue
-    and the completed windows' learner updates."""
+def _counterfactual(state: RequestState, out: TargetOutput, path: list[int], new: list[int],
+                    probs: Tensor | None, chosen: int | None, n: int, config: EngineConfig) -> None:
+    """Every drafter catches up; the evidence at m = n..n+L (each drafter's top-k at m against
+    the target's p̃_m and the realised x_{m+1}) joins the feedback queue, and the losses that
+    became known update the learner."""
     assert state.dstate is not None and state.feedback is not None and state.pending is not None
     steps = len(path)
     prev = state.pending  # top-k at position n, from the previous catch-up
     cur = state.dstate.sync(state.snapshot, config.tree.top_k)
     assert cur is not None and cur.indices == prev.indices == list(range(len(state.snapshot)))
     state.pending = cur
-    topk = cur.topk_ids
-    q_topk = torch.cat([prev.topk_ids[:, -1:], topk[:, : steps - 1]], dim=1).cpu().numpy()  # [N, L+1, k]
-    if probs is None:
-        argmax = out.logits[path].argmax(dim=-1).cpu().numpy()
-        gammas = gamma_greedy(argmax, q_topk)
+    # [N, L+1, k]: the distribution at m comes from the pair ending at m (the previous pass for n)
+    ids = torch.cat([prev.topk_ids[:, -1:], cur.topk_ids[:, : steps - 1]], dim=1).cpu().numpy()
+    logp = torch.cat([prev.topk_logp[:, -1:], cur.topk_logp[:, : steps - 1]], dim=1).cpu().numpy()
+    if probs is None:  # greedy: the realised tokens are the target's argmax
+        evidence = evidence_greedy(out.logits[path].argmax(dim=-1).cpu().numpy(), ids, logp)
     else:
-        gammas = gamma_sampling(probs[path].cpu().numpy().astype(np.float64), q_topk)
+        evidence = evidence_sampling(probs[path].cpu().numpy().astype(np.float64), ids, logp, np.array(new))
     state.feedback.open_window(n, chosen, steps)
-    state.feedback.add_gammas(n, gammas)
-    state.learn(state.feedback.pop_completed())
+    if config.selector.feedback == "position":
+        for m in range(n + 1, n + steps):
+            state.feedback.open_window(m, None, None)
+    state.feedback.add_evidence(n, evidence)
+    state.learn()
 
 
 def _processed(logits: Tensor, state: RequestState) -> Tensor:

@@ -23,6 +23,13 @@ def test_bench_writes_tables_plots_and_json(tmp_path: Path, capsys: pytest.Captu
     for name in ("plain", "generalist", "ucbspec", "exp3spec", "hedgespec", "oracle"):
         assert set(printed["methods"][name]) >= {"mat", "tokens_per_s", "speedup_vs_plain"}
     assert printed["workload"] == "mixed" and printed["methods"]["plain"]["mat"] == pytest.approx(1.0)
+    from bench.hedgespec_run import VARIANTS
+
+    assert set(printed["estimators"]) == set(VARIANTS)
+    for e in printed["estimators"].values():
+        assert set(e) >= {"estimator", "loss", "feedback", "mae", "slope", "rank_corr", "mat_vs_oracle"}
+        assert e["windows"] > 0 and e["mae"] >= 0
+    assert "## Estimator variants" in (out / "hedgespec.md").read_text()
     assert set(printed["pool_size"]["mat"]["hedgespec"]) == {"2", "3"} or set(printed["pool_size"]["mat"]["hedgespec"]) == {2, 3}
     for f in ("hedgespec.md", "hedgespec.json", "hedgespec_regret.png", "hedgespec_calibration.png",
               "hedgespec_pool_size.png", "hedgespec_domains.png"):

@@ -11,7 +11,7 @@ from core.feedback import FeedbackQueue
 
 def test_window_completes_only_when_all_K_positions_are_known() -> None:
     gammas = np.array([[0.9, 0.8, 0.7, 0.6], [0.5, 0.4, 0.3, 0.2]])  # [N=2, 4 positions]
-    queue = FeedbackQueue(2, depth=3, greedy=False)
+    queue = FeedbackQueue(2, depth=3)
     queue.open_window(10, chosen=1, realised=2)
     queue.add_gammas(10, gammas[:, :2])
     assert queue.pop_completed() == []
@@ -24,8 +24,8 @@ def test_window_completes_only_when_all_K_positions_are_known() -> None:
     assert queue.pop_completed() == [] and queue.open_windows == 0
 
 
-def test_greedy_zero_closes_a_window_early_once_every_drafter_hit_zero() -> None:
-    queue = FeedbackQueue(2, depth=4, greedy=True)
+def test_a_zero_closes_a_window_early_once_every_drafter_hit_zero() -> None:
+    queue = FeedbackQueue(2, depth=4)
     queue.open_window(0, chosen=0, realised=1)
     queue.add_gammas(0, np.array([[1.0], [0.0]]))  # only drafter 1 has hit zero
     assert queue.pop_completed() == []
@@ -36,18 +36,18 @@ def test_greedy_zero_closes_a_window_early_once_every_drafter_hit_zero() -> None
     assert not window.censored
 
 
-def test_without_the_greedy_shortcut_a_zero_does_not_close_the_window() -> None:
-    queue = FeedbackQueue(1, depth=3, greedy=False)
+def test_an_exact_zero_closes_a_sampled_window_early_too() -> None:
+    """Issue 14: the docstring said the zero-γ early close holds when sampling; it does (the
+    product is zero whatever follows), so the queue applies it whatever the decoding mode."""
+    queue = FeedbackQueue(1, depth=3)
     queue.open_window(0, chosen=0, realised=1)
     queue.add_gammas(0, np.array([[0.0, 0.5]]))
-    assert queue.pop_completed() == []
-    queue.add_gammas(2, np.array([[0.5]]))
     [window] = queue.pop_completed()
-    assert window.est_len[0] == 1.0
+    assert window.est_len[0] == 1.0 and not window.censored
 
 
 def test_windows_complete_in_fifo_order() -> None:
-    queue = FeedbackQueue(1, depth=2, greedy=False)
+    queue = FeedbackQueue(1, depth=2)
     queue.open_window(0, chosen=0, realised=1)
     queue.add_gammas(0, np.array([[0.5]]))
     assert queue.pop_completed() == []  # needs position 1 too
@@ -64,7 +64,7 @@ def test_windows_complete_in_fifo_order() -> None:
 
 
 def test_gammas_may_arrive_before_their_window_is_opened() -> None:
-    queue = FeedbackQueue(1, depth=2, greedy=False)
+    queue = FeedbackQueue(1, depth=2)
     queue.add_gammas(5, np.array([[0.5, 0.25]]))
     queue.open_window(5, chosen=0, realised=2)
     [window] = queue.pop_completed()
@@ -72,7 +72,7 @@ def test_gammas_may_arrive_before_their_window_is_opened() -> None:
 
 
 def test_gammas_held_beyond_the_last_start_serve_the_next_windows() -> None:
-    queue = FeedbackQueue(1, depth=1, greedy=False)
+    queue = FeedbackQueue(1, depth=1)
     queue.open_window(0, chosen=0, realised=1)
     queue.add_gammas(0, np.array([[0.5, 0.25, 0.125]]))
     assert [w.start for w in queue.pop_completed()] == [0]
@@ -90,7 +90,7 @@ def test_gammas_held_beyond_the_last_start_serve_the_next_windows() -> None:
 
 
 def test_close_judges_remaining_windows_with_unknown_positions_as_zero() -> None:
-    queue = FeedbackQueue(2, depth=3, greedy=False)
+    queue = FeedbackQueue(2, depth=3)
     queue.open_window(0, chosen=0, realised=2)
     queue.add_gammas(0, np.array([[1.0, 1.0, 1.0], [0.5, 0.5, 0.5]]))
     queue.open_window(2, chosen=1, realised=1)
@@ -105,7 +105,7 @@ def test_close_judges_remaining_windows_with_unknown_positions_as_zero() -> None
 
 
 def test_prob_loss_uses_the_first_position_only() -> None:
-    queue = FeedbackQueue(2, depth=2, loss="prob", greedy=False)
+    queue = FeedbackQueue(2, depth=2, loss="prob")
     queue.open_window(0, chosen=None, realised=1)
     queue.add_gammas(0, np.array([[0.25, 1.0], [0.75, 0.0]]))
     [window] = queue.pop_completed()
@@ -134,7 +134,7 @@ def test_popped_windows_equal_the_offline_computation_and_memory_stays_bounded(
     rng = np.random.default_rng(7)
     N, K, T = 3, 4, 3000
     gammas = (rng.random((N, T)) < 0.8).astype(float) if greedy else rng.random((N, T))
-    queue = FeedbackQueue(N, K, greedy=greedy)
+    queue = FeedbackQueue(N, K)
     popped, high_water = _simulate_request(rng, queue, gammas, greedy)
     assert len(popped) > 500
     for start, est in popped:
