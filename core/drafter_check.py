@@ -9,6 +9,7 @@ from typing import Any
 
 from core.checkpoint_config import eagle3_default_layers
 from core.eagle3 import (
+    SAFETENSORS_INDEX,
     DrafterLoadError,
     check_state_dict,
     read_config,
@@ -16,6 +17,9 @@ from core.eagle3 import (
     resolve_dir,
     weight_file,
 )
+
+# inspect_drafter's "format", named as drafter_registry.validation's weights_format
+WEIGHT_FORMATS = {"model.safetensors": "safetensors", SAFETENSORS_INDEX: "safetensors-sharded"}
 
 
 def read_target_config(target_dir: str | Path) -> dict[str, Any]:
@@ -95,7 +99,7 @@ def inspect_drafter(
             draft_vocab_size=cfg.draft_vocab_size,
         )
         file = weight_file(root)
-        report["format"] = "safetensors" if file.suffix == ".safetensors" else "bin"
+        report["format"] = WEIGHT_FORMATS.get(file.name, "bin")
         sd = read_weights(root)
         report["num_parameters"] = int(sum(t.numel() for k, t in sd.items() if k not in ("d2t", "t2d")))
         check_state_dict(cfg, sd)

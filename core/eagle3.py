@@ -41,7 +41,9 @@ from core.checkpoint_config import (
 from core.rope import RopeConfig, RopeConfigError, rope_cos_sin
 
 ARCHITECTURES = ("LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+# Preference order when a directory holds several formats (as drafter_registry.validation).
+WEIGHT_FILES = ("model.safetensors", SAFETENSORS_INDEX, "pytorch_model.bin")
 LAYER_KEYS = (
     "midlayer.hidden_norm.weight",
     "midlayer.input_layernorm.weight",
@@ -450,16 +452,43 @@ def weight_file(root: Path) -> Path:
 def read_weights(root: Path) -> dict[str, Tensor]:
     file = weight_file(root)
     try:
+        if file.name == SAFETENSORS_INDEX:
+            return _read_sharded(root, file)
         if file.suffix == ".safetensors":
             from safetensors.torch import load_file
 
             return dict(load_file(str(file)))
         loaded = torch.load(file, map_location="cpu", weights_only=True)
+    except DrafterLoadError:
+        raise
     except Exception as exc:  # any decoding failure of a corrupt file is "unreadable"
         raise DrafterLoadError(f"cannot read weights {file.name}: {exc}", readable=False) from exc
     if not isinstance(loaded, dict):
         raise DrafterLoadError(f"{file.name} does not hold a state dict", readable=False)
     return dict(loaded)
+
+
+def _read_sharded(root: Path, index_file: Path) -> dict[str, Tensor]:
+    """The shards a `model.safetensors.index.json` names, merged; every tensor of its
+    weight_map must be found in the shard it names."""
+    from safetensors.torch import load_file
+
+    weight_map = json.loads(index_file.read_text()).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise DrafterLoadError(f"{SAFETENSORS_INDEX} has no weight_map", readable=False)
+    sd: dict[str, Tensor] = {}
+    for shard in sorted({str(v) for v in weight_map.values()}):
+        # plain file names only: an index must not reach outside the drafter directory
+        if Path(shard).name != shard or shard.startswith(".") or not shard.endswith(".safetensors"):
+            raise DrafterLoadError(f"{SAFETENSORS_INDEX} names an invalid shard {shard!r}", readable=False)
+        if not (root / shard).is_file():
+            raise DrafterLoadError(f"shard {shard} listed in {SAFETENSORS_INDEX} is missing", readable=False)
+        tensors = load_file(str(root / shard))
+        lost = [k for k, v in weight_map.items() if v == shard and k not in tensors]
+        if lost:
+            raise DrafterLoadError(f"shard {shard} lacks {lost} that {SAFETENSORS_INDEX} puts there", readable=False)
+        sd.update(tensors)
+    return sd
 
 
 def check_state_dict(cfg: Eagle3Config, sd: dict[str, Tensor]) -> None:
@@ -478,12 +507,27 @@ def check_state_dict(cfg: Eagle3Config, sd: dict[str, Tensor]) -> None:
         want = shapes.get(key)
         if want is not None and tuple(tensor.shape) != want:
             problems.append(f"{key} has shape {list(tensor.shape)}, expected {list(want)}")
-    if "d2t" in sd and "d2t" not in [p for p in problems]:
-        ids = sd["d2t"].long() + torch.arange(sd["d2t"].numel())
-        if sd["d2t"].shape == (cfg.draft_vocab_size,) and (ids.min() < 0 or ids.max() >= cfg.vocab_size):
-            problems.append("d2t maps draft ids outside the target vocabulary")
+    if ("d2t" in sd) != ("t2d" in sd):
+        problems.append("d2t and t2d come together (one is missing)")
+    elif "d2t" in sd and sd["d2t"].shape == (cfg.draft_vocab_size,) and sd["t2d"].shape == (cfg.vocab_size,):
+        problems += vocab_mapping_problems(sd["d2t"], sd["t2d"], cfg.vocab_size)
     if problems:
         raise DrafterLoadError("incompatible drafter checkpoint: " + "; ".join(problems))
+
+
+def vocab_mapping_problems(d2t: Tensor, t2d: Tensor, vocab_size: int) -> list[str]:
+    """d2t must map draft ids into the target vocabulary, one target id each, and t2d must mark
+    exactly those ids (the official pair; vLLM and SGLang read d2t, our evaluation reads t2d)."""
+    ids = d2t.long() + torch.arange(d2t.numel())
+    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+        return ["d2t maps draft ids outside the target vocabulary"]
+    mapped = torch.zeros(vocab_size, dtype=torch.bool)
+    mapped[ids] = True
+    if int(mapped.sum()) != ids.numel():
+        return ["d2t maps two draft ids to one target id"]
+    if not torch.equal(mapped, t2d.bool()):
+        return ["t2d does not mark exactly the target ids that d2t maps to"]
+    return []
 
 
 def load_drafter(

@@ -226,3 +226,26 @@ def test_batched_catch_up_equals_each_drafter_alone() -> None:
         torch.testing.assert_close(out.kv[0][i], k[0], atol=1e-5, rtol=1e-5)
         want = d.draft_to_target(torch.topk(d.logits(h)[0], 3).indices)
         assert torch.equal(out.topk_ids[i], want)
+
+
+def test_sharded_safetensors_load_like_one_file(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    target = tiny_target()
+    d = random_drafter(target)
+    save_drafter(d, tmp_path, dtype=torch.float32)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    (tmp_path / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[:7], "model-00002-of-00002.safetensors": names[7:]}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(tmp_path / shard))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {k: s for s, ks in shards.items() for k in ks}}))
+    back = load_drafter(tmp_path, embed_tokens=target.get_input_embeddings())
+    for (name, a), (_, b) in zip(d.state_dict().items(), back.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert inspect_drafter(tmp_path, _target_dir(tmp_path))["format"] == "safetensors-sharded"
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(DrafterLoadError, match="missing"):
+        load_drafter(tmp_path)

@@ -59,18 +59,17 @@ def drafter_tensors(config: dict[str, Any], *, seed: int = 0, extra_rows: int = 
 
 
 def drafter_files(prefix: str = "", *, seed: int = 0, pad_to: int = 0, **config_kw: Any) -> dict[str, bytes]:
-    """Hub-layout files of one drafter under `prefix/`; `pad_to` grows the weights (an extra
-    tensor) to at least that many bytes, for throttled-transfer tests."""
+    """Hub-layout files of one drafter under `prefix/`; `pad_to` grows the weight file to at
+    least that many bytes, for throttled-transfer tests (in the header's free-form metadata, so
+    that the tensors stay exactly what the config implies)."""
     config = drafter_config(**config_kw)
     tensors = drafter_tensors(config, seed=seed)
-    size = sum(t.nbytes for t in tensors.values())
-    if pad_to > size:
-        tensors["embed_tokens.weight"] = np.zeros((-(-(pad_to - size) // (4 * config["hidden_size"])),
-                                                   config["hidden_size"]), np.float32)
+    size = len(save(tensors))
+    metadata = {"padding": "0" * (pad_to - size)} if pad_to > size else None
     base = f"{prefix}/" if prefix else ""
     return {
         f"{base}config.json": json.dumps(config, indent=2).encode(),
-        f"{base}model.safetensors": save(tensors),
+        f"{base}model.safetensors": save(tensors, metadata=metadata),
     }
 
 
