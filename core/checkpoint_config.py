@@ -82,7 +82,8 @@ def _ids(value: Any, name: str, *, shift: int) -> AuxLayers | None:
 def check_drafter_flags(raw: dict[str, Any]) -> None:
     """Variants of the EAGLE-3 layer that this engine does not run, refused rather than run
     as the plain layer (which would silently lose acceptance)."""
-    eagle = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    eagle = raw.get("eagle_config")
+    eagle = eagle if isinstance(eagle, dict) else {}
     use_aux = eagle.get("use_aux_hidden_state", raw.get("use_aux_hidden_state", True))
     if use_aux is False:
         # SGLang then feeds the target's last hidden state alone (EAGLE-1/2 style)
