@@ -1,7 +1,8 @@
 """Frozen configuration objects for the engine.
 
 Symbols used across `core` (defined once here):
-  p      target distribution over the target vocabulary (after temperature/top-p/top-k: p̃)
+  p      target distribution over the target vocabulary (after penalties and logit_bias,
+         temperature, top-p and top-k: p̃)
   q_d    drafter d's one-step distribution over its draft vocabulary
   K      tree depth = number of draft levels below the root (max accepted draft tokens/round)
   γ_d    probability that the verifier accepts one of drafter d's candidates at a tree level
@@ -57,6 +58,21 @@ def candidate_pool_size(top_k: int, depth: int) -> int:
 
 
 @dataclass(frozen=True)
+class Penalties:
+    """Logits adjustments of one request (applied in core/penalties.py); the defaults change
+    nothing."""
+
+    presence: float = 0.0
+    frequency: float = 0.0
+    repetition: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (target token id, bias)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.presence or self.frequency or self.repetition != 1.0 or self.logit_bias)
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """Per-request decoding parameters. temperature == 0 means greedy."""
 
@@ -69,6 +85,9 @@ class SamplingParams:
     ignore_eos: bool = False
     # None: no logprobs; 0: logprob of the chosen token only; n > 0: also the n most likely.
     logprobs: int | None = None
+    # The same for every prompt token but the first (completions `echo`), from the prefill.
+    prompt_logprobs: int | None = None
+    penalties: Penalties = field(default_factory=Penalties)
 
     @property
     def greedy(self) -> bool:

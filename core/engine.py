@@ -54,6 +54,8 @@ class RoundOutput:
     round: RoundStats | None
     stats: RequestStats
     error: str | None = None  # set with finish_reason "error": this request's round failed
+    # The prompt's logprobs (first entry None), on the prefill's output only (params.prompt_logprobs).
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 class SpecEngine:
@@ -203,8 +205,9 @@ class SpecEngine:
             rstats = replace(rstats, bookkeeping_s=max(rest, 0.0))
             state.stats.time_bookkeeping_s += rstats.bookkeeping_s
         logprobs = state.take_logprobs()
+        prompt_lps, state.prompt_logprobs = state.prompt_logprobs, None
         return RoundOutput(state.request_id, tokens, logprobs, state.finished, state.finish_reason,
-                           rstats, state.stats)
+                           rstats, state.stats, prompt_logprobs=prompt_lps)
 
     # -- convenience -----------------------------------------------------------------------------
     def generate(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto",

@@ -69,6 +69,8 @@ class RequestState:
     finished: bool = False
     finish_reason: str | None = None
     _logprobs: list[TokenLogprob] = field(default_factory=list)
+    # Set by the prefill when params.prompt_logprobs asks for it; handed out once.
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -12,6 +13,7 @@ from core.config import EngineConfig
 from core.counterfactual import evidence_greedy, evidence_sampling
 from core.drafter_pool import DrafterState
 from core.drafting import grow_tree
+from core.penalties import apply_penalties, path_counts, token_counts
 from core.request import RequestState
 from core.sampling import log_probs, process_logits
 from core.stats import RoundStats, TokenLogprob
@@ -23,16 +25,20 @@ from core.verify import verify_greedy, verify_sampling
 def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[int]:
     """Prompt forward (counted as the prefill pass), first token, drafters' first catch-up."""
     ids = torch.tensor(state.token_ids, dtype=torch.long)
-    out = target.forward(state.cache, ids, torch.arange(ids.numel()), last_logits_only=True)
+    want_prompt = state.params.prompt_logprobs is not None
+    out = target.forward(state.cache, ids, torch.arange(ids.numel()), last_logits_only=not want_prompt)
     state.stats.target_forwards += 1
-    last = out.logits[-1:]
+    if want_prompt:
+        state.prompt_logprobs = prompt_logprobs(out.logits, state.token_ids, state.params.prompt_logprobs or 0)
+    raw = out.logits[-1:]
+    last = _penalised(raw, state, chain_tree(state.token_ids[-1:]))
     if state.params.greedy:
         tok = int(last[0].argmax())
     else:
         probs = _processed(last, state).cpu()  # the request's generator lives on the CPU
         tok = int(torch.multinomial(probs[0], 1, generator=state.generator).item())
     state.prefilled = True
-    committed = state.commit([tok], _maybe_logprobs(state, last, [tok]))
+    committed = state.commit([tok], _maybe_logprobs(state, raw, [tok]))
     state.stats.prefill_tokens = len(committed)
     state.stats.completion_tokens += len(committed)
     if state.learner is not None and not state.finished:
@@ -53,6 +59,10 @@ def speculative_round(target: Target, state: RequestState, config: EngineConfig)
     tree = _draft(state, chosen, n, config)
     t1 = time.perf_counter()
     out = target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask)
+    raw = out.logits
+    # From here on (verification and the counterfactual evaluation) out.logits are the
+    # penalised target's: each node scored with its own path's counts.
+    out = replace(out, logits=_penalised(raw, state, tree))
     probs = None if state.params.greedy else _processed(out.logits, state).cpu()
     if probs is None:
         path, bonus = verify_greedy(tree, out.logits)
@@ -60,7 +70,7 @@ def speculative_round(target: Target, state: RequestState, config: EngineConfig)
         path, bonus = verify_sampling(tree, probs, state.generator)
     compact_cache(state.cache, n, torch.tensor(path))
     new = [int(t) for t in tree.tokens[path[1:]].tolist()] + [bonus]
-    committed = state.commit(new, _maybe_logprobs(state, out.logits[path], new))
+    committed = state.commit(new, _maybe_logprobs(state, raw[path], new))
     t2 = time.perf_counter()
     if state.dstate is not None and not state.finished:
         _evaluate(state, out, path, new, probs, chosen, n, config)
@@ -129,17 +139,50 @@ def _counterfactual(state: RequestState, out: TargetOutput, path: list[int], new
     state.learn()
 
 
+def _penalised(logits: Tensor, state: RequestState, tree: DraftTree) -> Tensor:
+    """logits [N+1, V] at the tree nodes -> the penalised target's logits, node i counted over
+    the committed output plus the draft tokens on its path (core/penalties.py)."""
+    pen = state.params.penalties
+    if not pen.active:
+        return logits
+    vocab = logits.shape[-1]
+    output = token_counts(state.token_ids[state.prompt_len :], vocab, logits.device)
+    prompt_seen = token_counts(state.token_ids[: state.prompt_len], vocab, logits.device) > 0
+    return apply_penalties(logits, path_counts(output, tree.tokens, tree.mask), prompt_seen, pen)
+
+
 def _processed(logits: Tensor, state: RequestState) -> Tensor:
     p = state.params
     return process_logits(logits, p.temperature, p.top_p, p.top_k)
 
 
 def _maybe_logprobs(state: RequestState, logits: Tensor, tokens: list[int]) -> list[TokenLogprob] | None:
-    """Target log-probabilities of `tokens`, row j of `logits` being the distribution of token j."""
+    """Target log-probabilities of `tokens`, row j of `logits` being the distribution of token j.
+    These are the raw model's, before penalties and temperature (vLLM's default
+    `logprobs_mode`, raw_logprobs), so they do not depend on how the request samples."""
     k = state.params.logprobs
     if k is None:
         return None
-    lp = log_probs(logits)
+    return _token_logprobs(log_probs(logits), tokens, k)
+
+
+# Rows of the prompt's [P, V] logits turned into log-probabilities at a time: bounds the
+# float32 temporaries of a long echoed prompt (2048 x 49k floats is 400 MB per copy).
+PROMPT_LOGPROB_ROWS = 256
+
+
+def prompt_logprobs(logits: Tensor, prompt: list[int], k: int) -> list[TokenLogprob | None]:
+    """Raw target log-probabilities of every prompt token (completions `echo`): None for the
+    first, which nothing predicts (as OpenAI reports it); row j of `logits` [P, V] predicts
+    prompt token j + 1."""
+    out: list[TokenLogprob | None] = [None]
+    for start in range(0, len(prompt) - 1, PROMPT_LOGPROB_ROWS):
+        rows = logits[start : min(start + PROMPT_LOGPROB_ROWS, len(prompt) - 1)]
+        out.extend(_token_logprobs(log_probs(rows), prompt[start + 1 : start + 1 + rows.shape[0]], k))
+    return out
+
+
+def _token_logprobs(lp: Tensor, tokens: list[int], k: int) -> list[TokenLogprob]:
     out = []
     for j, tok in enumerate(tokens):
         top: tuple[tuple[int, float], ...] = ()

@@ -26,6 +26,8 @@ class Choice:
     detok: IncrementalDetokenizer
     stop: StopMatcher
     prefix: str = ""  # completions `echo`: the prompt text
+    prompt_ids: list[int] = field(default_factory=list)  # `echo` with `logprobs` only
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # from the prefill's update
     completion_tokens: int = 0
     text: list[str] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -40,6 +42,8 @@ class Choice:
         if update.finished:
             self.acked = True
             self.stats = update.stats or self.stats
+        if update.prompt_logprobs is not None:
+            self.prompt_logprobs = update.prompt_logprobs
         if self.done:
             return None  # ended by a stop string; this is the engine's late round or its ack
         pieces: list[str] = []
@@ -59,7 +63,8 @@ class Choice:
             text, stopped = self.stop.push(self.detok.flush())
             pieces.append(text if stopped else text + self.stop.flush())
             self._end("stop" if stopped else (update.finish_reason or "stop"))
-        return Delta(self, "".join(pieces), lps, offsets, self.done)
+        return Delta(self, "".join(pieces), lps, offsets, self.done,
+                     prompt_logprobs=update.prompt_logprobs is not None)  # fmt: skip
 
     def _end(self, reason: str) -> None:
         self.done = True
@@ -75,6 +80,7 @@ class Delta:
     logprobs: list[TokenLogprob]
     offsets: list[int]
     finished: bool
+    prompt_logprobs: bool = False  # this round carried the prompt's logprobs (the prefill)
 
 
 @dataclass
@@ -101,6 +107,12 @@ class Job:
     @property
     def wants_logprobs(self) -> bool:
         return self.request_logprobs is not None
+
+    @property
+    def echo_logprobs(self) -> bool:
+        """Completions `echo` with `logprobs`: the prompt tokens' logprobs lead the choice's."""
+        echo = bool(getattr(self.request, "echo", False))
+        return self.kind == "completion" and echo and self.wants_logprobs
 
     @property
     def request_logprobs(self) -> int | None:

@@ -2,11 +2,16 @@
 
 Unknown request fields are accepted and ignored (`extra="allow"`, as vLLM does) and logged at
 debug level. Known OpenAI fields this server cannot honour (`tools`, non-text
-`response_format`, penalties, `logit_bias`, `suffix`, `best_of > 1`) are refused with a 400
-that names the parameter when they carry a non-default value: silently ignoring a parameter
-that changes the output is worse than an error (tgi#2914).
+`response_format`, `suffix`, `best_of > 1`) are refused with a 400 that names the parameter
+when they carry a non-default value: silently ignoring a parameter that changes the output is
+worse than an error (tgi#2914).
 
-Extensions, both vLLM-compatible: `top_k`, `ignore_eos`; ours: a `hedgespec` object.
+Penalties and `logit_bias` are OpenAI's ranges: penalties in [-2, 2], `logit_bias` maps token
+id strings to biases in [-100, 100] (ids are checked against the vocabulary in serving).
+
+Extensions, vLLM-compatible: `top_k`, `ignore_eos`, `repetition_penalty`; ours: a `hedgespec`
+object.
+
 Responses are plain dicts built in `gateway/serving.py`; their shapes are pinned by tests
 against the `openai` SDK's own types.
 """
@@ -18,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from core.config import Penalties
 from gateway.errors import invalid_request
 
 log = logging.getLogger(__name__)
@@ -26,6 +32,9 @@ MAX_STOP_SEQUENCES = 4
 MAX_CHAT_TOP_LOGPROBS = 20
 MAX_COMPLETION_LOGPROBS = 5
 INT64 = 2**63
+MAX_LOGIT_BIAS = 100.0
+# A repetition penalty r divides or multiplies logits; beyond this it only drives them to ±inf.
+MAX_REPETITION_PENALTY = 10.0
 
 
 class OpenAIBaseModel(BaseModel):
@@ -110,6 +119,19 @@ def _normalise_stop(value: Any) -> list[str] | None:
     return stops or None
 
 
+def _check_logit_bias(value: dict[str, float]) -> dict[str, float]:
+    """Keys are token ids written as decimal strings; values are biases in [-100, 100]."""
+    for key, bias in value.items():
+        digits = key.strip()
+        if not (digits.isascii() and digits.isdecimal()):
+            raise ValueError(
+                f"keys must be token ids (non-negative integers as strings), got {key!r}"
+            )
+        if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:  # also refuses NaN
+            raise ValueError(f"biases must be between -100 and 100, got {bias} for token {digits}")
+    return value
+
+
 class SamplingFields(OpenAIBaseModel):
     """Fields shared by chat and completions requests."""
 
@@ -122,8 +144,10 @@ class SamplingFields(OpenAIBaseModel):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    # vLLM extension (Hugging Face semantics over prompt and output tokens); 1 = off
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=MAX_REPETITION_PENALTY)
     logit_bias: dict[str, float] | None = None
     hedgespec: HedgeSpecOptions | None = None
     top_k: int | None = Field(default=None, ge=0)  # vLLM extension; 0 = off
@@ -134,19 +158,10 @@ class SamplingFields(OpenAIBaseModel):
     def _check_stop(cls, value: Any) -> list[str] | None:
         return _normalise_stop(value)
 
-    @field_validator("presence_penalty", "frequency_penalty", mode="after")
-    @classmethod
-    def _no_penalties(cls, value: float | None) -> float | None:
-        if value:
-            raise ValueError("penalties are not supported by this server; send 0 or omit it")
-        return value
-
     @field_validator("logit_bias", mode="after")
     @classmethod
-    def _no_logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        if value:
-            raise ValueError("logit_bias is not supported by this server")
-        return value
+    def _check_logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        return None if value is None else _check_logit_bias(value)
 
     def check(self) -> None:
         """Cross-field rules, raised with the offending `param` named (overridden below)."""
@@ -162,6 +177,18 @@ class SamplingFields(OpenAIBaseModel):
     @property
     def policy(self) -> str:
         return self.hedgespec.policy if self.hedgespec else "auto"
+
+    @property
+    def penalties(self) -> Penalties:
+        """The engine's logits adjustments; `logit_bias` keys as ints (a repeated id, e.g. "7"
+        and "07", keeps the last bias, as a JSON object's repeated key would)."""
+        bias = {int(k): float(v) for k, v in (self.logit_bias or {}).items()}
+        return Penalties(
+            presence=self.presence_penalty or 0.0,
+            frequency=self.frequency_penalty or 0.0,
+            repetition=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            logit_bias=tuple(sorted(bias.items())),
+        )
 
     @property
     def session(self) -> str | None:
@@ -248,7 +275,7 @@ class CompletionRequest(SamplingFields):
     @classmethod
     def _no_suffix(cls, value: str | None) -> str | None:
         if value:
-            raise ValueError("suffix is not supported by this server")
+            raise ValueError("suffix (insertion) is not supported by this server; omit it")
         return value
 
     def check(self) -> None:
@@ -269,3 +296,8 @@ class CompletionRequest(SamplingFields):
     @property
     def num_logprobs(self) -> int | None:
         return self.logprobs
+
+    @property
+    def num_prompt_logprobs(self) -> int | None:
+        """`echo` with `logprobs`: the prompt tokens' logprobs too (engine `prompt_logprobs`)."""
+        return self.logprobs if self.echo else None

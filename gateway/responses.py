@@ -78,6 +78,43 @@ def completion_logprobs(
     }
 
 
+def prompt_logprobs(
+    token_text: TokenText, prompt_ids: list[int], lps: list[TokenLogprob | None]
+) -> dict[str, Any]:
+    """Completions `echo` + `logprobs`: the prompt tokens' entries. The first token has null
+    logprob and top_logprobs (nothing predicts it), as OpenAI reports it; text offsets are
+    cumulative token-string lengths from 0 (as vLLM counts them)."""
+    tokens: list[str] = []
+    token_lps: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
+    at = 0
+    for tid, lp in zip(prompt_ids, lps, strict=True):
+        token = token_text(tid)[0]
+        tokens.append(token)
+        offsets.append(at)
+        at += len(token)
+        if lp is None:
+            token_lps.append(None)
+            tops.append(None)
+            continue
+        top = {token_text(t)[0]: _finite(v) for t, v in lp.top}
+        top.setdefault(token, _finite(lp.logprob))
+        token_lps.append(_finite(lp.logprob))
+        tops.append(top)
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_lps,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+
+
+def join_logprobs(first: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
+    """Two completions `logprobs` objects, one after the other (the prompt's, then the output's)."""
+    return {key: list(first[key]) + list(then[key]) for key in first}
+
+
 def _finite(value: float) -> float:
     # OpenAI documents -9999.0 for "very unlikely"; JSON has no -inf.
     return value if value > -9999.0 else -9999.0

@@ -86,6 +86,8 @@ class Update:
     finish_reason: str | None = None
     stats: dict[str, Any] | None = None
     error: APIError | None = None
+    # The prompt's logprobs (first entry None) on the prefill's update, when asked for (echo).
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -355,6 +357,7 @@ class EngineRunner:
             out.finished,
             out.finish_reason,
             stats,
+            prompt_logprobs=getattr(out, "prompt_logprobs", None),
         )
         if out.finished:
             del self._running[out.request_id]

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from core.config import LEARNER_NAMES, SamplingParams
+from core.config import LEARNER_NAMES, Penalties, SamplingParams
 from gateway import responses as R
 from gateway.config import Settings
 from gateway.errors import APIError, context_length_exceeded, invalid_request, model_not_found
@@ -105,6 +105,7 @@ class Serving:
         if req.n > self.settings.max_n:
             raise invalid_request(f"n must be at most {self.settings.max_n}", param="n")
         check_policy(req.policy, info)
+        check_logit_bias(req.penalties, info)
 
     def _max_new_tokens(
         self, req: SamplingFields, prompt_len: int, info: EngineInfo, param: str
@@ -153,8 +154,6 @@ class Serving:
     def prepare_completion(self, req: CompletionRequest, arrival: float, scope: str = "") -> Job:
         info = self.engine_info()
         self._check_common(req, info)
-        if req.echo and req.logprobs is not None:
-            raise invalid_request("echo together with logprobs is not supported", param="echo")
         prompts = req.prompts
         if len(prompts) * req.n > self.settings.max_n:
             raise invalid_request(
@@ -215,6 +214,8 @@ class Serving:
             seed=None if req.seed is None else (req.seed + index) % SEED_MODULUS,
             ignore_eos=req.ignore_eos,
             logprobs=job.request_logprobs,
+            prompt_logprobs=getattr(req, "num_prompt_logprobs", None),
+            penalties=req.penalties,
         )
         tokenizer = self._tokenizer()
         job.specs.append(
@@ -223,7 +224,7 @@ class Serving:
         job.choices.append(
             Choice(
                 index, request_id, IncrementalDetokenizer(tokenizer), StopMatcher(req.stop_strings),
-                prefix=prefix,
+                prefix=prefix, prompt_ids=list(prompt_ids) if job.echo_logprobs else [],
             )
         )  # fmt: skip
 
@@ -292,7 +293,15 @@ class Serving:
             if job.wants_logprobs
             else None
         )
+        if comp_lps is not None and job.echo_logprobs:
+            comp_lps = R.join_logprobs(self._echoed_logprobs(job, c), comp_lps)
         return R.completion_choice(c.index, text, c.finish_reason, comp_lps)
+
+    def _echoed_logprobs(self, job: Job, c: Choice) -> dict[str, Any]:
+        """The prompt part of `echo` + `logprobs` (the engine sends it with the prefill)."""
+        if c.prompt_logprobs is None:  # an engine that sent none (an aborted prefill)
+            raise APIError("The engine returned no prompt logprobs.", status=500, type="server_error")
+        return R.prompt_logprobs(job.token_text, c.prompt_ids, c.prompt_logprobs)
 
     # ---- streaming ---------------------------------------------------------------------------
 
@@ -305,7 +314,7 @@ class Serving:
             last: dict[str, Any] | None = None
             async with contextlib.aclosing(self._deltas(job)) as deltas:
                 async for delta in deltas:
-                    if delta.text or delta.logprobs:
+                    if delta.text or delta.logprobs or delta.prompt_logprobs:
                         yield R.sse_frame(self._content_chunk(job, delta))
                     if delta.finished:
                         if last is not None:
@@ -340,7 +349,7 @@ class Serving:
         return [
             R.sse_frame(self._chunk(job, [R.completion_choice(c.index, c.prefix, None, None)]))
             for c in job.choices
-            if c.prefix
+            if c.prefix and not job.echo_logprobs  # else it goes out with the prompt's logprobs
         ]
 
     def _content_chunk(self, job: Job, delta: Delta) -> dict[str, Any]:
@@ -352,8 +361,13 @@ class Serving:
             )
         else:
             comp = R.completion_logprobs(job.token_text, delta.logprobs, delta.offsets)
+            text = delta.text
+            if delta.prompt_logprobs and job.echo_logprobs:
+                # echo + logprobs: the prompt text goes out with its logprobs in the first chunk
+                text = delta.choice.prefix + text
+                comp = R.join_logprobs(self._echoed_logprobs(job, delta.choice), comp)
             choice = R.completion_choice(
-                index, delta.text, None, comp if job.wants_logprobs else None
+                index, text, None, comp if job.wants_logprobs else None
             )
         return self._chunk(job, [choice])
 
@@ -397,6 +411,16 @@ def _temperature(temperature: float | None, top_p: float | None) -> float:
     if temperature is None:
         return 1.0
     return 0.0 if temperature < GREEDY_BELOW_TEMPERATURE else temperature
+
+
+def check_logit_bias(penalties: Penalties, info: EngineInfo) -> None:
+    """`logit_bias` ids must be the target's (the protocol checked their form and range)."""
+    bad = [t for t, _ in penalties.logit_bias if t >= info.vocab_size]
+    if bad:
+        raise invalid_request(
+            f"logit_bias token ids must be in [0, {info.vocab_size}), got {bad[:5]}",
+            param="logit_bias",
+        )
 
 
 def check_policy(policy: str, info: EngineInfo) -> None:

@@ -94,7 +94,11 @@ def test_completion_prompt_forms(prompt: Any, expected: list[Any]) -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("suffix", "x"), ("presence_penalty", 0.5), ("logit_bias", {"1": 2.0}), ("prompt", [])],
+    [
+        ("suffix", "x"), ("presence_penalty", 2.5), ("frequency_penalty", -3.0),
+        ("repetition_penalty", 0.0), ("logit_bias", {"x": 2.0}), ("logit_bias", {"1": 100.5}),
+        ("prompt", []),
+    ],
 )
 def test_unsupported_values_are_refused_with_their_param(field: str, value: Any) -> None:
     body = {"model": "m", "prompt": "p", field: value}
