@@ -290,12 +290,36 @@ def test_a_session_carries_the_learner_across_requests_of_one_api_key(
         assert err.value.body["param"] == "hedgespec.session"  # type: ignore[index]
 
 
-def test_unknown_fields_are_ignored(client: OpenAI) -> None:
-    resp = client.chat.completions.create(
-        model="tiny-target", messages=HELLO, max_tokens=2, user="u-1",
-        extra_body={"some_future_field": {"x": 1}, "top_k": 5},
-    )  # fmt: skip
-    assert resp.choices[0].message.content is not None
+UNKNOWN_FIELDS = {  # none is an OpenAI, vLLM or hedgespec field; values a parser would refuse
+    "some_future_field": {"x": [1, None]}, "max_tokens_v2": -1, "temperature_schedule": "hot",
+    "hedgespec_policy": "fixed:nope",
+}  # fmt: skip
+
+
+def test_unknown_fields_are_accepted_and_change_nothing(client: OpenAI) -> None:
+    body: dict[str, Any] = {"model": "tiny-target", "messages": HELLO, "max_tokens": 6,
+                            "temperature": 0, "user": "u-1"}
+    fixed = {"ignore_eos": True}  # a known vLLM extension: every answer is 6 tokens long
+    plain = client.chat.completions.create(**body, extra_body=fixed)
+    extra = client.chat.completions.create(**body, extra_body={**fixed, **UNKNOWN_FIELDS})
+    assert plain.choices[0].message.content  # something to compare
+    assert extra.choices[0].message.content == plain.choices[0].message.content
+    assert extra.choices[0].finish_reason == plain.choices[0].finish_reason == "length"
+    assert extra.usage == plain.usage
+
+
+def test_top_k_is_a_known_extension_validated_and_applied(client: OpenAI) -> None:
+    """vLLM's `top_k` is not an unknown field: a negative one is refused, and top_k=1 turns
+    temperature-1 sampling into greedy decoding."""
+    body: dict[str, Any] = {"model": "tiny-target", "messages": HELLO, "max_tokens": 6}
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(**body, extra_body={"top_k": -1})
+    assert err.value.body["param"] == "top_k"  # type: ignore[index]
+    greedy = client.chat.completions.create(**body, temperature=0, extra_body={"ignore_eos": True})
+    for seed in (1, 2):
+        top1 = client.chat.completions.create(**body, temperature=1, seed=seed,
+                                              extra_body={"ignore_eos": True, "top_k": 1})
+        assert top1.choices[0].message.content == greedy.choices[0].message.content
 
 
 def test_bad_key_is_authentication_error(server: ServerProcess) -> None:

@@ -22,6 +22,7 @@ import pytest
 
 from bench import reliability as R
 from tests.gateway.conftest import ServerProcess
+from tests.reliability.judge import assert_clean_log, assert_storm_left_nothing
 
 pytestmark = pytest.mark.timeout(300)
 RSS_BOUND = 64 * 2**20  # growth allowed over a whole module's load (stated in the report too)
@@ -34,7 +35,7 @@ def server(pool_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     proc.rss_start = R.proc_status(proc.proc.pid)["rss_bytes"]  # type: ignore[attr-defined]
     yield proc
     proc.stop()
-    assert R.server_log_problems(proc.log()) == []
+    assert_clean_log(proc.log())
 
 
 def _explain(summary: dict[str, Any]) -> str:
@@ -67,7 +68,7 @@ def test_above_capacity_the_excess_gets_clean_429s(server: ServerProcess) -> Non
 def test_disconnect_storms_leave_nothing_behind(server: ServerProcess) -> None:
     storm = R.disconnect_storm(server.base_url, server.proc.pid, clients=12, waves=2, rounds=2)
     assert storm["dropped_total"] == 48
-    assert R.storm_leaks(storm) == [], storm
+    assert_storm_left_nothing(storm)
     # The server aborted the dropped generations rather than finishing them for nobody.
     assert R.server_counters(server.base_url)["aborted"] > 0
 

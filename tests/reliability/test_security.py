@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from fastapi.testclient import TestClient
 
 from bench import reliability as R
 from tests.gateway.conftest import ServerProcess
+from tests.reliability.judge import assert_openai_error
 from tests.reliability.routes import RouteInfo, app_routes, build_app
 
 pytestmark = pytest.mark.timeout(300)
@@ -135,6 +137,7 @@ def server(pool_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                           "--log-level", "debug", settings={"HEDGESPEC_POOL_SYNC_INTERVAL_S": "0.2"})
     yield proc
     proc.stop()
+    _assert_no_secret("server log", proc.log())  # nor after everything the module ran
 
 
 def _secrets() -> list[str]:
@@ -225,14 +228,36 @@ def test_repo_ids_and_paths_are_validated(server: ServerProcess) -> None:
         assert not state["serving"] and state["error"]
 
 
-def test_keys_are_never_logged(server: ServerProcess, tmp_path: Path) -> None:
-    """After everything above ran at log level debug: the log, the database and the process's
-    environment file hold no key. (Keys passed as --api-key flags are visible in the process
-    list, like any argument: use HEDGESPEC_API_KEYS / .env on shared hosts; see the report.)"""
-    server.stop()
-    _assert_no_secret("server log", server.log())
-    workdir = server.log_path.parent
-    for db in workdir.glob("registry.db*"):
+def _present_every_key(base_url: str) -> None:
+    """Every key and the wrong one, on client and admin routes; a generation (request log) and
+    an admin action (audit log), so each place a key could be written is reached."""
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        for key in _secrets():
+            for path in ("/v1/models", "/admin/api/drafters"):
+                assert http.get(path, headers=R.auth(key)).status_code in (200, 401)
+        reply = http.post("/v1/chat/completions", json=R.chat_body(2, stream=False),
+                          headers=R.auth(R.API_KEY))
+        assert reply.status_code == 200, reply.text
+        created = http.post("/admin/api/drafters", headers=R.auth(R.ADMIN_KEY),
+                            json={"id": "logged", "name": "x", "source": "local", "path": "/etc"})
+        assert created.status_code == 202, created.text
+
+
+def test_keys_are_never_logged(pool_file: Path, tmp_path: Path) -> None:
+    """A server of its own, at log level debug, is presented every key: its log and its
+    database hold none. (Keys passed as --api-key flags are visible in the process list, like
+    any argument: use HEDGESPEC_API_KEYS / .env on shared hosts; see the report.)"""
+    proc = R.start_server(pool_file, tmp_path / "logged", *R.KEY_FLAGS, "--log-level", "debug")
+    try:
+        _present_every_key(proc.base_url)
+    finally:
+        proc.stop()
+    log = proc.log()
+    assert "DEBUG" in log and "/v1/models" in log, "the log did not record the requests"
+    _assert_no_secret("server log", log)
+    databases = list(proc.log_path.parent.glob("registry.db*"))
+    assert databases, "no registry database to inspect"
+    for db in databases:
         _assert_no_secret(db.name, db.read_bytes())
 
 
@@ -315,12 +340,18 @@ def test_rate_limit_per_key(pool_file: Path, tmp_path: Path) -> None:
     proc = R.start_server(pool_file, tmp_path / "rate", *R.KEY_FLAGS, "--no-warmup",
                           settings={"HEDGESPEC_RATE_LIMIT_RPS": "1", "HEDGESPEC_RATE_LIMIT_BURST": "4"})
     try:
-        result = R.rate_limit_check(proc.base_url, rps=1, burst=4)
-        statuses = result["first_key_statuses"]
-        assert statuses[:4] == [200] * 4 and 429 in statuses[4:], result
-        assert result["well_formed_429"] and result["second_key_status"] == 200, result
-        assert result["after_retry_after"] == 200, result
         with httpx.Client(base_url=proc.base_url, timeout=10) as http:
+            first = [http.get("/v1/models", headers=R.auth(R.API_KEY)) for _ in range(7)]
+            statuses = [r.status_code for r in first]
+            assert statuses[:4] == [200] * 4 and 429 in statuses[4:], statuses
+            refused = [r for r in first if r.status_code == 429]
+            for resp in refused:
+                assert assert_openai_error(resp.content)["code"] == "rate_limit_exceeded"
+                assert int(resp.headers["retry-after"]) >= 1
+            # The other key has its own bucket; waiting Retry-After is enough to be served.
+            assert http.get("/v1/models", headers=R.auth(R.SECOND_KEY)).status_code == 200
+            time.sleep(max(int(r.headers["retry-after"]) for r in refused))
+            assert http.get("/v1/models", headers=R.auth(R.API_KEY)).status_code == 200
             # Wrong keys share their address's bucket: inventing keys does not buy requests.
             codes = [http.get("/v1/models", headers=R.auth(f"sk-made-up-{i}")).status_code
                      for i in range(8)]

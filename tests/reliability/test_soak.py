@@ -13,6 +13,7 @@ import pytest
 
 from bench import reliability as R
 from tests.gateway.conftest import ServerProcess
+from tests.reliability.judge import assert_clean_log, assert_storm_left_nothing
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(7200)]
 RSS_BOUND = 64 * 2**20
@@ -25,7 +26,7 @@ def server(pool_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                           "--max-running", "2", "--max-queue", "14", "--request-timeout", "120")
     yield proc
     proc.stop()
-    assert R.server_log_problems(proc.log()) == []
+    assert_clean_log(proc.log())
 
 
 def test_memory_is_flat_under_constant_load(server: ServerProcess) -> None:
@@ -37,6 +38,6 @@ def test_memory_is_flat_under_constant_load(server: ServerProcess) -> None:
 
 def test_repeated_disconnect_storms_leak_nothing(server: ServerProcess) -> None:
     storm = R.disconnect_storm(server.base_url, server.proc.pid, clients=16, waves=4, rounds=10)
-    assert R.storm_leaks(storm) == [], storm
+    assert_storm_left_nothing(storm)
     rss = [r["rss_bytes"] for r in storm["rounds"]]
     assert rss[-1] - rss[0] < RSS_BOUND, rss

@@ -1,0 +1,89 @@
+"""gateway/metrics.py: what one round and one finished request add to the exported series."""
+
+from __future__ import annotations
+
+from core.stats import RoundStats
+from gateway.metrics import GatewayMetrics
+
+
+def round_stats(drafter: str | None, drafted: int, accepted: int) -> RoundStats:
+    return RoundStats(round_index=0, drafter=drafter, drafted=drafted, accepted=accepted,
+                      committed=accepted + 1, draft_s=0.0, verify_s=0.0, evaluate_s=0.0,
+                      bookkeeping_s=0.0)  # fmt: skip
+
+
+def value(m: GatewayMetrics, name: str, **labels: str) -> float:
+    got = m.registry.get_sample_value(name, labels)
+    return 0.0 if got is None else got
+
+
+def test_a_round_counts_drafts_tokens_and_accepted_positions_per_drafter() -> None:
+    m = GatewayMetrics()
+    m.observe_round(round_stats("alpha", drafted=6, accepted=3), policy="normalhedge")
+    m.observe_round(round_stats("alpha", drafted=6, accepted=1), policy="normalhedge")
+    m.observe_round(round_stats("beta", drafted=4, accepted=0), policy="fixed")
+    assert value(m, "hedgespec_spec_decode_num_drafts_total", drafter="alpha") == 2
+    assert value(m, "hedgespec_spec_decode_num_draft_tokens_total", drafter="alpha") == 12
+    assert value(m, "hedgespec_spec_decode_num_accepted_tokens_total", drafter="alpha") == 4
+    per_pos = "hedgespec_spec_decode_num_accepted_tokens_per_pos_total"
+    assert [value(m, per_pos, drafter="alpha", position=str(p)) for p in range(4)] == [2, 1, 1, 0]
+    assert value(m, "hedgespec_spec_decode_num_drafts_total", drafter="beta") == 1
+    assert value(m, per_pos, drafter="beta", position="0") == 0
+    selected = "hedgespec_drafter_selected_total"
+    assert value(m, selected, drafter="alpha", policy="normalhedge") == 2
+    assert value(m, selected, drafter="beta", policy="fixed") == 1
+
+
+def test_a_plain_round_counts_under_none_and_selects_no_drafter() -> None:
+    m = GatewayMetrics()
+    m.observe_round(round_stats(None, drafted=0, accepted=0), policy="none")
+    assert value(m, "hedgespec_spec_decode_num_drafts_total", drafter="none") == 1
+    assert value(m, "hedgespec_spec_decode_num_draft_tokens_total", drafter="none") == 0
+    assert value(m, "hedgespec_drafter_selected_total", drafter="none", policy="none") == 0
+
+
+def test_request_stats_feed_the_acceptance_and_regret_histograms() -> None:
+    m = GatewayMetrics()
+    m.observe_request_stats({"policy": "normalhedge", "num_spec_steps": 5,
+                             "mean_acceptance_length": 2.2, "regret_tokens": 1.5})
+    length = "hedgespec_request_mean_acceptance_length"
+    assert value(m, f"{length}_count", policy="normalhedge") == 1
+    assert value(m, f"{length}_sum", policy="normalhedge") == 2.2
+    assert value(m, f"{length}_bucket", policy="normalhedge", le="2.0") == 0
+    assert value(m, f"{length}_bucket", policy="normalhedge", le="2.5") == 1
+    regret = "hedgespec_request_regret_tokens"  # negative buckets: prometheus_client omits _sum
+    assert value(m, f"{regret}_count", policy="normalhedge") == 1
+    assert value(m, f"{regret}_bucket", policy="normalhedge", le="1.0") == 0
+    assert value(m, f"{regret}_bucket", policy="normalhedge", le="2.0") == 1
+
+
+def test_a_request_without_spec_steps_observes_no_acceptance_length() -> None:
+    m = GatewayMetrics()
+    m.observe_request_stats({"policy": "none", "num_spec_steps": 0,
+                             "mean_acceptance_length": 1.0})
+    assert value(m, "hedgespec_request_mean_acceptance_length_count", policy="none") == 0
+    assert value(m, "hedgespec_request_regret_tokens_count", policy="none") == 0
+
+
+def test_warm_starts_count_requests_that_continued_a_session() -> None:
+    m = GatewayMetrics()
+    m.observe_request_stats({"policy": "normalhedge", "warm_start_requests": 2})
+    m.observe_request_stats({"policy": "normalhedge", "warm_start_requests": 0})
+    m.observe_request_stats({"policy": "normalhedge"})
+    assert value(m, "hedgespec_learner_warm_starts_total", policy="normalhedge") == 1
+
+
+def test_each_app_has_its_own_registry() -> None:
+    a, b = GatewayMetrics(), GatewayMetrics()
+    a.rejected.labels("overloaded").inc()
+    assert value(a, "hedgespec_requests_rejected_total", reason="overloaded") == 1
+    assert value(b, "hedgespec_requests_rejected_total", reason="overloaded") == 0
+
+
+def test_render_is_prometheus_text_with_the_vllm_style_names() -> None:
+    m = GatewayMetrics()
+    m.observe_round(round_stats("alpha", drafted=2, accepted=2), policy="auto")
+    text = m.render().decode()
+    assert 'hedgespec_spec_decode_num_accepted_tokens_total{drafter="alpha"} 2.0' in text
+    assert "# TYPE hedgespec_num_requests_running gauge" in text
+    assert "process_cpu_seconds_total" in text  # the process collector is registered
