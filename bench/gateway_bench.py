@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from core.config import EngineConfig
-    from core.engine import SpecEngine
+    from demo.pool_target import open_pool_engine
 
     torch.set_num_threads(args.threads)
     n_prompts, repeats, max_tokens = (4, 2, 32) if args.quick else (8, 3, 64)
@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         pool = resolve_pool(args.pool, workdir)
         load = os.getloadavg()
         config = EngineConfig()
-        engine = SpecEngine.from_pool_file(pool, config)
+        engine = open_pool_engine(pool, config)
         tok = engine.tokenizer
         prompt_ids = [list(tok(p)["input_ids"]) for p in PROMPTS[:n_prompts]]
         proc, url = start_server(pool, workdir, args.threads)

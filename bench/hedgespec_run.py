@@ -27,6 +27,7 @@ from bench.hedgespec_bench import (
 )
 from core.config import EngineConfig, SamplingParams, TreeConfig
 from core.engine import SpecEngine
+from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LEARNED = {"ucbspec": "ucbspec", "exp3spec": "exp3spec", "hedgespec": "normalhedge", "hedgespec_ada": "adanormalhedge"}
@@ -78,7 +79,7 @@ def build_engine(args: argparse.Namespace) -> SpecEngine:
     tree = TreeConfig(top_k=args.top_k or tree.top_k, depth=args.depth or tree.depth,
                       total_tokens=args.total_tokens or tree.total_tokens)
     config = EngineConfig(tree=tree, max_context=4096, device=args.device, dtype=args.dtype)
-    return SpecEngine.from_pool_file(args.pool, config)
+    return open_pool_engine(args.pool, config)
 
 
 def generalist_id(pool_json: Path, ids: list[str]) -> str:

@@ -28,6 +28,7 @@ import torch
 from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
 from core.config import EngineConfig, SamplingParams
 from core.engine import SpecEngine
+from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("per-request", "session", "specialist")
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     per_domain = args.per_domain or (3 if args.quick else 8)
     torch.set_num_threads(args.threads)
     started = time.monotonic()
-    engine = SpecEngine.from_pool_file(args.pool, EngineConfig(max_context=4096))
+    engine = open_pool_engine(args.pool, EngineConfig(max_context=4096))
     prompts = load_prompts(args.pool, engine.tokenizer, per_domain, 160)
     prompts = [p for p in prompts if p.domain in engine.drafter_ids()]
     summary = summarize(run_all(engine, prompts, args.max_new_tokens), per_domain)

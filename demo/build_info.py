@@ -10,7 +10,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 from core.eagle3 import Eagle3Drafter
-from demo.build_config import BuildConfig, aux_layers_for
+from demo import smollm2
+from demo.build_config import BuildConfig
 from demo.rollouts import Rollout
 from demo.train_drafters import TrainLog, response_token_counts
 
@@ -32,23 +33,24 @@ def log_summary(log: TrainLog) -> dict[str, Any]:
     }
 
 
+def rollout_summary(rollouts: Sequence[Rollout], eos_id: int, generalist: Eagle3Drafter) -> dict[str, Any]:
+    temps = sorted({r.temperature for r in rollouts})
+    return {
+        "sequences": len(rollouts),
+        "by_temperature": {str(t): sum(r.temperature == t for r in rollouts) for t in temps},
+        "prompt_tokens": sum(len(r.prompt_ids) for r in rollouts),
+        "response_tokens": sum(len(r.response_ids) for r in rollouts),
+        "ended_with_eos": sum(bool(r.response_ids) and r.response_ids[-1] == eos_id for r in rollouts),
+        "draft_vocab_coverage": draft_vocab_coverage(generalist, rollouts),
+    }
+
+
 def build_summary(
-    cfg: BuildConfig,
-    *,
-    quick: bool,
-    seed: int,
-    timer_seconds: dict[str, float],
-    cached: list[str],
-    pool_bytes: int,
-    model: LlamaForCausalLM,
-    target_losses: list[float],
-    heldout: dict[str, float],
-    rollouts: Sequence[Rollout],
-    eos_id: int,
-    generalist: Eagle3Drafter,
-    logs: dict[str, TrainLog],
+    cfg: BuildConfig, *, quick: bool, seed: int, timer_seconds: dict[str, float],
+    cached: list[str], pool_bytes: int, model: LlamaForCausalLM, rollouts: Sequence[Rollout],
+    eos_id: int, generalist: Eagle3Drafter, logs: dict[str, TrainLog],
+    aux_layers: tuple[int, int, int],
 ) -> dict[str, Any]:
-    tail = target_losses[-25:]
     return {
         "quick": quick,
         "seed": seed,
@@ -59,18 +61,14 @@ def build_summary(
         "total_seconds": round(sum(timer_seconds.values()), 1),
         "pool_bytes": pool_bytes,
         "target": {
+            "name": "SmolLM2-135M-Instruct",
+            "source": f"{smollm2.WHEEL} ({smollm2.GGUF_FILE}, sha256 {smollm2.GGUF_SHA256})",
             "parameters": sum(p.numel() for p in model.parameters()),
-            "train_tokens": cfg.target.steps * cfg.target.batch_size * cfg.target.seq_len,
-            "final_train_loss": round(sum(tail) / len(tail), 4),
-            "heldout_loss": heldout,
-            "aux_layers": list(aux_layers_for(model.config.num_hidden_layers)),
+            "layers": model.config.num_hidden_layers,
+            "dtype": str(model.dtype).removeprefix("torch."),
+            "aux_layers": list(aux_layers),
         },
-        "rollouts": {
-            "sequences": len(rollouts),
-            "response_tokens": sum(len(r.response_ids) for r in rollouts),
-            "ended_with_eos": sum(r.response_ids[-1] == eos_id for r in rollouts),
-            "draft_vocab_coverage": draft_vocab_coverage(generalist, rollouts),
-        },
+        "rollouts": rollout_summary(rollouts, eos_id, generalist),
         "drafters": {k: log_summary(v) for k, v in logs.items()},
         "config": asdict(cfg),
     }

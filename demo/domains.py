@@ -18,3 +18,7 @@ def corpus_path(domain: str, data_dir: Path = DATA_DIR) -> Path:
 def eval_path(domain: str, data_dir: Path = DATA_DIR) -> Path:
     """Held-out records of one domain, disjoint from its corpus."""
     return data_dir / "eval" / f"{domain}.jsonl"
+
+
+# The full build's rollouts, committed so that a drafter rebuild skips generation.
+ROLLOUTS_FILE = DATA_DIR / "rollouts" / "rollouts.jsonl"

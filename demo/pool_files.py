@@ -1,44 +1,40 @@
-"""Write the pool layout the gateway serves: `target/`, `drafters/<id>/`, `pool.json`,
-`eval_prompts.jsonl` (the names are a contract with the gateway's default configuration)."""
+"""Write the pool layout the gateway serves: `drafters/<id>/`, `pool.json`,
+`eval_prompts.jsonl` (the names are a contract with the gateway's default configuration).
+
+The target is not written: `pool.json` names it as `{"provision": "smollm2-135m-instruct"}`,
+which the gateway resolves to the converted directory in the target cache (`demo/smollm2.py`).
+"""
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from pathlib import Path
 
 import torch
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from core.eagle3 import Eagle3Drafter, save_drafter
+from demo import smollm2
 from demo.build_config import BuildConfig
 from demo.domains import DOMAINS, eval_path
 from demo.records import cap_prompt, load_records, write_jsonl
-from demo.tokenizer import save_tokenizer
 
 GENERALIST = "generalist"
+MODEL_NAME = "SmolLM2-135M-Instruct"
 OUTPUTS = ("target", "drafters", "pool.json", "eval_prompts.jsonl", "report.json", "REPORT.md")
 
 
 def write_pool_files(
-    out_dir: Path,
-    tokenizer: PreTrainedTokenizerFast,
-    model: LlamaForCausalLM,
-    pool: dict[str, Eagle3Drafter],
-    cfg: BuildConfig,
-    data_dir: Path,
+    out_dir: Path, pool: dict[str, Eagle3Drafter], cfg: BuildConfig, data_dir: Path
 ) -> None:
     """Replace the build outputs in `out_dir` (other files there are left alone)."""
     _clear(out_dir)
-    copy.deepcopy(model).half().save_pretrained(out_dir / "target")
-    save_tokenizer(tokenizer, out_dir / "target")
     entries = []
     for drafter_id, drafter in pool.items():
         save_drafter(drafter, out_dir / "drafters" / drafter_id, dtype=torch.float16)
         domain = "all" if drafter_id == GENERALIST else drafter_id
         entries.append({"id": drafter_id, "domain": domain, "path": f"drafters/{drafter_id}"})
-    pool_json = {"model_name": "hedgespec-demo", "target": "target", "drafters": entries}
+    pool_json = {"model_name": MODEL_NAME, "target": {"provision": smollm2.NAME}, "drafters": entries}
     (out_dir / "pool.json").write_text(json.dumps(pool_json, indent=2) + "\n")
     write_jsonl(out_dir / "eval_prompts.jsonl", eval_prompt_rows(cfg, data_dir))
 

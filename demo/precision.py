@@ -1,22 +1,18 @@
-"""Mixed precision for the demo build: bf16 autocast on CUDA, plain fp32 on CPU.
-
-bf16 autocast only pays on CPUs with native bf16 (AVX512-BF16, AMX). On an AVX2-only CPU
-(the 2-core machines the build is budgeted for) it is emulated: measured 30x slower than fp32
-for a target training step (1.7 s vs 49 s). fp32 on every CPU also keeps a CPU build's result
-independent of which bf16 instructions the machine happens to have.
-"""
+"""Precision of the demo build's target passes (rollouts, features): `auto` as the server
+resolves it (core/precision.py), so the drafters learn from the target as it is served.
+Drafter training itself stays fp32 on the CPU."""
 
 from __future__ import annotations
 
-import contextlib
-from contextlib import AbstractContextManager
-
 import torch
 
+from core.precision import auto_dtype
 
-def train_autocast(device: torch.device | str) -> AbstractContextManager[object]:
-    """The autocast context for a training or feature-extraction step on `device`."""
-    kind = torch.device(device).type
-    if kind == "cuda":
-        return torch.autocast(kind, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+
+def target_dtype(name: str, device: str = "cpu") -> torch.dtype:
+    """`auto`, `float32` or `bfloat16` as a torch dtype (never fp16: SmolLM2 overflows it)."""
+    resolved = auto_dtype(device) if name == "auto" else name
+    dtype = getattr(torch, resolved, None)
+    if not isinstance(dtype, torch.dtype) or dtype == torch.float16:
+        raise ValueError(f"unsupported target dtype {name!r}: use auto, float32 or bfloat16")
+    return dtype

@@ -1,4 +1,4 @@
-"""Prompt/response records: loading, length caps and the demo chat format."""
+"""Prompt/response records: loading and length caps."""
 
 from __future__ import annotations
 
@@ -6,13 +6,6 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-USER = "<|user|>"
-ASSISTANT = "<|assistant|>"
-SYSTEM = "<|system|>"
-END = "<|end|>"
-PAD = "<|pad|>"
-SPECIAL_TOKENS: tuple[str, ...] = (PAD, END, USER, ASSISTANT, SYSTEM)
 
 ELLIPSIS = "\n[...]\n"
 
@@ -76,28 +69,3 @@ def cap_prompt(prompt: str, max_chars: int) -> str:
 
 def cap_response(response: str, max_chars: int) -> str:
     return _cut_left(response, max_chars)
-
-
-def user_turn(prompt: str) -> str:
-    """The rendered prompt up to and including the assistant header (generation prompt)."""
-    return f"{USER}\n{prompt}\n{ASSISTANT}\n"
-
-
-def chat_text(prompt: str, response: str) -> str:
-    """One rendered conversation, exactly as the tokenizer's chat template renders it."""
-    return f"{user_turn(prompt)}{response}{END}"
-
-
-# Jinja chat template equivalent to `chat_text`. A system message is folded into the first user
-# turn because the demo target never saw a system role in training.
-CHAT_TEMPLATE = (
-    r"{%- set ns = namespace(system='') -%}"
-    r"{%- for m in messages -%}"
-    r"{%- if m['role'] == 'system' -%}{%- set ns.system = ns.system + m['content'] + '\n\n' -%}"
-    r"{%- elif m['role'] == 'user' -%}"
-    r"{{ '<|user|>\n' + ns.system + m['content'] + '\n' }}{%- set ns.system = '' -%}"
-    r"{%- elif m['role'] == 'assistant' -%}{{ '<|assistant|>\n' + m['content'] + '<|end|>' }}"
-    r"{%- endif -%}"
-    r"{%- endfor -%}"
-    r"{%- if add_generation_prompt -%}{{ '<|assistant|>\n' }}{%- endif -%}"
-)

@@ -1,26 +1,34 @@
 """Target rollouts: the target's own responses to the domains' training prompts.
 
 EAGLE-3 drafters learn to predict the target, not the dataset, so (as SpecForge's
-`regenerate_train_data`) the drafters are trained on what the target itself generates.
+`regenerate_train_data`) the drafters are trained on what the target itself generates, greedy
+and sampled. Rollouts are small (token ids only), so the shipped ones are committed under
+`demo/data/rollouts/` with the key of everything they depend on: a drafter rebuild with the
+same target, prompts and settings reuses them instead of spending the build's longest stage.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
-from demo.records import Record, cap_prompt, user_turn
+from demo.records import Record, cap_prompt
 
 
 @dataclass(frozen=True)
 class Rollout:
     domain: str
+    record_id: str
+    temperature: float
     prompt_ids: tuple[int, ...]  # rendered chat prefix, ending with the assistant header
-    response_ids: tuple[int, ...]  # generated tokens, ending with <|end|> when the target stopped
+    response_ids: tuple[int, ...]  # generated tokens, ending with EOS when the target stopped
     rank: int = 0  # position of the prompt in its domain's seeded order
 
     @property
@@ -28,84 +36,100 @@ class Rollout:
         return [*self.prompt_ids, *self.response_ids]
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str, max_chars: int) -> list[int]:
-    """Chat-formatted prompt ids (same text as `apply_chat_template(..., add_generation_prompt=True)`)."""
-    return tokenizer(user_turn(cap_prompt(prompt, max_chars)))["input_ids"]
+@dataclass(frozen=True)
+class PromptJob:
+    record: Record
+    rank: int
+    temperature: float
 
 
-def _trim(generated: list[int], eos_id: int, pad_id: int) -> tuple[int, ...]:
-    """Cut after the first eos; drop right padding."""
-    out: list[int] = []
-    for t in generated:
-        if t == eos_id:
-            out.append(t)
-            break
-        if t != pad_id:
-            out.append(t)
-    return tuple(out)
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, max_chars: int) -> list[int]:
+    """A user prompt rendered with the target's own chat template, as the gateway renders it."""
+    messages = [{"role": "user", "content": cap_prompt(prompt, max_chars)}]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer(str(text), add_special_tokens=False)["input_ids"])
+
+
+def _trim(generated: list[int], eos_id: int) -> tuple[int, ...]:
+    """Cut after the first EOS (pad = EOS for SmolLM2, so nothing else needs dropping)."""
+    return tuple(generated[: generated.index(eos_id) + 1] if eos_id in generated else generated)
 
 
 @torch.no_grad()
 def _generate_batch(
-    model: LlamaForCausalLM,
-    prompts: Sequence[list[int]],
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    pad_id: int,
-    eos_id: int,
+    model: LlamaForCausalLM, prompts: Sequence[list[int]], *, max_new_tokens: int,
+    temperature: float, eos_id: int,
 ) -> list[tuple[int, ...]]:
     width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    ids = torch.full((len(prompts), width), eos_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):  # left padding keeps every prompt's last token aligned
         ids[i, width - len(p) :] = torch.tensor(p)
         mask[i, width - len(p) :] = 1
-    ids, mask = ids.to(model.device), mask.to(model.device)
     sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
     out = model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=eos_id,
-        pad_token_id=pad_id,
+        input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+        max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=eos_id,
         **(sampling if temperature > 0 else {"do_sample": False}),
     )
-    return [_trim(row[width:].tolist(), eos_id, pad_id) for row in out]
+    return [_trim(row[width:].tolist(), eos_id) for row in out]
 
 
 def generate_rollouts(
-    model: LlamaForCausalLM,
-    tokenizer: PreTrainedTokenizerFast,
-    records: Sequence[Record],
-    *,
-    ranks: Sequence[int],
-    prompt_chars: int,
-    max_new_tokens: int,
-    temperature: float,
-    batch_size: int,
-    seed: int,
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, jobs: Sequence[PromptJob], *,
+    prompt_chars: int, max_new_tokens: int, batch_size: int, seed: int,
 ) -> list[Rollout]:
-    """One rollout per record (greedy when temperature == 0), in the order of `records`.
+    """One rollout per job (greedy when its temperature is 0), in the order of `jobs`.
 
-    Prompts are batched by length so that little compute goes to padding; each batch reseeds
-    the sampler, so the result does not depend on timing or on other batches.
-    """
-    encoded = [encode_prompt(tokenizer, r.prompt, prompt_chars) for r in records]
-    order = sorted(range(len(records)), key=lambda i: len(encoded[i]))
-    responses: dict[int, tuple[int, ...]] = {}
+    Jobs are batched by temperature and prompt length so that little compute goes to padding;
+    each batch reseeds the sampler, so the result does not depend on timing."""
+    eos = int(tokenizer.eos_token_id)
+    encoded = [encode_prompt(tokenizer, j.record.prompt, prompt_chars) for j in jobs]
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].temperature, len(encoded[i])))
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    for b, batch in enumerate(tqdm(batches, desc=f"rollouts T={temperature}", unit="batch")):
-        torch.manual_seed(seed * 100_003 + b)
-        outs = _generate_batch(
-            model,
-            [encoded[i] for i in batch],
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            pad_id=tokenizer.pad_token_id,
-            eos_id=tokenizer.eos_token_id,
-        )
-        responses.update(zip(batch, outs, strict=True))
+    responses: dict[int, tuple[int, ...]] = {}
+    for b, batch in enumerate(tqdm(batches, desc="rollouts", unit="batch")):
+        temps = {jobs[i].temperature for i in batch}
+        for temperature in sorted(temps):  # a batch straddling two temperatures splits
+            part = [i for i in batch if jobs[i].temperature == temperature]
+            torch.manual_seed(seed * 100_003 + b)
+            outs = _generate_batch(model, [encoded[i] for i in part], max_new_tokens=max_new_tokens,
+                                   temperature=temperature, eos_id=eos)
+            responses.update(zip(part, outs, strict=True))
     return [
-        Rollout(r.domain, tuple(encoded[i]), responses[i], ranks[i]) for i, r in enumerate(records)
+        Rollout(j.record.domain, j.record.id, j.temperature, tuple(encoded[i]), responses[i], j.rank)
+        for i, j in enumerate(jobs)
+    ]
+
+
+def save_rollouts(path: Path, rollouts: Sequence[Rollout], key: dict[str, Any]) -> None:
+    """One JSON line per rollout (prompt ids are re-rendered on load), the key on line one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        f.write(json.dumps({"key": key}, sort_keys=True) + "\n")
+        for r in rollouts:
+            row = {k: v for k, v in asdict(r).items() if k != "prompt_ids"}
+            f.write(json.dumps(row, separators=(",", ":")) + "\n")
+
+
+def load_rollouts(
+    path: Path, key: dict[str, Any], jobs: Sequence[PromptJob], tokenizer: PreTrainedTokenizerBase,
+    prompt_chars: int,
+) -> list[Rollout] | None:
+    """The stored rollouts of exactly these jobs, or None when the file is absent or stale."""
+    if not path.is_file():
+        return None
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if not lines or json.loads(lines[0]).get("key") != json.loads(json.dumps(key, sort_keys=True)):
+        return None
+    rows = [json.loads(line) for line in lines[1:]]
+    if [(r["record_id"], r["temperature"]) for r in rows] != [
+        (j.record.id, j.temperature) for j in jobs
+    ]:
+        return None
+    return [
+        Rollout(j.record.domain, j.record.id, j.temperature,
+                tuple(encode_prompt(tokenizer, j.record.prompt, prompt_chars)),
+                tuple(r["response_ids"]), j.rank)
+        for j, r in zip(jobs, rows, strict=True)
     ]

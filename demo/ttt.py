@@ -31,11 +31,21 @@ def ttt_attention_mask(
     t: int, step: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
 ) -> Tensor:
     """Additive mask [1, 1, t, (step + 1) * t] over [step-0 keys | step-1 keys | ... | step keys]."""
-    causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()
-    eye = torch.eye(t, dtype=torch.bool, device=device)
-    allowed = torch.cat([causal] + [eye] * step, dim=1)
-    zeros = torch.zeros(allowed.shape, dtype=dtype, device=device)
-    return zeros.masked_fill(~allowed, -math.inf)[None, None]
+    doc = torch.zeros(1, t, dtype=torch.long, device=device)
+    return packed_attention_mask(doc, step, dtype)
+
+
+def packed_attention_mask(doc: Tensor, step: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Additive mask [B, 1, t, (step + 1) * t] for packed rows: step-0 keys causally within the
+    query's own document, later steps' keys only at the query's own position (EAGLE-3's
+    diagonal cache). doc [B, t] numbers the documents of a row (padding = -1, its own doc)."""
+    t = doc.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=doc.device).tril()
+    same = doc[:, :, None] == doc[:, None, :]  # [B, t, t]
+    eye = torch.eye(t, dtype=torch.bool, device=doc.device).expand(doc.shape[0], t, t)
+    allowed = torch.cat([causal & same] + [eye] * step, dim=2)
+    zeros = torch.zeros(allowed.shape, dtype=dtype, device=doc.device)
+    return zeros.masked_fill(~allowed, -math.inf)[:, None]
 
 
 def response_mask(lengths: Tensor, prompt_lengths: Tensor, t: int) -> Tensor:
@@ -44,23 +54,21 @@ def response_mask(lengths: Tensor, prompt_lengths: Tensor, t: int) -> Tensor:
     return (idx >= prompt_lengths[:, None]) & (idx < lengths[:, None])
 
 
-def teacher_view(target_logits: Tensor, t2d: Tensor) -> tuple[Tensor, Tensor]:
-    """Target logits restricted to the draft vocabulary [B,T,Vd] (draft-id order, fp32) and
-    whether each position's full-vocabulary argmax is draftable at all [B,T]."""
-    return target_logits[..., t2d].float(), t2d[target_logits.argmax(-1)]
-
-
 def step_targets(
-    z_draft: Tensor, draftable: Tensor, resp_mask: Tensor, step: int
+    z_draft: Tensor, draftable: Tensor, resp_mask: Tensor, step: int, doc: Tensor | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Teacher p̃ [B,T,Vd], its argmax in draft ids [B,T] and the loss mask [B,T] for `step`.
 
-    Positions whose predicted token is not a generated one, or whose target argmax lies
+    z_draft [B,T,Vd] are the target logits restricted to the draft vocabulary and draftable
+    [B,T] says whether the full-vocabulary argmax lies in it. Positions whose predicted token is
+    not a generated one, lies in another packed document (doc), or whose target argmax lies
     outside the draft vocabulary (the drafter cannot propose it), are masked out.
     """
     z = shift_left(z_draft, step + 1)  # z_{j+s+1}
     mask = shift_left(resp_mask, step + 2, fill=False)  # x_{j+s+2} is a generated token
     mask = mask & shift_left(draftable, step + 1, fill=False)
+    if doc is not None:
+        mask = mask & (shift_left(doc, step + 2, fill=-2) == doc)
     return z.softmax(-1), z.argmax(-1), mask
 
 

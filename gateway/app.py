@@ -57,7 +57,10 @@ def load_engine(settings: Settings) -> Engine:
         )
     if settings.pool is None:
         raise ValueError("no model to serve: set --pool or --target")
-    return SpecEngine.from_pool_file(settings.pool, config, model_name=settings.model_name)
+    from demo.pool_target import open_pool_engine
+
+    engine: Engine = open_pool_engine(settings.pool, config, model_name=settings.model_name)
+    return engine
 
 
 async def _start_registry(app_: FastAPI, service: RegistryService) -> None:

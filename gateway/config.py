@@ -18,6 +18,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.config import LEARNER_NAMES, EngineConfig, SelectorConfig, TreeConfig
+from core.precision import auto_dtype
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POOL = REPO_ROOT / "demo" / "pool" / "pool.json"
@@ -87,7 +88,10 @@ class Settings(BaseSettings):
 
     # --- engine ------------------------------------------------------------------------------
     device: str = "cpu"
-    dtype: str = "float32"
+    # "auto": bf16 where the device computes it natively (a CPU with AVX512-BF16/AMX, a GPU),
+    # else fp32 (core/precision.py; measured in bench/results/cpu_defaults.md). Greedy output
+    # is token-identical to plain decoding in float32 only.
+    dtype: str = "auto"
     device_map: str | None = None  # "auto": spread a target too big for one GPU over all GPUs
     compile: bool = False  # torch.compile the target (GPU; see bench/results/gpu_check.md)
     max_context: int | None = Field(default=None, ge=16)
@@ -149,7 +153,7 @@ class Settings(BaseSettings):
         return EngineConfig(
             compile=self.compile,
             device=self.device,
-            dtype=self.dtype,
+            dtype=auto_dtype(self.device) if self.dtype == "auto" else self.dtype,
             tree=tree,
             selector=SelectorConfig(policy=self.default_policy, max_sessions=self.max_sessions),
             **extra,

@@ -95,10 +95,14 @@ def served_target_dir(settings: Settings) -> Path | None:
         except HubError as exc:  # the hub is down: serve on, refuse to validate drafters
             log.error("cannot fetch the target's config: %s", exc)
             return None
-    spec = _read_pool(settings)
-    if spec is None or not isinstance(spec.get("target"), str):
+    if _read_pool(settings) is None:
         return None
-    return (Path(str(settings.pool)).parent / spec["target"]).resolve()
+    from demo.pool_target import PoolTargetError, target_dir
+
+    try:  # a provisioned target was converted before the engine started (gateway.cli.serve)
+        return target_dir(Path(str(settings.pool)), provision=False)
+    except PoolTargetError:
+        return None
 
 
 def served_drafters(settings: Settings) -> list[ServedDrafter]:

@@ -3,10 +3,17 @@ keeps tests from fighting each other (and a concurrent build) for the machine's 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 torch.set_num_threads(1)
+
+# The server's default dtype is `auto` (bf16 on a CPU with native bf16). The suite pins fp32,
+# where greedy speculative output is token-identical to plain decoding; tests of `auto` itself
+# pass the dtype explicitly. Servers started by the tests inherit it (tests/gateway/conftest.py).
+os.environ.setdefault("HEDGESPEC_DTYPE", "float32")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -51,11 +51,12 @@ def test_compile_with_device_map_is_refused(tmp_path: Path) -> None:
         Target.load(tmp_path, compile_model=True, device_map="auto")
 
 
-def test_engine_config_compile_reaches_the_loaded_target() -> None:
+def test_engine_config_compile_reaches_the_loaded_target(tmp_path: Path) -> None:
     from core.config import EngineConfig
     from core.engine import SpecEngine
+    from tests.gateway.tiny_pool import build_pool
 
-    pool = Path(__file__).resolve().parents[2] / "demo" / "pool" / "pool.json"
+    pool = build_pool(tmp_path)
     eager = SpecEngine.from_pool_file(pool, EngineConfig())
     engine = SpecEngine.from_pool_file(pool, EngineConfig(compile=True))
     assert "forward" not in vars(eager.target.model)

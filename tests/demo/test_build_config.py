@@ -1,28 +1,32 @@
-"""Build settings: distinct aux layers and command-line overrides."""
+"""Build settings: EAGLE-3's feature layers and command-line overrides."""
 
 from __future__ import annotations
 
 import pytest
 
-from demo.build_config import FULL, QUICK, aux_layers_for, with_overrides
+from demo.build_config import FULL, with_overrides
+from demo.pipeline import eagle3_aux_layers
 
 
-@pytest.mark.parametrize("layers", [4, 6, 8, 12, 32])
-def test_aux_layers_are_distinct_low_mid_high(layers: int) -> None:
-    low, mid, high = aux_layers_for(layers)
-    assert 0 < low < mid < high < layers
-
-
-def test_full_target_has_distinct_feature_layers() -> None:
-    assert FULL.target.num_layers >= 6
-    assert aux_layers_for(FULL.target.num_layers) == (1, 3, 4)  # 6 layers
-    assert QUICK.target.num_layers >= 4
+def test_feature_layers_are_eagle3s_for_smollm2() -> None:
+    assert eagle3_aux_layers(30) == (2, 15, 27)  # inputs of decoder layers 2, L//2, L-3
+    assert eagle3_aux_layers(32) == (2, 16, 29)  # Llama-3.1-8B, as EAGLE-3 trains it
+    with pytest.raises(ValueError, match="at least 8 layers"):
+        eagle3_aux_layers(4)
 
 
 def test_overrides_parse_json_and_nest() -> None:
-    cfg = with_overrides(FULL, ["specialist.steps=7", "rollouts.temperatures=[0.0, 0.7]", "device=cuda"])
-    assert cfg.specialist.steps == 7
-    assert cfg.rollouts.temperatures == (0.0, 0.7)
+    cfg = with_overrides(FULL, ["specialist.epochs=7", "report.temperatures=[0.0, 0.7]", "device=cuda"])
+    assert cfg.specialist.epochs == 7
+    assert cfg.report.temperatures == (0.0, 0.7)
     assert cfg.device == "cuda"
     with pytest.raises(ValueError, match="unknown build setting"):
         with_overrides(FULL, ["target.nope=1"])
+
+
+def test_the_shipped_pool_fits_its_size_budget_by_shape() -> None:
+    """Eight drafters of the default shape stay under the 100 MB the repository allows."""
+    d, h = FULL.drafter, 576  # SmolLM2's hidden size
+    params = (3 * h * h + 2 * h * (h + 2 * 192) + h * h  # fc, q/k/v over [emb; hidden], o
+              + 3 * h * d.intermediate_size + d.draft_vocab_size * h)
+    assert 8 * 2 * params < 100e6

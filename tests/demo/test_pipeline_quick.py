@@ -1,4 +1,5 @@
-"""The whole build pipeline at tiny sizes (`--quick`): every stage runs and writes the pool layout."""
+"""The whole build pipeline at tiny sizes (`--quick`) on the real SmolLM2 target: every stage
+runs, writes the pool layout, and an interrupted build resumes from its stage cache."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-from transformers import AutoModelForCausalLM, AutoTokenizer
+import torch
 
-from core.eagle3 import inspect_drafter, load_drafter
-from demo.domains import DOMAINS
+from core.eagle3 import inspect_drafter
+from demo import pipeline
+from demo.build_config import QUICK
+from demo.build_timer import StageTimer
+from demo.domains import DATA_DIR, DOMAINS
 from demo.records import read_jsonl
+from demo.rollouts import load_rollouts
+from demo.stage_cache import StageCache, rollout_key
 
 
 @pytest.fixture(scope="module")
@@ -27,27 +33,62 @@ def quick_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "pool.json"
 
 
-def test_quick_build_writes_the_pool_layout(quick_pool: Path) -> None:
+def test_quick_build_writes_the_pool_layout(quick_pool: Path, smollm2_dir: Path) -> None:
     root = quick_pool.parent
     pool = json.loads(quick_pool.read_text())
-    assert pool["target"] == "target"
+    assert pool["target"] == {"provision": "smollm2-135m-instruct"}
+    assert not (root / "target").exists()  # the target lives in the target cache
     assert [d["id"] for d in pool["drafters"]] == ["generalist", *DOMAINS]
     for name in ("report.json", "REPORT.md", "eval_prompts.jsonl"):
         assert (root / name).is_file()
-    tok = AutoTokenizer.from_pretrained(str(root / "target"))
-    model = AutoModelForCausalLM.from_pretrained(str(root / "target"))
     for entry in pool["drafters"]:
-        path = root / entry["path"]
-        assert inspect_drafter(path, root / "target")["compatible"]
-        drafter = load_drafter(path, embed_tokens=model.get_input_embeddings())
-        assert drafter.cfg.vocab_size == len(tok)
+        result = inspect_drafter(root / entry["path"], smollm2_dir)
+        assert result["compatible"], result
 
 
-def test_quick_build_report_has_the_table(quick_pool: Path) -> None:
+def test_quick_build_report_has_greedy_and_sampled_tables(quick_pool: Path) -> None:
     report = json.loads((quick_pool.parent / "report.json").read_text())
-    assert report["domains"] == list(DOMAINS)
-    assert report["drafters"] == ["generalist", *DOMAINS]
-    assert len(report["mat"]) == 8 and all(len(row) == 7 for row in report["mat"])
-    assert all(1.0 <= v <= 1 + report["measurement"]["tree"]["depth"] for row in report["mat"] for v in row)
-    assert set(report["build"]["stage_seconds"]) >= {"tokenizer", "target", "rollouts", "generalist", "report"}
-    assert "| generalist |" in (quick_pool.parent / "REPORT.md").read_text()
+    tables = [report, *report["sampling"].values()]
+    assert [t["measurement"]["temperature"] for t in tables] == [0.0, 1.0]
+    for table in tables:
+        assert table["domains"] == list(DOMAINS) and table["drafters"] == ["generalist", *DOMAINS]
+        assert len(table["mat"]) == 8 and all(len(row) == 7 for row in table["mat"])
+        depth = table["measurement"]["tree"]["depth"]
+        assert all(1.0 <= v <= 1 + depth for row in table["mat"] for v in row)
+        assert table["checks"]["oracle_over_generalist"] >= 1.0  # the oracle can pick the generalist
+    stages = set(report["build"]["stage_seconds"])
+    assert stages >= {"target", "rollouts", "features", "generalist", "specialists", "report"}
+    text = (quick_pool.parent / "REPORT.md").read_text()
+    assert "| generalist |" in text and "temperature 1.0" in text
+
+
+def test_an_interrupted_build_resumes_from_its_cache(tmp_path: Path) -> None:
+    """Rollout chunks and trained drafters come back from the cache, identical."""
+    model, tokenizer = pipeline.load_target(QUICK)
+    runs = []
+    for _ in range(2):
+        cache = StageCache(tmp_path, QUICK, 0, DATA_DIR)
+        rollouts = pipeline.build_rollouts(model, tokenizer, QUICK, 0, DATA_DIR, None, cache)
+        pool = pipeline.train_pool(model, rollouts, QUICK, 0, StageTimer(), cache)
+        runs.append((rollouts, pool, cache.hits))
+    (first, pool_a, hits_a), (second, pool_b, hits_b) = runs
+    assert hits_a == [] and "rollouts (rollouts.jsonl)" in hits_b
+    assert sum(h.startswith("drafter ") for h in hits_b) == 8
+    assert first == second
+    for drafter_id, drafter in pool_a.items():
+        for key, value in drafter.state_dict().items():
+            assert torch.equal(value, pool_b[drafter_id].state_dict()[key]), (drafter_id, key)
+
+
+def test_stale_rollouts_are_not_reused(tmp_path: Path) -> None:
+    model, tokenizer = pipeline.load_target(QUICK)
+    cache = StageCache(tmp_path, QUICK, 0, DATA_DIR)
+    pipeline.build_rollouts(model, tokenizer, QUICK, 0, DATA_DIR, None, cache)
+    path = cache.path("rollouts.jsonl")
+    assert path is not None
+    jobs = pipeline.prompt_jobs(QUICK, 0, DATA_DIR)
+    key = rollout_key(QUICK, 0, DATA_DIR, str(model.dtype))
+    chars = QUICK.rollouts.prompt_chars
+    assert load_rollouts(path, key, jobs, tokenizer, chars) is not None
+    assert load_rollouts(path, {**key, "seed": 1}, jobs, tokenizer, chars) is None
+    assert load_rollouts(path, key, jobs[:-1], tokenizer, chars) is None

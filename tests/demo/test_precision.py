@@ -1,22 +1,28 @@
-"""The build trains in fp32 on CPU (emulated bf16 is 30x slower there) and in bf16 on CUDA."""
+"""`auto` dtype: bf16 only where the CPU computes it natively; never fp16 for SmolLM2."""
 
 from __future__ import annotations
-
-import contextlib
 
 import pytest
 import torch
 
-from demo.precision import train_autocast
+from core import precision
+from demo.precision import target_dtype
 
 
-def test_cpu_runs_in_fp32() -> None:
-    assert isinstance(train_autocast("cpu"), contextlib.nullcontext)
-    with train_autocast("cpu"):
-        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+def test_auto_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    assert precision.auto_dtype("cpu") == "bfloat16" and target_dtype("auto") == torch.bfloat16
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    assert precision.auto_dtype("cpu") == "float32" and target_dtype("auto") == torch.float32
 
 
-@pytest.mark.filterwarnings("ignore:CUDA is not available")
-def test_cuda_autocasts_to_bf16() -> None:
-    ctx = train_autocast("cuda")
-    assert isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16
+def test_explicit_dtypes_and_fp16_refused() -> None:
+    assert target_dtype("float32") == torch.float32
+    with pytest.raises(ValueError, match="unsupported"):
+        target_dtype("float16")
+
+
+def test_the_cpu_flag_is_read_from_cpuinfo() -> None:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        expected = " avx512_bf16" in f.read()
+    assert precision.cpu_has_native_bf16() == expected

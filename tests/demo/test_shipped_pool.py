@@ -1,19 +1,21 @@
-"""The committed demo pool (`demo/pool/`) loads, is consistent and its report reproduces."""
+"""The committed demo pool (`demo/pool/`): SmolLM2-135M-Instruct (provisioned from its wheel)
+with a generalist and seven specialists; it loads, is consistent, shows the specialisation
+pattern the issue asks for, and a slice of its report reproduces."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.eagle3 import inspect_drafter, load_drafter
 from demo.domains import DOMAINS, POOL_DIR
-from demo.records import read_jsonl, user_turn
+from demo.records import read_jsonl
 from demo.report import Cell, ReportSpec, measure_table
 
 POOL_JSON = POOL_DIR / "pool.json"
-MAX_POOL_BYTES = 40 * 1024 * 1024
+MAX_POOL_BYTES = 100 * 1000 * 1000
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +29,8 @@ def report() -> dict:
 
 
 def test_pool_json_lists_the_generalist_and_seven_specialists(pool: dict) -> None:
-    assert pool["target"] == "target"
+    assert pool["target"] == {"provision": "smollm2-135m-instruct"}
+    assert not (POOL_DIR / "target").exists()  # no target weights in the repository
     ids = [d["id"] for d in pool["drafters"]]
     assert ids == ["generalist", *DOMAINS]
     for entry in pool["drafters"]:
@@ -41,40 +44,33 @@ def test_pool_fits_the_size_budget() -> None:
     assert size <= MAX_POOL_BYTES
 
 
-def test_target_and_chat_template_load() -> None:
-    tok = AutoTokenizer.from_pretrained(str(POOL_DIR / "target"))
-    model = AutoModelForCausalLM.from_pretrained(str(POOL_DIR / "target"))
-    assert model.config.model_type == "llama"
-    assert model.config.num_hidden_layers >= 6
-    text = tok.apply_chat_template(
-        [{"role": "user", "content": "SELECT?"}], add_generation_prompt=True, tokenize=False
-    )
-    assert text == user_turn("SELECT?")
-    assert tok.eos_token == "<|end|>"
-
-
-def test_every_drafter_loads_and_is_compatible(pool: dict) -> None:
-    model = AutoModelForCausalLM.from_pretrained(str(POOL_DIR / "target"))
+def test_every_drafter_loads_and_is_compatible(pool: dict, smollm2_dir: Path) -> None:
     aux = set()
     for entry in pool["drafters"]:
         path = POOL_DIR / entry["path"]
-        result = inspect_drafter(path, POOL_DIR / "target")
+        result = inspect_drafter(path, smollm2_dir)
         assert result["compatible"], result
-        drafter = load_drafter(path, embed_tokens=model.get_input_embeddings())
-        assert drafter.cfg.draft_vocab_size < drafter.cfg.vocab_size
-        assert drafter.cfg.aux_layers is not None and len(set(drafter.cfg.aux_layers)) == 3
+        drafter = load_drafter(path)
+        assert drafter.cfg.draft_vocab_size < drafter.cfg.vocab_size == 49152
         aux.add(drafter.cfg.aux_layers)
-    assert len(aux) == 1  # one target, one set of capture layers
+    assert aux == {(2, 15, 27)}  # EAGLE-3's layers for a 30-layer target
+
+
+def test_saved_configs_name_the_same_layers_for_vllm_and_sglang(pool: dict) -> None:
+    for entry in pool["drafters"]:
+        cfg = json.loads((POOL_DIR / entry["path"] / "config.json").read_text())
+        assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]  # vLLM: inputs of layers
+        assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]  # SGLang +1
 
 
 def test_every_drafter_passes_the_inspect_command(
-    pool: dict, capsys: pytest.CaptureFixture[str]
+    pool: dict, smollm2_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from gateway.cli import main as hedgespec
 
     for entry in pool["drafters"]:
         code = hedgespec(["drafter", "inspect", str(POOL_DIR / entry["path"]),
-                          "--target", str(POOL_DIR / "target")])
+                          "--target", str(smollm2_dir)])
         out = json.loads(capsys.readouterr().out)
         assert code == 0 and out["compatible"], (entry["id"], out)
 
@@ -86,28 +82,35 @@ def test_eval_prompts_cover_every_domain() -> None:
     assert all(sum(r["domain"] == d for r in rows) >= 12 for d in DOMAINS)
 
 
+def test_report_has_greedy_and_temperature_one_tables(report: dict) -> None:
+    for table in (report, report["sampling"]["1.0"]):
+        assert table["domains"] == list(DOMAINS) and table["drafters"] == ["generalist", *DOMAINS]
+        assert set(table["checks"]) >= {"specialist_gain_in_domain", "oracle_over_generalist"}
+    assert report["measurement"]["temperature"] == 0.0
+
+
 def test_report_shows_the_specialisation_pattern(report: dict) -> None:
+    """Each specialist beats the generalist on its own domain; the generalist wins on average."""
     drafters, domains, mat = report["drafters"], report["domains"], report["mat"]
-    assert domains == list(DOMAINS) and drafters == ["generalist", *DOMAINS]
     g = drafters.index("generalist")
     for d in domains:
         assert mat[drafters.index(d)][domains.index(d)] > mat[g][domains.index(d)], d
-    averages = [sum(row) / len(row) for row in mat]
-    specialists = [a for name, a in zip(drafters, averages, strict=True) if name != "generalist"]
-    assert averages[g] > sum(specialists) / len(specialists)
+    assert report["checks"]["generalist_beats_specialists_on_average"]
+    assert report["checks"]["oracle_over_generalist"] > 1.0
 
 
 def test_a_slice_of_the_report_reproduces(report: dict) -> None:
     m = report["measurement"]
-    n = 2
+    n = 1
     spec = ReportSpec(
         top_k=m["tree"]["top_k"], depth=m["tree"]["depth"], total_tokens=m["tree"]["total_tokens"],
-        max_new_tokens=m["max_new_tokens"], prompts_per_domain=n,
+        max_new_tokens=m["max_new_tokens"], prompts_per_domain=n, dtype=m["dtype"],
     )
-    drafters, domains = ["generalist", "sql"], ["sql", "math"]
+    drafters, domains = ["generalist", "sql"], ["sql"]
     cells = measure_table(POOL_JSON, drafters, domains, spec, workers=1)
     for (dr, do), cell in cells.items():
         shipped = report["per_prompt"][dr][do]
         expected = Cell(tuple(shipped["tokens"][:n]), tuple(shipped["rounds"][:n]))
-        # Greedy decoding is deterministic; a small tolerance absorbs float summation order.
-        assert cell.mat == pytest.approx(expected.mat, rel=0.1), (dr, do)
+        # Greedy decoding is deterministic in fp32; bf16 results depend on the shape of each
+        # pass and the CPU's kernels, so a tolerance absorbs that.
+        assert cell.mat == pytest.approx(expected.mat, rel=0.15), (dr, do)

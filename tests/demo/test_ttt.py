@@ -10,12 +10,12 @@ from torch import nn
 
 from core.eagle3 import Eagle3Config, Eagle3Drafter
 from demo.ttt import (
+    packed_attention_mask,
     response_mask,
     shift_left,
     step_accuracy,
     step_loss,
     step_targets,
-    teacher_view,
     ttt_attention_mask,
 )
 
@@ -66,7 +66,7 @@ def test_step_targets_align_teacher_with_the_predicted_token() -> None:
     t2d[:VD] = True
     for u in range(T):
         logits[0, u, u % VD] = 0.0
-    z, draftable = teacher_view(logits, t2d)
+    z, draftable = logits[..., t2d], t2d[logits.argmax(-1)]
     resp = response_mask(torch.tensor([T]), torch.tensor([4]), T)
     for s in range(3):
         teacher, argmax, mask = step_targets(z, draftable, resp, s)
@@ -75,6 +75,27 @@ def test_step_targets_align_teacher_with_the_predicted_token() -> None:
         expected = [4 <= j + s + 2 < T for j in range(T)]
         assert mask[0].tolist() == expected
         assert torch.allclose(teacher.sum(-1), torch.ones(1, T))
+
+
+def test_packed_mask_keeps_each_document_to_itself() -> None:
+    doc = torch.tensor([[0, 0, 1, 1, -1]])
+    allowed = (packed_attention_mask(doc, 1)[0, 0] == 0).int().tolist()
+    assert allowed == [
+        [1, 0, 0, 0, 0, 1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 1, 0, 0, 0],
+        [0, 0, 1, 0, 0, 0, 0, 1, 0, 0],  # document 1 does not see document 0
+        [0, 0, 1, 1, 0, 0, 0, 0, 1, 0],
+        [0, 0, 0, 0, 1, 0, 0, 0, 0, 1],  # padding sees only itself: no empty row
+    ]
+
+
+def test_step_targets_never_predict_across_a_document_boundary() -> None:
+    z = torch.zeros(1, 6, VD)
+    draftable = torch.ones(1, 6, dtype=torch.bool)
+    resp = torch.ones(1, 6, dtype=torch.bool)
+    doc = torch.tensor([[0, 0, 0, 1, 1, 1]])
+    _, _, mask = step_targets(z, draftable, resp, 0, doc)
+    assert mask[0].tolist() == [True, False, False, True, False, False]
 
 
 def test_step_loss_is_minimal_at_the_teacher() -> None:

@@ -29,7 +29,7 @@ def isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No developer `.env` or HEDGESPEC_* variable may leak into in-process Settings()."""
     monkeypatch.chdir(tmp_path)
     for name in list(os.environ):
-        if name.startswith("HEDGESPEC_"):
+        if name.startswith("HEDGESPEC_") and name != "HEDGESPEC_DTYPE":  # fp32: tests/conftest.py
             monkeypatch.delenv(name)
 
 
@@ -62,7 +62,7 @@ class ServerProcess:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         # Importable from the temporary working directory even without an editable install.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        env = {k: v for k, v in env.items() if not k.startswith("HEDGESPEC_")}
+        env = {k: v for k, v in env.items() if not k.startswith("HEDGESPEC_") or k == "HEDGESPEC_DTYPE"}
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env

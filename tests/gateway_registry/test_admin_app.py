@@ -25,7 +25,7 @@ ROUTES = [("GET", "/admin/api/drafters"), ("POST", "/admin/api/drafters"),
 def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No developer `.env` or HEDGESPEC_* variable may leak into Settings()."""
     monkeypatch.chdir(tmp_path)
-    for name in [n for n in os.environ if n.startswith("HEDGESPEC_")]:
+    for name in [n for n in os.environ if n.startswith("HEDGESPEC_") and n != "HEDGESPEC_DTYPE"]:
         monkeypatch.delenv(name)
 
 

@@ -40,7 +40,7 @@ def test_import_is_idempotent(session: Session, tmp_path: Path) -> None:
     python = crud.get_drafter(session, drafter_id="python")
     assert python is not None and python.status == "pending"
     assert python.local_path == str(tmp_path / "demo/pool/drafters/python")
-    assert python.target_model == "demo/pool/target"
+    assert python.target_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     version = pool_version(session)
     again = import_seed_pool(session, pool, actor="cli", base_dir=tmp_path)
     assert {r.action for r in again} == {"unchanged"} and pool_version(session) == version

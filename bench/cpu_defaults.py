@@ -1,0 +1,190 @@
+"""CPU defaults by measurement: dtype, torch threads and the draft tree that give the
+generalist the most tokens/s on this CPU, with plain decoding measured alongside.
+
+    python -m bench.cpu_defaults [--quick] [--pool demo/pool/pool.json] [--per-domain 1]
+
+Two sweeps on the shipped pool, greedy, the same held-out prompts for every setting:
+1. precision x threads (fp32 / bf16, 1 / 2 threads) at the current default tree, each with
+   plain decoding (`none`) and the generalist (`fixed:generalist`);
+2. the tree (top_k, depth, total_tokens) at the best precision and thread count.
+Writes bench/results/cpu_defaults.{md,json,png}. Run it on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
+from core.config import EngineConfig, SamplingParams, TreeConfig
+from core.precision import cpu_has_native_bf16
+from demo.pool_target import open_pool_engine
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TREES = ((2, 4, 8), (3, 4, 12), (4, 4, 16), (4, 5, 20), (4, 6, 24), (6, 5, 30), (6, 6, 40),
+         (8, 6, 48), (4, 8, 32))
+
+
+@dataclass(frozen=True)
+class Setting:
+    dtype: str
+    threads: int
+    tree: tuple[int, int, int]
+    policy: str
+
+
+@dataclass(frozen=True)
+class Measured:
+    setting: Setting
+    tokens: int
+    rounds: int
+    wall_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_s
+
+    @property
+    def mat(self) -> float:
+        return self.tokens / max(1, self.rounds)
+
+
+def measure(engine: Any, prompts: list[Prompt], setting: Setting, max_new: int) -> Measured:
+    torch.set_num_threads(setting.threads)
+    params = SamplingParams(max_new_tokens=max_new, temperature=0.0)
+    engine.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=4), setting.policy)  # warm
+    tokens = rounds = 0
+    start = time.perf_counter()
+    for p in prompts:
+        ids, stats = engine.generate_ids(p.ids, params, setting.policy)
+        tokens, rounds = tokens + len(ids), rounds + stats.rounds
+    return Measured(setting, tokens, rounds, time.perf_counter() - start)
+
+
+def open_engine(pool: Path, dtype: str, tree: tuple[int, int, int]) -> Any:
+    top_k, depth, total = tree
+    config = EngineConfig(dtype=dtype, tree=TreeConfig(top_k=top_k, depth=depth, total_tokens=total),
+                          max_context=4096)
+    return open_pool_engine(pool, config)
+
+
+def precision_sweep(args: argparse.Namespace, prompts: list[Prompt]) -> list[Measured]:
+    tree = astuple_tree(TreeConfig())
+    dtypes = ["float32", "bfloat16"] if cpu_has_native_bf16() else ["float32"]
+    out = []
+    for dtype in dtypes:
+        engine = open_engine(args.pool, dtype, tree)
+        for threads in (1, 2):
+            for policy in ("none", "fixed:generalist"):
+                out.append(measure(engine, prompts, Setting(dtype, threads, tree, policy), args.max_new))
+                print(_line(out[-1]), flush=True)
+    return out
+
+
+def tree_sweep(args: argparse.Namespace, prompts: list[Prompt], dtype: str, threads: int) -> list[Measured]:
+    out = []
+    trees = TREES[:2] if args.quick else TREES
+    for tree in trees:
+        engine = open_engine(args.pool, dtype, tree)
+        out.append(measure(engine, prompts, Setting(dtype, threads, tree, "fixed:generalist"), args.max_new))
+        print(_line(out[-1]), flush=True)
+    return out
+
+
+def astuple_tree(tree: TreeConfig) -> tuple[int, int, int]:
+    return (tree.top_k, tree.depth, tree.total_tokens)
+
+
+def _line(m: Measured) -> str:
+    s = m.setting
+    return (f"{s.dtype:>9} threads={s.threads} tree={s.tree} {s.policy:>17}: "
+            f"{m.tokens_per_s:6.2f} tok/s MAT {m.mat:.2f}")
+
+
+def best(rows: list[Measured], policy: str) -> Measured:
+    return max((r for r in rows if r.setting.policy == policy), key=lambda r: r.tokens_per_s)
+
+
+def render(first: list[Measured], second: list[Measured], meta: dict[str, Any]) -> str:
+    lines = [
+        "# CPU defaults by measurement", "",
+        f"`python -m bench.cpu_defaults` on {meta['machine']}; {meta['prompts']} held-out prompts "
+        f"(one per domain), greedy, up to {meta['max_new']} new tokens each, shipped demo pool "
+        "(SmolLM2-135M-Instruct + generalist). Tokens/s are wall-clock over all prompts, "
+        "prefill included, measured side by side in one run.", "",
+        "## Precision and threads (default tree)", "",
+        "| dtype | threads | policy | tokens/s | MAT | speed-up over plain |", "|---|---|---|---|---|---|",
+    ]
+    plain = {(r.setting.dtype, r.setting.threads): r.tokens_per_s for r in first if r.setting.policy == "none"}
+    for r in first:
+        s = r.setting
+        lines.append(f"| {s.dtype} | {s.threads} | {s.policy} | {r.tokens_per_s:.2f} | {r.mat:.2f} | "
+                     f"{r.tokens_per_s / plain[(s.dtype, s.threads)]:.2f}x |")
+    lines += ["", f"## Tree sweep ({second[0].setting.dtype}, {second[0].setting.threads} threads, "
+              "generalist)", "", "| top_k | depth | total_tokens | tokens/s | MAT |", "|---|---|---|---|---|"]
+    for r in second:
+        k, d, n = r.setting.tree
+        lines.append(f"| {k} | {d} | {n} | {r.tokens_per_s:.2f} | {r.mat:.2f} |")
+    win = best(second, "fixed:generalist")
+    lines += ["", f"Chosen: {meta['chosen']}.", ""]
+    lines.append(f"Best tree {win.setting.tree}: {win.tokens_per_s:.2f} tokens/s, MAT {win.mat:.2f}.")
+    return "\n".join(lines) + "\n"
+
+
+def plot(second: list[Measured], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    labels = ["/".join(map(str, r.setting.tree)) for r in second]
+    ax.bar(labels, [r.tokens_per_s for r in second], color="#4c72b0")
+    ax.set_xlabel("tree top_k / depth / total_tokens")
+    ax.set_ylabel("generalist tokens/s")
+    ax.set_title("Draft tree sweep on CPU (SmolLM2-135M, greedy)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pool", type=Path, default=DEFAULT_POOL)
+    ap.add_argument("--per-domain", type=int, default=1)
+    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--quick", action="store_true", help="two trees, 8 tokens: a smoke test")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.max_new = 8
+    probe = open_pool_engine(args.pool, EngineConfig(max_context=4096))
+    prompts = load_prompts(args.pool, probe.tokenizer, args.per_domain, 200)
+    del probe
+    first = precision_sweep(args, prompts)
+    top = best(first, "fixed:generalist").setting
+    second = tree_sweep(args, prompts, top.dtype, top.threads)
+    win = best(second, "fixed:generalist").setting
+    meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
+                       f"cores visible, native bf16: {cpu_has_native_bf16()}",
+            "prompts": len(prompts), "max_new": args.max_new,
+            "chosen": f"dtype {top.dtype}, {top.threads} threads, tree {win.tree}"}
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = [{**asdict(m.setting), "tokens": m.tokens, "rounds": m.rounds, "wall_s": m.wall_s,
+             "tokens_per_s": m.tokens_per_s, "mat": m.mat} for m in first + second]
+    (args.out / "cpu_defaults.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (args.out / "cpu_defaults.md").write_text(render(first, second, meta))
+    plot(second, args.out / "cpu_defaults.png")
+    print(meta["chosen"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""Which dtype `auto` means on a device: bf16 where it is computed natively, else fp32.
+
+On a CPU bf16 only pays with native bf16 instructions (AVX512-BF16, AMX): SmolLM2-135M's
+forward is 1.4-1.9x faster there (bench/results/cpu_defaults.md). Without them oneDNN emulates
+bf16 and a forward is ~30x slower than fp32. fp16 is never chosen: SmolLM2's residual
+activations reach ~25,000 and overflow it. Greedy token identity with plain decoding is
+promised in fp32 only (low-precision results depend on the shape of each pass).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def cpu_has_native_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def auto_dtype(device: str = "cpu") -> str:
+    """The dtype name `auto` resolves to on `device`."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "bfloat16" if kind == "cpu" and cpu_has_native_bf16() else "float32"
