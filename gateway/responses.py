@@ -70,12 +70,7 @@ def completion_logprobs(
         top = {token_text(tid)[0]: _finite(v) for tid, v in lp.top}
         top.setdefault(token, _finite(lp.logprob))
         tops.append(top)
-    return {
-        "tokens": tokens,
-        "token_logprobs": token_lps,
-        "top_logprobs": tops,
-        "text_offset": offsets,
-    }
+    return _completion_logprobs(tokens, token_lps, tops, offsets)
 
 
 def prompt_logprobs(
@@ -102,12 +97,7 @@ def prompt_logprobs(
         top.setdefault(token, _finite(lp.logprob))
         token_lps.append(_finite(lp.logprob))
         tops.append(top)
-    return {
-        "tokens": tokens,
-        "token_logprobs": token_lps,
-        "top_logprobs": tops,
-        "text_offset": offsets,
-    }
+    return _completion_logprobs(tokens, token_lps, tops, offsets)
 
 
 def join_logprobs(first: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
@@ -237,3 +227,11 @@ def model_card(
         "max_model_len": max_context,
         "spec": {"method": "eagle3", "drafters": drafters},
     }
+
+
+def _completion_logprobs(
+    tokens: list[str], token_lps: list[Any], tops: list[Any], offsets: list[int]
+) -> dict[str, Any]:
+    """The completions API's `logprobs` object (parallel lists, one entry per token)."""
+    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops,
+            "text_offset": offsets}
