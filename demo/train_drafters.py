@@ -21,6 +21,7 @@ from tqdm import tqdm
 from transformers import LlamaForCausalLM
 
 from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping
+from core.precision import auto_dtype
 from demo.features import TargetFeatures, draft_logits
 from demo.packing import PackedBatch, collate, pack_rows
 from demo.rollouts import Rollout
@@ -39,6 +40,10 @@ class DrafterSpec:
     batch_rows: int = 8  # packed rows per optimiser step
     row_tokens: int = 512  # tokens per packed row
     grad_clip: float = 0.5
+    # Autocast dtype of the drafter's matmuls in training ("auto": bf16 where the device computes
+    # it natively). bf16 autocast makes a step 1.6x faster on two AVX512-BF16 cores (3.9 -> 2.4 s,
+    # 8 x 512 tokens); weights, optimiser state, teacher and loss stay fp32.
+    compute_dtype: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -100,11 +105,21 @@ def unroll(
 ) -> Iterator[tuple[int, Tensor]]:
     """The drafter's draft-vocabulary logits [B,T,Vd] at every TTT step s."""
     hidden, kv = batch.fused.float(), None
+    device = batch.fused.device.type
+    dtype = training_autocast_dtype(spec, device)
     for s in range(spec.ttt_steps):
         tokens = shift_left(batch.ids, s + 1)  # x_{j+s+1}
         mask = packed_attention_mask(batch.doc, s)
-        hidden, kv = drafter(hidden, tokens, batch.positions + s, past_kv=kv, attn_mask=mask)
-        yield s, drafter.logits(hidden)
+        with torch.autocast(device, dtype=dtype or torch.float32, enabled=dtype is not None):
+            hidden, kv = drafter(hidden, tokens, batch.positions + s, past_kv=kv, attn_mask=mask)
+            logits = drafter.logits(hidden)
+        yield s, logits
+
+
+def training_autocast_dtype(spec: DrafterSpec, device: str) -> torch.dtype | None:
+    """The autocast dtype of training on `device`, None for plain fp32."""
+    name = auto_dtype(device) if spec.compute_dtype == "auto" else spec.compute_dtype
+    return None if name == "float32" else cast(torch.dtype, getattr(torch, name))
 
 
 def ttt_unroll(

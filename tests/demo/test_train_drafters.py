@@ -3,6 +3,8 @@ nothing but the padding, training learns, is deterministic, and specialists clon
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -18,12 +20,14 @@ from demo.train_drafters import (
     response_token_counts,
     total_steps,
     train_drafter,
+    training_autocast_dtype,
     unroll,
 )
 
 V = 64
 AUX = (1, 2, 3)
-SPEC = DrafterSpec(draft_vocab_size=32, intermediate_size=32, ttt_steps=3, batch_rows=2, row_tokens=40)
+SPEC = DrafterSpec(draft_vocab_size=32, intermediate_size=32, ttt_steps=3, batch_rows=2, row_tokens=40,
+                  compute_dtype="float32")
 
 
 def tiny_target() -> LlamaForCausalLM:
@@ -105,6 +109,22 @@ def test_a_packed_rollout_trains_exactly_as_it_would_alone() -> None:
             n = len(b.ids) - SPEC.ttt_steps  # later positions read tokens past the document
             torch.testing.assert_close(lp[0, len(a.ids) : len(a.ids) + n], la[0, :n],
                                        atol=1e-5, rtol=1e-4)
+
+
+def test_bf16_autocast_runs_the_drafter_in_bf16_close_to_fp32() -> None:
+    """compute_dtype bf16 autocasts the drafter's matmuls (what makes CPU training 1.6x faster)
+    and stays close to the fp32 unroll; float32 turns autocast off."""
+    target, data = tiny_target(), rollouts()
+    features = features_for(target, data)
+    drafter = new_drafter(target, response_token_counts(data, V), SPEC, AUX, 0)
+    batch = collate([[data[0]]], features, 64)
+    bf16 = replace(SPEC, compute_dtype="bfloat16")
+    assert training_autocast_dtype(SPEC, "cpu") is None
+    with torch.no_grad():
+        for (_, l32), (_, l16) in zip(unroll(drafter, batch, SPEC), unroll(drafter, batch, bf16),
+                                      strict=True):
+            assert l32.dtype == torch.float32 and l16.dtype == torch.bfloat16
+            torch.testing.assert_close(l16.float(), l32, atol=0.1, rtol=0.05)
 
 
 def test_training_reduces_the_ttt_loss() -> None:
