@@ -72,6 +72,19 @@ class Penalties:
         return bool(self.presence or self.frequency or self.repetition != 1.0 or self.logit_bias)
 
 
+GrammarKind = Literal["json_schema", "regex", "lark"]
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A constraint on the output (core/grammar.py): a JSON schema (as JSON text), a regular
+    expression or a Lark grammar. The target distribution is masked to what it allows at every
+    position, so the output always matches it and losslessness holds for the constrained target."""
+
+    kind: GrammarKind
+    source: str
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Per-request decoding parameters. temperature == 0 means greedy."""
@@ -88,6 +101,7 @@ class SamplingParams:
     # The same for every prompt token but the first (completions `echo`), from the prefill.
     prompt_logprobs: int | None = None
     penalties: Penalties = field(default_factory=Penalties)
+    grammar: GrammarSpec | None = None
 
     @property
     def greedy(self) -> bool:

@@ -27,6 +27,7 @@ from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.drafter_check import compatibility_problems
 from core.drafter_pool import PoolSnapshot
 from core.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
+from core.grammar import GrammarCompiler
 from core.learner_sessions import LearnerSessions
 from core.request import RequestState, parse_policy
 from core.rounds import prefill, speculative_round
@@ -75,6 +76,7 @@ class SpecEngine:
         self.sessions = LearnerSessions(config.selector.max_sessions)
         self._order: list[str] = []
         self._next = 0
+        self._grammars: GrammarCompiler | None = None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -155,8 +157,19 @@ class SpecEngine:
             warm = self.sessions.take(session, resolved.name, self.snapshot.ids)
             if warm is not None:
                 state.learner, state.stats.warm_start_requests = warm.learner, warm.requests
+        if params.grammar is not None:
+            state.matcher = self.grammar_compiler().matcher(params.grammar)
         self._requests[request_id] = state
         self._order.append(request_id)
+
+    def grammar_compiler(self) -> GrammarCompiler:
+        """The target tokenizer in the grammar engine's form, built on first use."""
+        if self._grammars is None:
+            if self.tokenizer is None:
+                raise ValueError("structured outputs need the target's tokenizer")
+            self._grammars = GrammarCompiler(self.tokenizer, self.target.vocab_size,
+                                             self.target.eos_token_ids)
+        return self._grammars
 
     def abort(self, request_id: str) -> None:
         if self._requests.pop(request_id, None) is not None:

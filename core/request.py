@@ -12,6 +12,7 @@ import torch
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.drafter_pool import Candidates, DrafterState, PoolSnapshot
 from core.feedback import FeedbackQueue, Window
+from core.grammar import TokenMatcher
 from core.learners import Learner, make_learner
 from core.stats import RequestStats, TokenLogprob
 
@@ -71,6 +72,7 @@ class RequestState:
     _logprobs: list[TokenLogprob] = field(default_factory=list)
     # Set by the prefill when params.prompt_logprobs asks for it; handed out once.
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    matcher: TokenMatcher | None = None  # the grammar of a structured output (core/grammar.py)
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
@@ -124,6 +126,8 @@ class RequestState:
             if self.generated >= self.params.max_new_tokens:
                 self.finished, self.finish_reason = True, "length"
                 break
+        if self.matcher is not None:
+            self.matcher.commit(out)
         if self.finished and self.feedback is not None:
             self.record(self.feedback.close())  # statistics only: censored windows are biased low
         return out

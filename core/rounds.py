@@ -13,6 +13,7 @@ from core.config import EngineConfig
 from core.counterfactual import evidence_greedy, evidence_sampling
 from core.drafter_pool import DrafterState
 from core.drafting import grow_tree
+from core.grammar import apply_mask
 from core.penalties import apply_penalties, path_counts, token_counts
 from core.request import RequestState
 from core.sampling import log_probs, process_logits
@@ -95,7 +96,8 @@ def _draft(state: RequestState, chosen: int | None, n: int, config: EngineConfig
     # evaluation, where every drafter caught up in the last evaluation phase).
     state.dstate.sync(state.snapshot, config.tree.top_k, [chosen])
     kv = state.dstate.drafter_kv(chosen)
-    return grow_tree(drafter, kv, state.dstate.h_last(chosen), root, n, config.tree)
+    allowed = state.matcher.masks_after if state.matcher is not None else None
+    return grow_tree(drafter, kv, state.dstate.h_last(chosen), root, n, config.tree, allowed)
 
 
 def _evaluate(state: RequestState, out: TargetOutput, path: list[int], new: list[int], probs: Tensor | None,
@@ -140,15 +142,18 @@ def _counterfactual(state: RequestState, out: TargetOutput, path: list[int], new
 
 
 def _penalised(logits: Tensor, state: RequestState, tree: DraftTree) -> Tensor:
-    """logits [N+1, V] at the tree nodes -> the penalised target's logits, node i counted over
-    the committed output plus the draft tokens on its path (core/penalties.py)."""
+    """logits [N+1, V] at the tree nodes -> the penalised (core/penalties.py) and
+    grammar-masked (core/grammar.py) target's logits, each node over its own path: the
+    committed output plus the draft tokens from the root down to it."""
     pen = state.params.penalties
-    if not pen.active:
-        return logits
-    vocab = logits.shape[-1]
-    output = token_counts(state.token_ids[state.prompt_len :], vocab, logits.device)
-    prompt_seen = token_counts(state.token_ids[: state.prompt_len], vocab, logits.device) > 0
-    return apply_penalties(logits, path_counts(output, tree.tokens, tree.mask), prompt_seen, pen)
+    if pen.active:
+        vocab = logits.shape[-1]
+        output = token_counts(state.token_ids[state.prompt_len :], vocab, logits.device)
+        prompt_seen = token_counts(state.token_ids[: state.prompt_len], vocab, logits.device) > 0
+        logits = apply_penalties(logits, path_counts(output, tree.tokens, tree.mask), prompt_seen, pen)
+    if state.matcher is not None:
+        logits = apply_mask(logits, state.matcher.tree_masks(tree.tokens, tree.parents))
+    return logits
 
 
 def _processed(logits: Tensor, state: RequestState) -> Tensor:
