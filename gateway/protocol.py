@@ -1,8 +1,8 @@
 """OpenAI request models (field names exactly as in openai-openapi) and response shapes.
 
 Unknown request fields are accepted and ignored (`extra="allow"`, as vLLM does) and logged at
-debug level. Known OpenAI fields this server cannot honour (`tools`, non-text
-`response_format`, `suffix`, `best_of > 1`) are refused with a 400 that names the parameter
+debug level. Known OpenAI fields this server cannot honour (`tools`, `suffix`,
+`best_of > 1`) are refused with a 400 that names the parameter
 when they carry a non-default value: silently ignoring a parameter that changes the output is
 worse than an error (tgi#2914).
 
@@ -18,12 +18,14 @@ against the `openai` SDK's own types.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.config import Penalties
+from core.config import GrammarSpec, Penalties
+from core.grammar import grammar_text
 from gateway.errors import invalid_request
 
 log = logging.getLogger(__name__)
@@ -215,10 +217,14 @@ class ChatCompletionRequest(SamplingFields):
 
     @field_validator("response_format", mode="after")
     @classmethod
-    def _text_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value and value.get("type", "text") != "text":
-            raise ValueError("only response_format {'type': 'text'} is supported")
+    def _known_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value:
+            response_format_grammar(value)  # raises ValueError with the reason
         return value
+
+    @property
+    def grammar(self) -> GrammarSpec | None:
+        return response_format_grammar(self.response_format) if self.response_format else None
 
     def check(self) -> None:
         """Cross-field rules, raised with the offending `param` named."""
@@ -234,6 +240,28 @@ class ChatCompletionRequest(SamplingFields):
     def num_logprobs(self) -> int | None:
         """Engine `SamplingParams.logprobs`: None, or how many alternatives per token."""
         return (self.top_logprobs or 0) if self.logprobs else None
+
+
+def response_format_grammar(value: dict[str, Any]) -> GrammarSpec | None:
+    """OpenAI's `response_format` as the engine's grammar: `text` is none, `json_object` any
+    JSON object, `json_schema` its `schema` (enforced whether or not `strict` is set: the
+    grammar masks the target, so the output always conforms). ValueError says what is wrong."""
+    kind = value.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return GrammarSpec("json_schema", json.dumps({"type": "object"}))
+    if kind != "json_schema":
+        raise ValueError(f"response_format type must be text, json_object or json_schema, not {kind!r}")
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise ValueError("response_format json_schema needs a json_schema object with a name")
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict):
+        raise ValueError("response_format json_schema.schema must be a JSON Schema object")
+    grammar = GrammarSpec("json_schema", json.dumps(schema))
+    grammar_text(grammar)  # refuse what the grammar engine cannot compile, before any work
+    return grammar
 
 
 PromptInput = list[str | list[int]]

@@ -216,6 +216,7 @@ class Serving:
             logprobs=job.request_logprobs,
             prompt_logprobs=getattr(req, "num_prompt_logprobs", None),
             penalties=req.penalties,
+            grammar=getattr(req, "grammar", None),
         )
         tokenizer = self._tokenizer()
         job.specs.append(
