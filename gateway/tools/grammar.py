@@ -1,0 +1,72 @@
+"""The grammar that forces tool calls: `tool_choice` "required" (one or more calls of any tool,
+exactly one when `parallel_tool_calls` is false) or a named tool (exactly one call of it).
+
+A Lark grammar for llguidance with the call object embedded as a JSON schema (`%json`): an
+anyOf over the tools of `{"name": {"const": name}, <args key>: <parameters>}`, written with
+", " and ": " like core/grammar.py's JSON (see `arguments_schema` for the two defaults
+it adds). A tag such as `<tool_call>` that the tokenizer holds
+as a *special* token must be that token (`<[id]>` in llguidance's Lark), since no byte
+spelling produces it; otherwise it is a string literal (whatever tokens spell it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.config import GrammarSpec
+from gateway.tools.formats import ToolFormat
+from gateway.tools.spec import Tool, ToolRequest
+
+JSON_STYLE = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}
+
+
+def tool_grammar(fmt: ToolFormat, tools: ToolRequest, tokenizer: Any) -> GrammarSpec | None:
+    """None for "auto" (free text, parsed afterwards)."""
+    forced = tools.forced
+    if not forced:
+        return None
+    schema = json.dumps(call_schema(fmt, forced), ensure_ascii=False)
+    call = f"%json {schema}"
+    if fmt.open and fmt.close:
+        call = f'{lark_tag(fmt.open, tokenizer)} "\\n" {call} "\\n" {lark_tag(fmt.close, tokenizer)}'
+    repeat = "" if tools.single_call else f" ({json.dumps(fmt.separator)} call)*"
+    return GrammarSpec("lark", f"start: call{repeat}\ncall: {call}\n")
+
+
+def call_schema(fmt: ToolFormat, tools: tuple[Tool, ...]) -> dict[str, Any]:
+    options = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t.name}, fmt.args_key: arguments_schema(t)},
+            "required": ["name", fmt.args_key],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    return {"anyOf": options, "x-guidance": JSON_STYLE}
+
+
+def arguments_schema(tool: Tool) -> dict[str, Any]:
+    """The tool's parameters as the forced arguments: an object even where the schema leaves
+    the type open (a bare `properties` schema also admits `true`), and only the declared
+    properties unless the schema says otherwise, as OpenAI's strict function calling has it
+    (free extra keys let a small model ramble on until `max_tokens`)."""
+    params = dict(tool.parameters or {})
+    params.setdefault("type", "object")
+    if "properties" in params:
+        params.setdefault("additionalProperties", False)
+    return params
+
+
+def special_token_id(tokenizer: Any, text: str) -> int | None:
+    """The id of `text` when the tokenizer holds it as one special added token."""
+    for token_id, added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+        if added.content == text and added.special:
+            return int(token_id)
+    return None
+
+
+def lark_tag(text: str, tokenizer: Any) -> str:
+    token_id = special_token_id(tokenizer, text)
+    return f"<[{token_id}]>" if token_id is not None else json.dumps(text)
