@@ -17,6 +17,7 @@ from gateway import responses as R
 from gateway.protocol import SamplingFields
 from gateway.runner import RequestSpec, Update
 from gateway.service import IncrementalDetokenizer, StopMatcher, TokenText, usage
+from gateway.tools.parse import ToolParser
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Choice:
     done: bool = False
     acked: bool = False
     stats: dict[str, Any] | None = None
+    tools: ToolParser | None = None  # chat with tools: the text is parsed for calls
 
     def consume(self, update: Update) -> Delta | None:
         """Detokenize one round, token by token, cutting at the first stop string."""

@@ -1,13 +1,18 @@
 """OpenAI request models (field names exactly as in openai-openapi) and response shapes.
 
 Unknown request fields are accepted and ignored (`extra="allow"`, as vLLM does) and logged at
-debug level. Known OpenAI fields this server cannot honour (`tools`, `suffix`,
-`best_of > 1`) are refused with a 400 that names the parameter
+debug level. Known OpenAI fields this server cannot honour (the deprecated `functions`,
+`suffix`, `best_of > 1`) are refused with a 400 that names the parameter
 when they carry a non-default value: silently ignoring a parameter that changes the output is
 worse than an error (tgi#2914).
 
 Penalties and `logit_bias` are OpenAI's ranges: penalties in [-2, 2], `logit_bias` maps token
 id strings to biases in [-100, 100] (ids are checked against the vocabulary in serving).
+
+Tool calling: `tools`, `tool_choice` and `parallel_tool_calls` are validated here into
+`gateway.tools.spec` data; assistant `tool_calls` and `tool` messages (`tool_call_id`) are
+accepted in the history. `tools` with a non-text `response_format` is refused (both would
+constrain the same output).
 
 Extensions, vLLM-compatible: `top_k`, `ignore_eos`, `repetition_penalty`; ours: a `hedgespec`
 object.
@@ -27,6 +32,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from core.config import GrammarSpec, Penalties
 from core.grammar import grammar_text
 from gateway.errors import invalid_request
+from gateway.tools.spec import (
+    Tool,
+    ToolChoice,
+    ToolRequest,
+    parse_tool_choice,
+    parse_tools,
+    tool_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,16 +109,46 @@ class ChatMessage(OpenAIBaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Any = None
     name: str | None = None
+    tool_calls: list[Any] | None = None  # assistant: the calls it made
+    tool_call_id: str | None = None  # tool: which call this is the result of
 
     @field_validator("content", mode="after")
     @classmethod
     def _flatten(cls, value: Any) -> str:
         return _text_of(value)
 
-    def template_dict(self) -> dict[str, str]:
+    @field_validator("tool_calls", mode="after")
+    @classmethod
+    def _check_calls(cls, value: list[Any] | None) -> list[Any] | None:
+        return [_history_call(c) for c in value] if value else None
+
+    def template_dict(self) -> dict[str, Any]:
         # Chat templates predate the `developer` role; it means `system` to them.
         role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": str(self.content)}
+        out: dict[str, Any] = {"role": role, "content": str(self.content)}
+        if self.tool_calls and role == "assistant":
+            out["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None and role == "tool":
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+def _history_call(call: Any) -> dict[str, Any]:
+    """An assistant message's tool call, with `arguments` as a dict (chat templates expect
+    one; the OpenAI wire form is a JSON string)."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise ValueError('each tool call needs {"type": "function", "function": {"name", "arguments"}}')
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            raise ValueError("tool call arguments must be a JSON object") from None
+    if not isinstance(args, dict):
+        raise ValueError("tool call arguments must be a JSON object")
+    return {"id": str(call.get("id", "")), "type": "function",
+            "function": {"name": fn["name"], "arguments": args}}  # fmt: skip
 
 
 def _normalise_stop(value: Any) -> list[str] | None:
@@ -203,16 +246,29 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_CHAT_TOP_LOGPROBS)
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    tools: Any = None  # validated into tuple[Tool, ...]
+    tool_choice: Any = None  # validated into a ToolChoice
+    parallel_tool_calls: bool = True
     functions: list[Any] | None = None
     response_format: dict[str, Any] | None = None
 
-    @field_validator("tools", "functions", mode="after")
+    @field_validator("tools", mode="after")
     @classmethod
-    def _no_tools(cls, value: list[Any] | None) -> list[Any] | None:
+    def _check_tools(cls, value: Any) -> tuple[Tool, ...]:
+        if value is not None and not isinstance(value, list):
+            raise ValueError("must be a list of tools")
+        return parse_tools(value or [])
+
+    @field_validator("tool_choice", mode="after")
+    @classmethod
+    def _check_tool_choice(cls, value: Any) -> ToolChoice:
+        return parse_tool_choice(value)
+
+    @field_validator("functions", mode="after")
+    @classmethod
+    def _no_functions(cls, value: list[Any] | None) -> list[Any] | None:
         if value:
-            raise ValueError("tool calling is not supported by this server")
+            raise ValueError("the deprecated `functions` field is not supported; use `tools`")
         return value
 
     @field_validator("response_format", mode="after")
@@ -226,10 +282,25 @@ class ChatCompletionRequest(SamplingFields):
     def grammar(self) -> GrammarSpec | None:
         return response_format_grammar(self.response_format) if self.response_format else None
 
+    @property
+    def tool_request(self) -> ToolRequest | None:
+        """What the tools ask of generation (None: no tools, or `tool_choice` "none")."""
+        choice = self.tool_choice or ToolChoice("auto")
+        return tool_request(self.tools or (), choice, self.parallel_tool_calls)
+
     def check(self) -> None:
         """Cross-field rules, raised with the offending `param` named."""
         if self.top_logprobs and not self.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", param="top_logprobs")
+        try:
+            tools = self.tool_request
+        except ValueError as e:
+            raise invalid_request(str(e), param="tool_choice") from None
+        if tools is not None and self.grammar is not None:
+            raise invalid_request(
+                "response_format and tools cannot be used together; describe the output as a tool",
+                param="response_format",
+            )
 
     @property
     def max_new_tokens(self) -> int | None:

@@ -186,11 +186,16 @@ def envelope(*, id: str, object: str, created: int, model: str, fingerprint: str
 
 
 def chat_choice(
-    index: int, text: str, finish_reason: str | None, logprobs: list[dict[str, Any]] | None
+    index: int, text: str, finish_reason: str | None, logprobs: list[dict[str, Any]] | None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if tool_calls:
+        # OpenAI: content is null when the answer is only calls
+        message.update(content=text or None, tool_calls=tool_calls)
     return {
         "index": index,
-        "message": {"role": "assistant", "content": text, "refusal": None},
+        "message": message,
         "logprobs": {"content": logprobs, "refusal": None} if logprobs is not None else None,
         "finish_reason": finish_reason,
     }
@@ -210,6 +215,15 @@ def chat_delta_choice(
     }
 
 
+def tool_call_deltas(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
+    """One complete call as stream deltas: id, type and name first, then the arguments."""
+    fn = call["function"]
+    head = {"index": index, "id": call["id"], "type": "function",
+            "function": {"name": fn["name"], "arguments": ""}}  # fmt: skip
+    args = {"index": index, "function": {"arguments": fn["arguments"]}}
+    return [{"tool_calls": [head]}, {"tool_calls": [args]}]
+
+
 def completion_choice(
     index: int, text: str, finish_reason: str | None, logprobs: dict[str, Any] | None
 ) -> dict[str, Any]:
@@ -217,8 +231,10 @@ def completion_choice(
 
 
 def model_card(
-    model_id: str, *, created: int, max_context: int, drafters: list[str]
+    model_id: str, *, created: int, max_context: int, drafters: list[str], tool_format: str
 ) -> dict[str, Any]:
+    """`capabilities` is ours: the tool-call format the target gets (gateway/tools/formats.py)
+    and structured outputs, which every target supports."""
     return {
         "id": model_id,
         "object": "model",
@@ -226,6 +242,7 @@ def model_card(
         "owned_by": "hedgespec",
         "max_model_len": max_context,
         "spec": {"method": "eagle3", "drafters": drafters},
+        "capabilities": {"tool_calling": tool_format, "structured_outputs": True},
     }
 
 

@@ -42,13 +42,17 @@ class Tokenizer(Protocol):
     def convert_ids_to_tokens(self, ids: int) -> Any: ...
 
 
-def render_chat(tokenizer: Tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """Prompt token ids for a conversation, with the generation prompt appended."""
+def render_chat(
+    tokenizer: Tokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+) -> list[int]:
+    """Prompt token ids for a conversation, with the generation prompt appended; `tools` go to
+    the template (those that render tools read them; see gateway/tools/formats.py)."""
     template = None if tokenizer.chat_template else FALLBACK_CHAT_TEMPLATE
     try:
         text = tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, chat_template=template
-        )
+            messages, tools=tools, tokenize=False, add_generation_prompt=True,
+            chat_template=template,
+        )  # fmt: skip
     except Exception as exc:  # jinja raises on conversations the template forbids
         raise invalid_request(f"cannot apply the chat template: {exc}", param="messages") from exc
     # The template already carries any BOS it wants; adding special tokens would double it.
@@ -73,8 +77,12 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str | list[int], *, param: str) 
 class IncrementalDetokenizer:
     """Turns a growing list of token ids into text deltas that never split a character."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, keep: frozenset[int] = frozenset()) -> None:
         self._tok = tokenizer
+        # Special tokens to show anyway (a tool-call tag that is a special token); the others
+        # are dropped before decoding.
+        self._keep = keep
+        self._drop = frozenset(_special_ids(tokenizer)) - keep if keep else frozenset()
         # Fast tokenizers: call the Rust decoder directly. transformers' `decode` wrapper adds
         # ~15 µs of Python per call and we decode twice per token; the result is the same
         # because we never ask for its clean-up step.
@@ -107,11 +115,20 @@ class IncrementalDetokenizer:
         return text
 
     def _decode(self, ids: list[int]) -> str:
+        skip = not self._keep
+        if not skip:
+            ids = [i for i in ids if i not in self._drop]
         if not ids:
             return ""
         if self._backend is not None:
-            return str(self._backend.decode(ids, skip_special_tokens=True))
-        return self._tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            return str(self._backend.decode(ids, skip_special_tokens=skip))
+        return self._tok.decode(ids, skip_special_tokens=skip, clean_up_tokenization_spaces=False)
+
+
+def _special_ids(tokenizer: Any) -> set[int]:
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids = {int(i) for i, t in decoder.items() if getattr(t, "special", False)}
+    return ids | set(getattr(tokenizer, "all_special_ids", []) or [])
 
 
 class StopMatcher:
@@ -185,8 +202,12 @@ def is_byte_level(tokenizer: Any) -> bool:
 class TokenText:
     """Token id -> (display string, UTF-8 bytes) for logprobs, cached per tokenizer."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, keep: frozenset[int] = frozenset()) -> None:
         self._tok = tokenizer
+        # Special tokens to show anyway (a tool-call tag that is a special token); the others
+        # are dropped before decoding.
+        self._keep = keep
+        self._drop = frozenset(_special_ids(tokenizer)) - keep if keep else frozenset()
         self._byte_level = is_byte_level(tokenizer)
         self._cache: dict[int, tuple[str, list[int]]] = {}
 

@@ -20,7 +20,8 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from core.config import LEARNER_NAMES, Penalties, SamplingParams
+from core.config import LEARNER_NAMES, GrammarSpec, Penalties, SamplingParams
+from core.grammar import grammar_text
 from gateway import responses as R
 from gateway.config import Settings
 from gateway.errors import APIError, context_length_exceeded, invalid_request, model_not_found
@@ -35,6 +36,10 @@ from gateway.service import (
     encode_prompt,
     render_chat,
 )
+from gateway.tools import formats
+from gateway.tools.grammar import special_token_id, tool_grammar
+from gateway.tools.parse import ToolCall, ToolParser
+from gateway.tools.spec import ToolRequest
 
 log = logging.getLogger(__name__)
 SEED_MODULUS = 2**63
@@ -86,7 +91,11 @@ class Serving:
             created=int(self.runner.started_at),
             max_context=info.max_context,
             drafters=list(info.drafter_ids),
+            tool_format=self._tool_format().name,
         )
+
+    def _tool_format(self) -> formats.ToolFormat:
+        return formats.detect(getattr(self._tokenizer(), "chat_template", None))
 
     def _tokenizer(self) -> Any:
         return self.runner.tokenizer
@@ -142,14 +151,38 @@ class Serving:
     def prepare_chat(self, req: ChatCompletionRequest, arrival: float, scope: str = "") -> Job:
         info = self.engine_info()
         self._check_common(req, info)
-        prompt_ids = render_chat(self._tokenizer(), [m.template_dict() for m in req.messages])
+        tools, fmt = req.tool_request, self._tool_format()
+        messages, listed = formats.render(fmt, [m.template_dict() for m in req.messages], tools)
+        prompt_ids = render_chat(self._tokenizer(), messages, listed)
         max_new = self._max_new_tokens(req, len(prompt_ids), info, "messages")
+        grammar = self._tool_grammar(fmt, tools) if tools else req.grammar
         job = self._new_job("chat", "chatcmpl", req, info, arrival, scope)
         text = self._logged_prompt(prompt_ids)
         for i in range(req.n):
-            self._add_choice(job, prompt_ids, max_new, index=i, prompt_text=text)
+            self._add_choice(job, prompt_ids, max_new, index=i, prompt_text=text, grammar=grammar)
+            if tools:
+                self._parse_tools(job.choices[-1], fmt, tools)
         job.prompt_tokens = len(prompt_ids)
         return job
+
+    def _tool_grammar(self, fmt: formats.ToolFormat, tools: ToolRequest) -> GrammarSpec | None:
+        """`required` or a named tool as a grammar (checked here: a 400, not an engine error)."""
+        grammar = tool_grammar(fmt, tools, self._tokenizer())
+        if grammar is not None:
+            try:
+                grammar_text(grammar)
+            except ValueError as e:
+                raise invalid_request(f"cannot enforce a call of these tools: {e}", param="tools") from None
+        return grammar
+
+    def _parse_tools(self, choice: Choice, fmt: formats.ToolFormat, tools: ToolRequest) -> None:
+        """The choice's text is parsed for calls; tags that are special tokens are kept in it."""
+        tokenizer = self._tokenizer()
+        tags = [special_token_id(tokenizer, t) for t in (fmt.open, fmt.close) if t]
+        keep = frozenset(t for t in tags if t is not None)
+        if keep:
+            choice.detok = IncrementalDetokenizer(tokenizer, keep)
+        choice.tools = ToolParser(fmt, frozenset(t.name for t in tools.tools), tools.parallel)
 
     def prepare_completion(self, req: CompletionRequest, arrival: float, scope: str = "") -> Job:
         info = self.engine_info()
@@ -202,7 +235,7 @@ class Serving:
 
     def _add_choice(
         self, job: Job, prompt_ids: list[int], max_new: int, *, index: int, prefix: str = "",
-        prompt_text: str | None = None,
+        prompt_text: str | None = None, grammar: GrammarSpec | None = None,
     ) -> None:
         req = job.request
         request_id = f"{job.id}-{index}"
@@ -216,7 +249,7 @@ class Serving:
             logprobs=job.request_logprobs,
             prompt_logprobs=getattr(req, "num_prompt_logprobs", None),
             penalties=req.penalties,
-            grammar=getattr(req, "grammar", None),
+            grammar=grammar,
         )
         tokenizer = self._tokenizer()
         job.specs.append(
@@ -286,9 +319,15 @@ class Serving:
         text = c.prefix + "".join(c.text)
         if job.kind == "chat":
             lps = [R.chat_logprob(job.token_text, lp) for lp in c.logprobs]
+            calls = None
+            if c.tools is not None:  # the same parser as streaming, fed the whole text
+                events = c.tools.feed(text) + c.tools.finish()
+                text = "".join(e for e in events if isinstance(e, str))
+                calls = [call.openai_dict() for call in c.tools.calls] or None
             return R.chat_choice(
-                c.index, text, c.finish_reason, lps if job.wants_logprobs else None
-            )
+                c.index, text, _finish_reason(c), lps if job.wants_logprobs else None,
+                tool_calls=calls,
+            )  # fmt: skip
         comp_lps = (
             R.completion_logprobs(job.token_text, c.logprobs, c.offsets)
             if job.wants_logprobs
@@ -315,7 +354,10 @@ class Serving:
             last: dict[str, Any] | None = None
             async with contextlib.aclosing(self._deltas(job)) as deltas:
                 async for delta in deltas:
-                    if delta.text or delta.logprobs or delta.prompt_logprobs:
+                    if delta.choice.tools is not None:
+                        for chunk in self._tool_chunks(job, delta):
+                            yield R.sse_frame(chunk)
+                    elif delta.text or delta.logprobs or delta.prompt_logprobs:
                         yield R.sse_frame(self._content_chunk(job, delta))
                     if delta.finished:
                         if last is not None:
@@ -372,9 +414,25 @@ class Serving:
             )
         return self._chunk(job, [choice])
 
+    def _tool_chunks(self, job: Job, delta: Delta) -> list[dict[str, Any]]:
+        """A tool-parsed choice's round: its content (what is surely not a call) with the
+        round's logprobs, then each call completed in it, as OpenAI streams calls: the id and
+        name with empty arguments, then the arguments."""
+        parser = delta.choice.tools
+        assert parser is not None
+        events = parser.feed(delta.text) + (parser.finish() if delta.finished else [])
+        text = "".join(e for e in events if isinstance(e, str))
+        chunks = []
+        if text or delta.logprobs:
+            chunks.append(self._content_chunk(job, Delta(delta.choice, text, delta.logprobs, [], False)))
+        for call in (e for e in events if isinstance(e, ToolCall)):
+            chunks += [self._chunk(job, [R.chat_delta_choice(delta.choice.index, d)])
+                       for d in R.tool_call_deltas(parser.calls.index(call), call.openai_dict())]  # fmt: skip
+        return chunks
+
     def _finish_chunk(self, job: Job, c: Choice) -> dict[str, Any]:
         if job.kind == "chat":
-            return self._chunk(job, [R.chat_delta_choice(c.index, {}, c.finish_reason)])
+            return self._chunk(job, [R.chat_delta_choice(c.index, {}, _finish_reason(c))])
         return self._chunk(job, [R.completion_choice(c.index, "", c.finish_reason, None)])
 
     def _closing_chunks(self, job: Job, last: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -403,6 +461,13 @@ class Serving:
         for c in job.choices:
             reason = c.finish_reason if ok and c.finish_reason else "abort"
             self.metrics.requests.labels(endpoint, reason).inc()
+
+
+def _finish_reason(c: Choice) -> str | None:
+    """OpenAI's "tool_calls" when a choice that ended on its own made calls."""
+    if c.tools is not None and c.tools.calls and c.finish_reason == "stop":
+        return "tool_calls"
+    return c.finish_reason
 
 
 def _temperature(temperature: float | None, top_p: float | None) -> float:
