@@ -96,10 +96,36 @@ content_parts = st.lists(
     ),
     max_size=3,
 )
+# Tools: valid ones (a tiny schema, none, or one the grammar engine refuses), wrong shapes and
+# arbitrary JSON; tool_choice in every form; history calls with good and bad arguments.
+tool_params = st.sampled_from([
+    {"type": "object", "properties": {"x": {"enum": ["a", "b"]}}, "required": ["x"]},
+    {"properties": {"n": {"type": "integer"}}}, {}, {"$ref": "#/nowhere"}, [],
+])  # fmt: skip
+tool = st.one_of(
+    st.fixed_dictionaries(
+        {"type": st.just("function"),
+         "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g", "bad name", ""])},
+                                           optional={"parameters": tool_params, "description": texts})}),
+    any_json,
+)  # fmt: skip
+tool_choices = st.one_of(
+    st.sampled_from(["none", "auto", "required", "sometimes"]),
+    st.fixed_dictionaries({"type": st.just("function"),
+                           "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g", "h"])})}),
+    any_json,
+)  # fmt: skip
+history_call = st.fixed_dictionaries(
+    {"id": texts, "type": st.just("function"),
+     "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g"]),
+                                        "arguments": st.sampled_from(['{"x": "a"}', "", "[1", "{}", "7"])})},
+)  # fmt: skip
 message = st.fixed_dictionaries(
     {"role": either(st.sampled_from(["system", "developer", "user", "assistant", "tool"]), texts)},
-    optional={"content": either(st.one_of(texts, long_texts), content_parts), "name": texts},
-)
+    optional={"content": either(st.one_of(texts, long_texts), content_parts), "name": texts,
+              "tool_calls": either(st.lists(history_call, max_size=2), st.lists(any_json, max_size=1)),
+              "tool_call_id": either(texts)},
+)  # fmt: skip
 small_tokens = either(st.integers(1, 8), st.integers(-5, 0), st.integers(10**5, 10**30),
                       st.floats(-1e6, 1e6))
 sampling = {
@@ -128,8 +154,10 @@ chat_bodies = st.fixed_dictionaries(
         "logprobs": either(st.booleans()),
         "top_logprobs": either(st.integers(-2, 25)),
         "response_format": either(st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object", "x"])})),
-        "tools": either(st.just([]), st.lists(any_json, max_size=2)),
-        "tool_choice": any_json,
+        "tools": either(st.just([]), st.lists(tool, max_size=2)),
+        "tool_choice": either(tool_choices),
+        "parallel_tool_calls": either(st.booleans()),
+        "functions": either(st.just([]), st.lists(any_json, max_size=1)),
         "unknown_field_xyz": any_json,
     },
 )
@@ -157,7 +185,7 @@ valid_texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 valid_chat_bodies = st.fixed_dictionaries(
     {"model": st.just(MODEL),
      "messages": st.lists(st.fixed_dictionaries({
-         "role": st.sampled_from(["system", "developer", "user", "assistant"]),
+         "role": st.sampled_from(["system", "developer", "user", "assistant", "tool"]),
          "content": st.one_of(valid_texts, st.sampled_from(NASTY_TEXT[5:]).filter(
              lambda t: "\ud800" not in t and "\udfff" not in t and "\udbff" not in t))}),
          min_size=1, max_size=3),
