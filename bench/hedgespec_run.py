@@ -108,6 +108,8 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     go("plain", engine, "none")
     for d in ids:
         go("generalist" if d == gen else d, engine, f"fixed:{d}")
+    if engine.router is not None:  # the static router baseline (core/router.py, demo/router.py)
+        go("router", engine, "router")
     for name, learner in LEARNED.items():
         go(name, engine, learner)
     default = engine.config.selector

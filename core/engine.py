@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from core.grammar import GrammarCompiler
 from core.learner_sessions import LearnerSessions
 from core.request import RequestState, parse_policy
 from core.rounds import prefill, speculative_round
+from core.router import PromptRouter
 from core.stats import RequestStats, RoundStats, TokenLogprob
 from core.target import Target
 
@@ -77,6 +78,8 @@ class SpecEngine:
         self._order: list[str] = []
         self._next = 0
         self._grammars: GrammarCompiler | None = None
+        # The static baseline policy `router` (core/router.py), when the pool ships one.
+        self.router: PromptRouter | None = None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -96,7 +99,14 @@ class SpecEngine:
         base = Path(pool_json).parent
         drafters = [(d["id"], base / d["path"]) for d in spec.get("drafters", [])]
         name = model_name or spec.get("model_name") or Path(spec["target"]).name
-        return cls.from_dirs(base / spec["target"], drafters, config, name)
+        engine = cls.from_dirs(base / spec["target"], drafters, config, name)
+        if spec.get("router"):
+            engine.load_router(base / spec["router"])
+        return engine
+
+    def load_router(self, path: Path) -> None:
+        """The prompt router of policy `router` (core/router.py)."""
+        self.router = PromptRouter.load(path)
 
     def load_drafter(self, path: Path, subfolder: str | None = None) -> Eagle3Drafter:
         dtype = self.target.dtype
@@ -147,7 +157,8 @@ class SpecEngine:
         if any(not 0 <= t < self.target.vocab_size for t in prompt_ids):
             raise ValueError("prompt contains token ids outside the vocabulary")
         try:
-            resolved = parse_policy(policy, self.config.selector.policy, self.snapshot.ids)
+            resolved = parse_policy(policy, self.config.selector.policy, self.snapshot.ids,
+                                    self._router_for(prompt_ids))
         except ValueError as exc:
             raise PolicyError(str(exc)) from exc
         state = RequestState.create(request_id, list(prompt_ids), params, resolved, self.snapshot, self.config,
@@ -161,6 +172,19 @@ class SpecEngine:
             state.matcher = self.grammar_compiler().matcher(params.grammar)
         self._requests[request_id] = state
         self._order.append(request_id)
+
+    def _router_for(self, prompt_ids: list[int]) -> Callable[[], str] | None:
+        """The router's pick for this prompt; a label the pool no longer serves falls back to
+        the pool's first drafter (the generalist in the shipped pool)."""
+        router = self.router
+        if router is None:
+            return None
+
+        def route() -> str:
+            did = router.route(prompt_ids)
+            return did if did in self.snapshot.ids else self.snapshot.ids[0]
+
+        return route
 
     def grammar_compiler(self) -> GrammarCompiler:
         """The target tokenizer in the grammar engine's form, built on first use."""

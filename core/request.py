@@ -3,6 +3,7 @@ queue, statistics, RNGs, and the stop rules that decide what a round may commit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,25 +17,36 @@ from core.grammar import TokenMatcher
 from core.learners import Learner, make_learner
 from core.stats import RequestStats, TokenLogprob
 
+ROUTER = "router"
+
 
 @dataclass(frozen=True)
 class Policy:
     kind: str  # "none" | "fixed" | "learner"
     name: str  # learner name or drafter id ("" for none)
+    routed: bool = False  # a fixed drafter the prompt router chose (core/router.py)
 
     @property
     def label(self) -> str:
+        if self.routed:
+            return "router"
         return {"none": "none", "fixed": f"fixed:{self.name}"}.get(self.kind, self.name)
 
 
-def parse_policy(policy: str, default: str, drafter_ids: tuple[str, ...]) -> Policy:
-    """auto -> server default; none; fixed:<drafter id>; a learner name. An empty pool means
-    plain decoding for auto and learners (there is nothing to choose from)."""
+def parse_policy(policy: str, default: str, drafter_ids: tuple[str, ...],
+                 route: Callable[[], str] | None = None) -> Policy:
+    """auto -> server default; none; fixed:<drafter id>; a learner name; router (the drafter
+    `route` picks for this prompt, fixed for the request). An empty pool means plain decoding
+    for auto, learners and the router (there is nothing to choose from)."""
     p = (policy or "auto").strip()
     if p == "auto":
         p = default if default != "auto" else "normalhedge"
-    if p == "none":
+    if p == "none" or (p == ROUTER and not drafter_ids):
         return Policy("none", "")
+    if p == ROUTER:
+        if route is None:
+            raise ValueError("policy 'router' needs a prompt router: this pool has none")
+        return Policy("fixed", route(), routed=True)
     if p.startswith("fixed:"):
         did = p.removeprefix("fixed:")
         if did not in drafter_ids:
@@ -42,7 +54,8 @@ def parse_policy(policy: str, default: str, drafter_ids: tuple[str, ...]) -> Pol
         return Policy("fixed", did)
     if p in LEARNER_NAMES:
         return Policy("learner", p) if drafter_ids else Policy("none", "")
-    raise ValueError(f"unknown policy {p!r}: use auto, none, fixed:<drafter id> or one of {list(LEARNER_NAMES)}")
+    raise ValueError(f"unknown policy {p!r}: use auto, none, fixed:<drafter id>, router or one of "
+                     f"{list(LEARNER_NAMES)}")
 
 
 @dataclass

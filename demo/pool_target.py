@@ -58,4 +58,7 @@ def open_pool_engine(pool_json: Path, config: Any, model_name: str | None = None
     drafters = [(d["id"], base / d["path"]) for d in spec.get("drafters", [])]
     name = model_name or spec.get("model_name")
     target = target_dir(pool_json)
-    return SpecEngine.from_dirs(target, drafters, config, name or target.name)
+    engine = SpecEngine.from_dirs(target, drafters, config, name or target.name)
+    if spec.get("router"):  # the static router baseline (demo/router.py), policy "router"
+        engine.load_router(base / spec["router"])
+    return engine

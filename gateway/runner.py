@@ -99,6 +99,7 @@ class EngineInfo:
     drafter_ids: tuple[str, ...]
     vocab_size: int
     fingerprint: str
+    has_router: bool = False  # the pool ships a prompt router: policy "router" is served
 
 
 @dataclass
@@ -261,6 +262,7 @@ class EngineRunner:
             drafter_ids=tuple(engine.drafter_ids()),
             vocab_size=len(engine.tokenizer),
             fingerprint=fingerprint(engine, self._config_repr),
+            has_router=getattr(engine, "router", None) is not None,
         )
 
     def _warmup(self, engine: Engine) -> None:

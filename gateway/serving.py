@@ -22,6 +22,7 @@ from typing import Any
 
 from core.config import LEARNER_NAMES, GrammarSpec, Penalties, SamplingParams
 from core.grammar import grammar_text
+from core.request import ROUTER
 from gateway import responses as R
 from gateway.config import Settings
 from gateway.errors import APIError, context_length_exceeded, invalid_request, model_not_found
@@ -494,6 +495,15 @@ def check_policy(policy: str, info: EngineInfo) -> None:
     policy = policy.strip()  # as the engine's parser does
     if policy in ("auto", "none") or policy in LEARNER_NAMES:
         return
+    if policy == ROUTER:
+        if info.has_router:
+            return
+        raise invalid_request(
+            "policy 'router' needs a prompt router and this pool has none "
+            "(python -m demo.router --pool <pool.json> trains one)",
+            param="hedgespec.policy",
+            code="invalid_policy",
+        )
     if policy.startswith("fixed:"):
         if policy.removeprefix("fixed:") in info.drafter_ids:
             return
@@ -503,7 +513,7 @@ def check_policy(policy: str, info: EngineInfo) -> None:
             code="invalid_policy",
         )
     raise invalid_request(
-        f"unknown policy {policy!r}: use auto, none, fixed:<drafter id> or one of "
+        f"unknown policy {policy!r}: use auto, none, fixed:<drafter id>, router or one of "
         f"{list(LEARNER_NAMES)}",
         param="hedgespec.policy",
         code="invalid_policy",
