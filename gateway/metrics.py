@@ -32,7 +32,11 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20)
 LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 10)
-REGRET_BUCKETS = (-10, -1, 0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
+# Regret can be negative (a learner that switches drafters can beat the best single one), but
+# Prometheus drops `_sum` from a histogram with negative buckets: the histogram observes
+# max(0, regret) (its le="0" bucket counts the requests at or below zero) and a gauge keeps the
+# signed sum, so mean regret = signed sum / count.
+REGRET_BUCKETS = (0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 
 
 class GatewayMetrics:
@@ -93,6 +97,12 @@ class GatewayMetrics:
             "Per-request regret in tokens against the best single drafter in hindsight.",
             ["policy"],
             buckets=REGRET_BUCKETS,
+            registry=r,
+        )
+        self.regret_signed = Gauge(
+            "hedgespec_request_regret_tokens_signed_sum",
+            "Sum of per-request regret in tokens, negative regret included.",
+            ["policy"],
             registry=r,
         )
 
@@ -157,7 +167,9 @@ class GatewayMetrics:
         policy = str(stats.get("policy", "unknown"))
         if stats.get("num_spec_steps"):
             self.acceptance_length.labels(policy).observe(float(stats["mean_acceptance_length"]))
-            self.regret.labels(policy).observe(float(stats.get("regret_tokens", 0.0)))
+            regret = float(stats.get("regret_tokens", 0.0))
+            self.regret.labels(policy).observe(max(0.0, regret))
+            self.regret_signed.labels(policy).inc(regret)
         if stats.get("warm_start_requests"):
             self.warm_starts.labels(policy).inc()
 

@@ -51,10 +51,22 @@ def test_request_stats_feed_the_acceptance_and_regret_histograms() -> None:
     assert value(m, f"{length}_sum", policy="normalhedge") == 2.2
     assert value(m, f"{length}_bucket", policy="normalhedge", le="2.0") == 0
     assert value(m, f"{length}_bucket", policy="normalhedge", le="2.5") == 1
-    regret = "hedgespec_request_regret_tokens"  # negative buckets: prometheus_client omits _sum
+    regret = "hedgespec_request_regret_tokens"
     assert value(m, f"{regret}_count", policy="normalhedge") == 1
+    assert value(m, f"{regret}_sum", policy="normalhedge") == 1.5
     assert value(m, f"{regret}_bucket", policy="normalhedge", le="1.0") == 0
     assert value(m, f"{regret}_bucket", policy="normalhedge", le="2.0") == 1
+
+
+def test_negative_regret_lands_at_zero_and_the_signed_sum_keeps_it() -> None:
+    m = GatewayMetrics()
+    for regret in (-3.0, 1.0):
+        m.observe_request_stats({"policy": "normalhedge", "num_spec_steps": 5,
+                                 "mean_acceptance_length": 2.0, "regret_tokens": regret})
+    regret = "hedgespec_request_regret_tokens"
+    assert value(m, f"{regret}_bucket", policy="normalhedge", le="0.0") == 1
+    assert value(m, f"{regret}_sum", policy="normalhedge") == 1.0
+    assert value(m, f"{regret}_signed_sum", policy="normalhedge") == -2.0
 
 
 def test_a_request_without_spec_steps_observes_no_acceptance_length() -> None:
