@@ -176,14 +176,14 @@ def free_port() -> int:
         return port
 
 
-def start_server(pool: Path, workdir: Path, threads: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(pool: Path, workdir: Path, threads: int, dtype: str) -> tuple[subprocess.Popen[bytes], str]:
     log_path = workdir / "server.log"
     url = f"http://127.0.0.1:{free_port()}"
     args = [
         sys.executable, "-m", "gateway", "serve", "--pool", str(pool),
         "--port", url.rsplit(":", 1)[1],
         "--database-url", f"sqlite:///{workdir / 'registry.db'}",
-        "--torch-threads", str(threads), "--log-level", "warning",
+        "--torch-threads", str(threads), "--log-level", "warning", "--dtype", dtype,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
@@ -248,7 +248,8 @@ def render(summary: dict[str, float], meta: dict[str, Any], pairs: list[tuple[Ru
         "",
         f"- pool: `{meta['pool']}` (model `{meta['model']}`, drafters {meta['drafters']})",
         f"- machine: {meta['machine']}, {meta['cpus']} CPUs, load average at start "
-        f"{meta['load']}; torch threads {meta['threads']} on both sides",
+        f"{meta['load']}; torch threads {meta['threads']} and dtype {meta.get('dtype', 'float32')} "
+        "on both sides",
         f"- {meta['prompts']} prompts × {meta['repeats']} interleaved repeats, "
         f"{meta['max_tokens']} tokens each, greedy, policy `{meta['policy']}`, tree {meta['tree']}",
         "",
@@ -319,12 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer prompts and tokens")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     parser.add_argument("--policy", default="auto")
+    parser.add_argument("--dtype", default="auto", help="both sides; auto = what `hedgespec serve` picks here")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "gateway.md")
     args = parser.parse_args(argv)
 
     import torch
 
     from core.config import EngineConfig
+    from core.precision import auto_dtype
     from demo.pool_target import open_pool_engine
 
     torch.set_num_threads(args.threads)
@@ -333,11 +336,12 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         pool = resolve_pool(args.pool, workdir)
         load = os.getloadavg()
-        config = EngineConfig()
+        dtype = auto_dtype() if args.dtype == "auto" else args.dtype  # the same on both sides
+        config = EngineConfig(dtype=dtype)
         engine = open_pool_engine(pool, config)
         tok = engine.tokenizer
         prompt_ids = [list(tok(p)["input_ids"]) for p in PROMPTS[:n_prompts]]
-        proc, url = start_server(pool, workdir, args.threads)
+        proc, url = start_server(pool, workdir, args.threads, dtype)
         try:
             with httpx.Client(base_url=url, timeout=600) as http:
                 model = http.get("/v1/models").json()["data"][0]["id"]
@@ -370,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "load": ", ".join(f"{x:.1f}" for x in load),
             "threads": args.threads,
+            "dtype": dtype,
             "prompts": n_prompts,
             "repeats": repeats,
             "max_tokens": max_tokens,

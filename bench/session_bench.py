@@ -28,6 +28,7 @@ import torch
 from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
 from core.config import EngineConfig, SamplingParams
 from core.engine import SpecEngine
+from core.precision import auto_dtype
 from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -139,19 +140,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-domain", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", default="auto", help="auto = what `hedgespec serve` picks on this machine")
     ap.add_argument("--out", type=Path, default=RESULTS / "sessions.md")
     args = ap.parse_args(argv)
     per_domain = args.per_domain or (3 if args.quick else 8)
     torch.set_num_threads(args.threads)
     started = time.monotonic()
-    engine = open_pool_engine(args.pool, EngineConfig(max_context=4096))
+    dtype = auto_dtype() if args.dtype == "auto" else args.dtype
+    engine = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=dtype))
     prompts = load_prompts(args.pool, engine.tokenizer, per_domain, 160)
     prompts = [p for p in prompts if p.domain in engine.drafter_ids()]
     summary = summarize(run_all(engine, prompts, args.max_new_tokens), per_domain)
     meta = {"command": " ".join(["python -m bench.session_bench", *(argv if argv is not None
                                                                     else sys.argv[1:])]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s)",
+            "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), {dtype}",
             "pool": str(args.pool.relative_to(Path.cwd()) if args.pool.is_relative_to(Path.cwd())
                         else args.pool),
             "per_domain": per_domain, "max_new_tokens": args.max_new_tokens,
