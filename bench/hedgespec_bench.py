@@ -88,10 +88,12 @@ def chat_ids(tokenizer: Any, text: str, max_tokens: int) -> list[int]:
 
 
 def run_method(engine: SpecEngine, prompts: Iterable[Prompt], method: str, policy: str,
-               max_new_tokens: int) -> list[Run]:
+               max_new_tokens: int, temperature: float = 0.0) -> list[Run]:
+    """Each prompt once, stopping at EOS as served; when sampling, prompt i uses seed i for
+    every method (verification is lossless, so each method's text follows the target law)."""
     runs = []
-    for p in prompts:
-        params = SamplingParams(max_new_tokens=max_new_tokens)  # stops at EOS, as served
+    for i, p in enumerate(prompts):
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=i)
         t0 = time.perf_counter()
         ids, st = engine.generate_ids(p.ids, params, policy)
         wall = time.perf_counter() - t0

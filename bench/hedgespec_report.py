@@ -51,6 +51,12 @@ def markdown(r: dict[str, Any], calib: list[tuple[float, float, int]]) -> str:
               "## Targets", "", "| target | measured | threshold | met |", "|---|---|---|---|"]
     for name, t in r["targets"].items():
         lines.append(f"| {name} | {t['value']:.3f} | {t['threshold']} | {'yes' if t['met'] else '**no**'} |")
+    if "sampling" in r:
+        lines += ["", "## Temperature 1 (seed i for prompt i, same prompts)", "",
+                  "| method | MAT | tokens/s | x plain |", "|---|---|---|---|"]
+        plain = r["sampling"]["plain"]["tokens_per_s"] or 1.0
+        for name, s in r["sampling"].items():
+            lines.append(f"| {name} | {s['mat']:.2f} | {s['tokens_per_s']:.1f} | {s['tokens_per_s'] / plain:.2f} |")
     lines += ["", "## MAT per domain", "", "| method | " + " | ".join(r["domains"]) + " |",
               "|---|" + "---|" * len(r["domains"])]
     for name in m:
