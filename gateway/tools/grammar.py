@@ -15,10 +15,9 @@ import json
 from typing import Any
 
 from core.config import GrammarSpec
+from core.grammar import JSON_OPTIONS
 from gateway.tools.formats import ToolFormat
 from gateway.tools.spec import Tool, ToolRequest
-
-JSON_STYLE = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}
 
 
 def tool_grammar(fmt: ToolFormat, tools: ToolRequest, tokenizer: Any) -> GrammarSpec | None:
@@ -44,7 +43,7 @@ def call_schema(fmt: ToolFormat, tools: tuple[Tool, ...]) -> dict[str, Any]:
         }
         for t in tools
     ]
-    return {"anyOf": options, "x-guidance": JSON_STYLE}
+    return {"anyOf": options, "x-guidance": dict(JSON_OPTIONS)}
 
 
 def arguments_schema(tool: Tool) -> dict[str, Any]:
