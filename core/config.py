@@ -147,3 +147,6 @@ class EngineConfig:
     # drafter, UCBSpec, EXP3Spec), for their regret statistics. Off: those pay only the chosen
     # drafter's catch-up, as in a plain EAGLE engine, and report no ÂL or regret.
     evaluate_all: bool = False
+    # With a grammar, draft only tokens it allows (core/drafting.grow_tree). Off only to
+    # measure what the masking buys (bench/grammar_bench.py): output is the same either way.
+    mask_drafts: bool = True

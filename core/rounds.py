@@ -96,7 +96,7 @@ def _draft(state: RequestState, chosen: int | None, n: int, config: EngineConfig
     # evaluation, where every drafter caught up in the last evaluation phase).
     state.dstate.sync(state.snapshot, config.tree.top_k, [chosen])
     kv = state.dstate.drafter_kv(chosen)
-    allowed = state.matcher.masks_after if state.matcher is not None else None
+    allowed = state.matcher.masks_after if state.matcher is not None and config.mask_drafts else None
     return grow_tree(drafter, kv, state.dstate.h_last(chosen), root, n, config.tree, allowed)
 
 
