@@ -133,7 +133,11 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", f"Grammar mask (llguidance, {c['vocab']}-token vocabulary): median {mask['median_us']:.0f} us, "
               f"p90 {mask['p90_us']:.0f} us per position over {mask['positions']} positions. Constrained outputs "
               f"that parse as a JSON object: {r['valid_json']} (the rest were cut by max_tokens). Output with "
-              f"and without draft masking identical: {r['same_output_masked_or_not']}.", ""]
+              f"and without draft masking identical: {r['same_output_masked_or_not']}.", "",
+              "Grammar engine choice (probe on this machine kind, 2026-12-01, SmolLM2 tokenizer, a 4-key schema, "
+              "while a build ran): llguidance 1.9.1 median 9.8 us / p90 35-48 us per mask, xgrammar 0.2.9 "
+              "3.5 / 11 us; both are under 0.1% of a 60 ms round, and llguidance is one 3 MB wheel without "
+              "dependencies where xgrammar pulls triton, so the project uses llguidance.", ""]
     return "\n".join(lines)
 
 
