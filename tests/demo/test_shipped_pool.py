@@ -114,3 +114,24 @@ def test_a_slice_of_the_report_reproduces(report: dict) -> None:
         # Greedy decoding is deterministic in fp32; bf16 results depend on the shape of each
         # pass and the CPU's kernels, so a tolerance absorbs that.
         assert cell.mat == pytest.approx(expected.mat, rel=0.15), (dr, do)
+
+
+def test_the_shipped_router_routes_held_out_prompts_to_their_domain(pool: dict, smollm2_dir: Path) -> None:
+    """The static router baseline (policy `router`): trained on training prompts only, it must
+    still name the right specialist for most held-out prompts (it is a strong baseline)."""
+    from transformers import AutoTokenizer
+
+    from core.router import PromptRouter
+    from demo.domains import eval_path
+    from demo.records import load_records
+    from demo.rollouts import encode_prompt
+
+    router = PromptRouter.load(POOL_DIR / pool["router"])
+    assert set(router.labels) == set(DOMAINS)
+    tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
+    hits = total = 0
+    for domain in DOMAINS:
+        for rec in load_records(eval_path(domain), domain)[:5]:
+            hits += router.route(encode_prompt(tok, rec.prompt, 600)) == domain
+            total += 1
+    assert hits / total >= 0.8
