@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.config import GrammarSpec, SamplingParams, TreeConfig
+from core.config import LEARNER_NAMES, GrammarSpec, SamplingParams, TreeConfig
 from core.drafter_pool import DrafterState
 from core.drafting import grow_tree
 from core.engine import SpecEngine
@@ -89,7 +89,7 @@ def test_masks_after_a_path_equal_a_fresh_matcher_that_consumed_it() -> None:
     assert torch.equal(matcher.masks_after([[]])[0], got[0]), "masks_after leaves the state as it was"
 
 
-@pytest.mark.parametrize("policy", ["none", "fixed:d0", "normalhedge", "exp3spec"])
+@pytest.mark.parametrize("policy", ["none", "fixed:d0", *LEARNER_NAMES])
 def test_constrained_greedy_equals_plain_constrained_greedy(policy: str) -> None:
     tok = char_tokenizer()
     target, engine = engine_with_tokenizer(tok)
