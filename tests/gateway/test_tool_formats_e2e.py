@@ -15,12 +15,11 @@ from transformers import AutoTokenizer
 
 from tests.gateway.conftest import API_KEY, ServerProcess
 from tests.gateway.test_tool_calling_e2e import MESSAGES, NAMED, PARAMS, TOOLS
-
-ONE_TOOL = [t for t in TOOLS if t["function"]["name"] == "get_time"]  # the vendor prompts are long
 from tests.gateway.tiny_pool import MODEL_NAME, build_pool
 from tests.gateway.tool_templates import LLAMA31_STYLE, QWEN3_STYLE
 
 pytestmark = pytest.mark.timeout(240)
+ONE_TOOL = [t for t in TOOLS if t["function"]["name"] == "get_time"]  # the vendor prompts are long
 TEMPLATES = {"hermes": QWEN3_STYLE, "llama3_json": LLAMA31_STYLE}
 
 
