@@ -1,4 +1,4 @@
-// The Pool tab: the drafter registry through the admin pool API (gateway/routes/admin.py):
+// The Pool tab: the drafter registry through the admin pool API (gateway/http/routes/admin.py):
 // GET/POST /admin/api/drafters, PATCH/DELETE /admin/api/drafters/{id},
 // POST /admin/api/drafters/{id}/retry and GET /admin/api/events (the audit log).
 //

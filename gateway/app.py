@@ -18,18 +18,19 @@ from functools import partial
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from gateway.auth import KeySet
 from gateway.config import Settings
-from gateway.errors import install_error_handlers
-from gateway.events import EventBus
-from gateway.metrics import GatewayMetrics
-from gateway.middleware import ArrivalClock, BodySizeLimit
-from gateway.ratelimit import RateLimit
-from gateway.registry_link import RegistryLink
-from gateway.registry_service import RegistryService
-from gateway.routes import admin, admin_live, health, openai
+from gateway.http.auth import KeySet
+from gateway.http.errors import install_error_handlers
+from gateway.http.metrics import GatewayMetrics
+from gateway.http.middleware import ArrivalClock, BodySizeLimit
+from gateway.http.ratelimit import RateLimit
+from gateway.http.routes import admin, health, openai
+from gateway.live import routes as admin_live
+from gateway.live.events import EventBus
+from gateway.openai.serving import Serving
+from gateway.pool.database import RegistryLink
+from gateway.pool.registry import RegistryService
 from gateway.runner import Engine, EngineRunner
-from gateway.serving import Serving
 
 log = logging.getLogger(__name__)
 # A registry that failed to open at start is retried after 1, 2, 4 ... 30 s.
@@ -47,7 +48,7 @@ def load_engine(settings: Settings) -> Engine:
         torch.set_num_threads(settings.torch_threads)
     config = settings.engine_config()
     if settings.target is not None:
-        from gateway.target_source import target_dir_for_engine
+        from gateway.pool.target_source import target_dir_for_engine
 
         target_dir = target_dir_for_engine(settings)
         assert target_dir is not None

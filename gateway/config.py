@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     # --- security (SecretStr keeps keys out of reprs and logs) -----------------------------
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     admin_key: SecretStr | None = None
-    # Per-client token bucket for /v1/* (gateway/ratelimit.py): sustained requests per second
+    # Per-client token bucket for /v1/* (gateway/http/ratelimit.py): sustained requests per second
     # per API key (per client address without one); None = no limit. Burst default: ceil(rps).
     rate_limit_rps: float | None = Field(default=None, gt=0)
     rate_limit_burst: int | None = Field(default=None, ge=1)
@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     model_name: str | None = None  # served model id; default: the engine's name
     database_url: str = DEFAULT_DATABASE_URL
 
-    # --- drafter registry (see gateway/registry_service.py) ------------------------------------
+    # --- drafter registry (see gateway/pool/registry.py) ------------------------------------
     # Downloads land in the standard HF cache layout, so `HF_HOME` moves them as usual.
     hf_cache_dir: Path = Field(default_factory=_default_hf_cache)
     # For gated or private drafter repos; `HF_TOKEN` is honoured too, as huggingface_hub does.

@@ -35,9 +35,9 @@ from typing import Any, Protocol, TypeVar
 
 from core.config import SamplingParams
 from core.stats import RoundStats, TokenLogprob
-from gateway.errors import APIError, not_ready, overloaded, request_timeout
-from gateway.events import EventBus, finished_event, round_event, started_event
-from gateway.metrics import GatewayMetrics
+from gateway.http.errors import APIError, not_ready, overloaded, request_timeout
+from gateway.http.metrics import GatewayMetrics
+from gateway.live.events import EventBus, finished_event, round_event, started_event
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -19,7 +19,8 @@ from fastapi.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.live_aggregator import (
+from gateway.live import routes as admin_live
+from gateway.live.aggregator import (
     BUCKET_S,
     HISTORY_SIZE,
     LISTENER_BUFFER,
@@ -27,9 +28,8 @@ from gateway.live_aggregator import (
     LiveAggregator,
     Load,
 )
-from gateway.live_traces import MAX_ROUNDS
-from gateway.routes import admin_live
-from gateway.routes.admin_live import dumps
+from gateway.live.routes import dumps
+from gateway.live.traces import MAX_ROUNDS
 from tests.admin_ui.conftest import (
     ADMIN_KEY,
     DRAFTER_IDS,

@@ -40,8 +40,8 @@ expect = pytest.importorskip("playwright.sync_api", reason="playwright is not in
 expect.set_options(timeout=30_000)
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
-HAS_POOL_API = importlib.util.find_spec("gateway.routes.admin") is not None
-needs_pool_api = pytest.mark.skipif(not HAS_POOL_API, reason="needs gateway/routes/admin.py")
+HAS_POOL_API = importlib.util.find_spec("gateway.http.routes.admin") is not None
+needs_pool_api = pytest.mark.skipif(not HAS_POOL_API, reason="needs gateway/http/routes/admin.py")
 HUB_REPO = "hedgespec-test/tiny-drafters"
 ROWS = "#live-table tbody tr"
 

@@ -6,8 +6,8 @@ from fastapi import Depends, FastAPI
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from gateway.auth import KeySet, require_admin_key, require_api_key
-from gateway.errors import install_error_handlers
+from gateway.http.auth import KeySet, require_admin_key, require_api_key
+from gateway.http.errors import install_error_handlers
 
 
 def test_keyset_matches_any_configured_key_and_hides_them() -> None:

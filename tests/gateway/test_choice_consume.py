@@ -1,4 +1,4 @@
-"""`Choice.consume` (gateway/jobs.py): how one engine round becomes text for one choice, with
+"""`Choice.consume` (gateway/openai/jobs.py): how one engine round becomes text for one choice, with
 a scripted byte-level tokenizer (token ids are byte strings) and no model."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from core.stats import TokenLogprob
-from gateway.jobs import Choice
+from gateway.openai.jobs import Choice
+from gateway.openai.text import IncrementalDetokenizer, StopMatcher
 from gateway.runner import Update
-from gateway.service import IncrementalDetokenizer, StopMatcher
 
 PIECES = {1: b"Hel", 2: b"lo", 3: b" wor", 4: b"ld", 5: b"!", 6: b"<", 7: b"END", 8: b">",
           9: b"\xc3", 10: b"\xa9"}  # 9 + 10 = UTF-8 of "é"  # fmt: skip

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli.commands import main
 from tests.gateway.tiny_pool import MODEL_NAME
 
 
@@ -61,6 +61,6 @@ def test_optional_command_modules_plug_in_when_present(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(
-        "gateway.cli.OPTIONAL_COMMAND_MODULES", ("extra_commands", "no_such_pkg.cli")
+        "gateway.cli.commands.OPTIONAL_COMMAND_MODULES", ("extra_commands", "no_such_pkg.cli")
     )
     assert main(["hello"]) == 7

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from gateway.events import EventBus
+from gateway.live.events import EventBus
 
 
 def test_events_published_from_another_thread_arrive_in_order() -> None:

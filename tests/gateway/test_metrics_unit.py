@@ -1,9 +1,9 @@
-"""gateway/metrics.py: what one round and one finished request add to the exported series."""
+"""gateway/http/metrics.py: what one round and one finished request add to the exported series."""
 
 from __future__ import annotations
 
 from core.stats import RoundStats
-from gateway.metrics import GatewayMetrics
+from gateway.http.metrics import GatewayMetrics
 
 
 def round_stats(drafter: str | None, drafted: int, accepted: int) -> RoundStats:

@@ -1,4 +1,4 @@
-"""gateway/middleware.py as plain ASGI: the arrival clock and the body size limit, driven with
+"""gateway/http/middleware.py as plain ASGI: the arrival clock and the body size limit, driven with
 scripted `receive`/`send` and an inner app that records what reached it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.middleware import ArrivalClock, BodySizeLimit, BodyTooLarge
+from gateway.http.middleware import ArrivalClock, BodySizeLimit, BodyTooLarge
 
 LIMIT = 10
 

@@ -8,8 +8,8 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from gateway.errors import APIError, loc_to_param, validation_error
-from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.http.errors import APIError, loc_to_param, validation_error
+from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 MSG = [{"role": "user", "content": "hi"}]
 

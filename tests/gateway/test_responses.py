@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from core.stats import RequestStats, RoundStats, TokenLogprob
-from gateway.responses import DONE_FRAME, chat_logprob, spec_metrics, sse_frame
-from gateway.service import TokenText
+from gateway.openai.framing import DONE_FRAME, chat_logprob, spec_metrics, sse_frame
+from gateway.openai.text import TokenText
 from tests.gateway.tiny_pool import train_tokenizer
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import APIError
+from gateway.http.errors import APIError
+from gateway.openai.serving import check_policy
 from gateway.runner import EngineInfo
-from gateway.serving import check_policy
 
 
 def test_the_gateway_serves_policy_router_only_when_the_pool_has_a_router() -> None:

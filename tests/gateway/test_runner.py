@@ -16,9 +16,9 @@ import pytest
 from core.config import SamplingParams
 from core.engine import ContextLengthError, RoundOutput
 from core.stats import RequestStats, RoundStats
-from gateway.errors import APIError
-from gateway.events import EventBus
-from gateway.metrics import GatewayMetrics
+from gateway.http.errors import APIError
+from gateway.http.metrics import GatewayMetrics
+from gateway.live.events import EventBus
 from gateway.runner import EngineRunner, RequestSpec, Update
 
 pytestmark = pytest.mark.timeout(30)

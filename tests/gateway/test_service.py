@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerFast
 
-from gateway.errors import APIError
-from gateway.service import (
+from gateway.http.errors import APIError
+from gateway.openai.text import (
     IncrementalDetokenizer,
     StopMatcher,
     TokenText,

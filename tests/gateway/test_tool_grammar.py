@@ -11,10 +11,10 @@ import llguidance.hf
 import pytest
 
 from core.grammar import grammar_text
-from gateway.service import IncrementalDetokenizer
-from gateway.tools import formats
-from gateway.tools.grammar import tool_grammar
-from gateway.tools.spec import Tool, ToolChoice, ToolRequest
+from gateway.openai.text import IncrementalDetokenizer
+from gateway.openai.tools import formats
+from gateway.openai.tools.grammar import tool_grammar
+from gateway.openai.tools.spec import Tool, ToolChoice, ToolRequest
 from tests.gateway.tiny_pool import train_tokenizer
 
 WEATHER = Tool("get_weather", None, {"type": "object", "properties": {"city": {"type": "string"}},

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gateway.protocol import ChatCompletionRequest
-from gateway.service import render_chat
-from gateway.tools import formats
-from gateway.tools.parse import ToolCall, ToolParser
+from gateway.openai.protocol import ChatCompletionRequest
+from gateway.openai.text import render_chat
+from gateway.openai.tools import formats
+from gateway.openai.tools.parse import ToolCall, ToolParser
 from tests.gateway.tiny_pool import train_tokenizer
 from tests.gateway.tool_templates import LLAMA31_STYLE, QWEN3_STYLE
 
@@ -85,7 +85,7 @@ def test_bad_tool_fields(fields: dict[str, Any], message: str) -> None:
 
 
 def test_cross_field_rules_name_their_param() -> None:
-    from gateway.errors import APIError
+    from gateway.http.errors import APIError
 
     for fields, param in [
         ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),

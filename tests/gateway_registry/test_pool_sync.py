@@ -18,8 +18,8 @@ from core.config import EngineConfig, SamplingParams
 from core.engine import SpecEngine
 from drafter_registry import crud
 from drafter_registry.db import make_engine, make_session_factory, upgrade
-from gateway.pool_sync import PoolSync, local_key, plan
-from gateway.registry_service import ServedDrafter, import_served_pool
+from gateway.pool.registry import ServedDrafter, import_served_pool
+from gateway.pool.sync import PoolSync, local_key, plan
 from gateway.runner import EngineRunner
 from tests.gateway.tiny_pool import DRAFTER_IDS
 

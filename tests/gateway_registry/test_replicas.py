@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main as hedgespec
+from gateway.cli.commands import main as hedgespec
 from tests.fakehub import FakeHub
 from tests.gateway.tiny_pool import DRAFTER_IDS
 from tests.gateway_registry.conftest import HUB_REPO, Admin, chat, start_server, wait_for

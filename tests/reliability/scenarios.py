@@ -141,7 +141,7 @@ def database_outage(pool: Path, workdir: Path, pg_admin_url: str, *, outage_s: f
             # Expected while the database is down: the request-log writer and pool sync log
             # their failed attempts (with tracebacks) and retry.
             out["log_problems"] = R.server_log_problems(server.log(), expected_from=(
-                "drafter_registry.request_log", "gateway.pool_sync", "gateway.registry_service"))
+                "drafter_registry.request_log", "gateway.pool.sync", "gateway.pool.registry"))
             out["request_logs_dropped"] = sum(
                 int(m) for m in re.findall(r"could not write (\d+) request logs", server.log()))
     load = out.get("load", {})

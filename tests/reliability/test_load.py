@@ -87,7 +87,7 @@ def test_frames_survive_clients_that_split_lines_like_python() -> None:
     there. The gateway escapes them; the bench's own SSE reader splits on LF only."""
     import json
 
-    from gateway.responses import sse_frame
+    from gateway.openai.framing import sse_frame
 
     text = "a\u2028b\x85c\u2029d é"
     frame = sse_frame({"choices": [{"delta": {"content": text}}]})

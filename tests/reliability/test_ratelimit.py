@@ -1,4 +1,4 @@
-"""The per-client token bucket (gateway/ratelimit.py): arithmetic with a fake clock, identity
+"""The per-client token bucket (gateway/http/ratelimit.py): arithmetic with a fake clock, identity
 rules, and the middleware's 429 in a real app (the real-server test is in test_security.py)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.app import create_app
-from gateway.auth import KeySet
 from gateway.config import Settings
-from gateway.ratelimit import RateLimit, TokenBucket, default_burst
+from gateway.http.auth import KeySet
+from gateway.http.ratelimit import RateLimit, TokenBucket, default_burst
 
 
 class FakeClock:

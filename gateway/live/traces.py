@@ -1,7 +1,7 @@
 """What the admin page shows about one request (`RequestTrace`), folded from its events.
 
 A trace is built from `request_started`, `round` and `request_finished` events (see
-`gateway.events`): rounds append to bounded per-round lists (the newest `MAX_ROUNDS`), a
+`gateway.live.events`): rounds append to bounded per-round lists (the newest `MAX_ROUNDS`), a
 duplicate round re-delivered after a resync is ignored, and the final statistics of a finished
 request replace what the rounds built, since they hold every round and the full regret curve.
 """

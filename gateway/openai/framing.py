@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from core.stats import TokenLogprob
-from gateway.service import TokenText
+from gateway.openai.text import TokenText
 
 DONE_FRAME = b"data: [DONE]\n\n"
 SPEC_KEYS = (
@@ -233,7 +233,7 @@ def completion_choice(
 def model_card(
     model_id: str, *, created: int, max_context: int, drafters: list[str], tool_format: str
 ) -> dict[str, Any]:
-    """`capabilities` is ours: the tool-call format the target gets (gateway/tools/formats.py)
+    """`capabilities` is ours: the tool-call format the target gets (gateway/openai/tools/formats.py)
     and structured outputs, which every target supports."""
     return {
         "id": model_id,

@@ -1,7 +1,7 @@
 """`hedgespec drafter ...` subcommands.
 
 `inspect` is here. Registry commands (add, list, enable, disable, remove, import) plug in
-through `gateway/cli_registry.py` (or any module listed in `DRAFTER_COMMAND_MODULES`): its
+through `gateway/cli/registry.py` (or any module listed in `DRAFTER_COMMAND_MODULES`): its
 `register(drafter_subparsers)` adds them; a listed module that does not exist is skipped.
 """
 
@@ -13,14 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-DRAFTER_COMMAND_MODULES: tuple[str, ...] = ("gateway.cli_registry",)
+DRAFTER_COMMAND_MODULES: tuple[str, ...] = ("gateway.cli.registry",)
 
 
 def register(sub: Any) -> None:
     drafter = sub.add_parser("drafter", help="inspect and manage EAGLE-3 drafters")
     drafter_sub = drafter.add_subparsers(dest="drafter_command", required=True, metavar="ACTION")
     _register_inspect(drafter_sub)
-    from gateway.cli import existing_modules
+    from gateway.cli.commands import existing_modules
 
     for name in existing_modules(DRAFTER_COMMAND_MODULES):
         importlib.import_module(name).register(drafter_sub)

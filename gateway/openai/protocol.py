@@ -10,14 +10,14 @@ Penalties and `logit_bias` are OpenAI's ranges: penalties in [-2, 2], `logit_bia
 id strings to biases in [-100, 100] (ids are checked against the vocabulary in serving).
 
 Tool calling: `tools`, `tool_choice` and `parallel_tool_calls` are validated here into
-`gateway.tools.spec` data; assistant `tool_calls` and `tool` messages (`tool_call_id`) are
+`gateway.openai.tools.spec` data; assistant `tool_calls` and `tool` messages (`tool_call_id`) are
 accepted in the history. `tools` with a non-text `response_format` is refused (both would
 constrain the same output).
 
 Extensions, vLLM-compatible: `top_k`, `ignore_eos`, `repetition_penalty`; ours: a `hedgespec`
 object.
 
-Responses are plain dicts built in `gateway/serving.py`; their shapes are pinned by tests
+Responses are plain dicts built in `gateway/openai/serving.py`; their shapes are pinned by tests
 against the `openai` SDK's own types.
 """
 
@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from core.config import GrammarSpec, Penalties
 from core.grammar import grammar_text
-from gateway.errors import invalid_request
-from gateway.tools.spec import (
+from gateway.http.errors import invalid_request
+from gateway.openai.tools.spec import (
     Tool,
     ToolChoice,
     ToolRequest,

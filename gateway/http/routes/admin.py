@@ -53,9 +53,9 @@ from drafter_registry.schemas import (
     DrafterPublic,
     DrafterUpdate,
 )
-from gateway.auth import require_admin_key
-from gateway.errors import APIError
-from gateway.registry_service import RegistryService
+from gateway.http.auth import require_admin_key
+from gateway.http.errors import APIError
+from gateway.pool.registry import RegistryService
 
 T = TypeVar("T")
 ACTOR = "admin-api"

@@ -11,12 +11,12 @@ Routes:
     GET /admin/api/requests     recently finished requests, newest first (admin key)
 
 Auth: every `/admin/api/*` route takes the admin key as `Authorization: Bearer <key>`, checked
-in constant time by `gateway.auth.require_admin_key`. A wrong or missing key answers 401; a server
+in constant time by `gateway.http.auth.require_admin_key`. A wrong or missing key answers 401; a server
 started without an admin key answers 403 `admin_disabled` (the admin API is never open). The
 key never travels in a URL: the page reads the stream with `fetch()` and a `ReadableStream`,
 not `EventSource`, which cannot send headers.
 
-Live data comes from `gateway.live_aggregator.LiveAggregator`, the event bus's subscriber.
+Live data comes from `gateway.live.aggregator.LiveAggregator`, the event bus's subscriber.
 Each page stream coalesces events for `FLUSH_S` and sends them as one SSE frame, so a hundred
 concurrent requests cost the browser at most ten frames a second. The aggregator subscribes at
 start-up only when an admin key is configured; without one the engine worker skips building
@@ -42,9 +42,9 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from gateway.auth import require_admin_key
-from gateway.errors import APIError
-from gateway.live_aggregator import HISTORY_SIZE, STALE_S, LiveAggregator, Load
+from gateway.http.auth import require_admin_key
+from gateway.http.errors import APIError
+from gateway.live.aggregator import HISTORY_SIZE, STALE_S, LiveAggregator, Load
 
 ADMIN_UI_DIR = Path(__file__).resolve().parents[2] / "admin_ui"
 STATIC_SUFFIXES = {".html", ".js", ".css", ".svg", ".png", ".woff2", ".txt", ".map"}

@@ -23,24 +23,24 @@ from typing import Any
 from core.config import LEARNER_NAMES, GrammarSpec, Penalties, SamplingParams
 from core.grammar import grammar_text
 from core.request import ROUTER
-from gateway import responses as R
 from gateway.config import Settings
-from gateway.errors import APIError, context_length_exceeded, invalid_request, model_not_found
-from gateway.jobs import Choice, Delta, Job
-from gateway.metrics import GatewayMetrics
-from gateway.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
-from gateway.runner import EngineInfo, EngineRunner, RequestSpec, Update
-from gateway.service import (
+from gateway.http.errors import APIError, context_length_exceeded, invalid_request, model_not_found
+from gateway.http.metrics import GatewayMetrics
+from gateway.openai import framing as R
+from gateway.openai.jobs import Choice, Delta, Job
+from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from gateway.openai.text import (
     IncrementalDetokenizer,
     StopMatcher,
     TokenText,
     encode_prompt,
     render_chat,
 )
-from gateway.tools import formats
-from gateway.tools.grammar import special_token_id, tool_grammar
-from gateway.tools.parse import ToolCall, ToolParser
-from gateway.tools.spec import ToolRequest
+from gateway.openai.tools import formats
+from gateway.openai.tools.grammar import special_token_id, tool_grammar
+from gateway.openai.tools.parse import ToolCall, ToolParser
+from gateway.openai.tools.spec import ToolRequest
+from gateway.runner import EngineInfo, EngineRunner, RequestSpec, Update
 
 log = logging.getLogger(__name__)
 SEED_MODULUS = 2**63

@@ -16,7 +16,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
-from gateway.tools.formats import ToolFormat
+from gateway.openai.tools.formats import ToolFormat
 
 _DECODER = json.JSONDecoder()
 

@@ -11,10 +11,10 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
-from gateway.auth import key_scope, require_api_key
-from gateway.deps import ServingDep
-from gateway.protocol import ChatCompletionRequest, CompletionRequest
-from gateway.serving import Job, Serving
+from gateway.http.auth import key_scope, require_api_key
+from gateway.http.deps import ServingDep
+from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.openai.serving import Job, Serving
 
 router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[Depends(require_api_key)])
 

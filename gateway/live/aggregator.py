@@ -1,7 +1,7 @@
 """Live state of the admin page: `LiveAggregator` folds the event bus into bounded state.
 
 The aggregator is the event bus's one long-lived subscriber. It folds the per-round events
-(see `gateway.events`) into bounded state (active request traces, a history ring of finished
+(see `gateway.live.events`) into bounded state (active request traces, a history ring of finished
 requests, 2-second time buckets) and re-publishes every event to the page streams
 (`Listener`) it serves. Because a page stream registers and takes its snapshot in one
 synchronous step on the event loop, a page sees every event after its snapshot exactly once,
@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.events import EventBus
-from gateway.live_traces import RequestTrace
+from gateway.live.events import EventBus
+from gateway.live.traces import RequestTrace
 
 HISTORY_SIZE = 200  # finished requests kept in memory
 MAX_ACTIVE = 1024  # traces of running requests (a lost `request_finished` cannot leak)

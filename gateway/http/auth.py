@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from fastapi import Request
 from pydantic import SecretStr
 
-from gateway.errors import APIError
+from gateway.http.errors import APIError
 
 
 def _digest(key: str) -> bytes:

@@ -16,8 +16,8 @@ from typing import Any
 
 from core.config import GrammarSpec
 from core.grammar import JSON_OPTIONS
-from gateway.tools.formats import ToolFormat
-from gateway.tools.spec import Tool, ToolRequest
+from gateway.openai.tools.formats import ToolFormat
+from gateway.openai.tools.spec import Tool, ToolRequest
 
 
 def tool_grammar(fmt: ToolFormat, tools: ToolRequest, tokenizer: Any) -> GrammarSpec | None:

@@ -17,7 +17,7 @@ import re
 from functools import lru_cache
 from typing import Any, Protocol
 
-from gateway.errors import invalid_request
+from gateway.http.errors import invalid_request
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def render_chat(
     tokenizer: Tokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
 ) -> list[int]:
     """Prompt token ids for a conversation, with the generation prompt appended; `tools` go to
-    the template (those that render tools read them; see gateway/tools/formats.py)."""
+    the template (those that render tools read them; see gateway/openai/tools/formats.py)."""
     template = None if tokenizer.chat_template else FALLBACK_CHAT_TEMPLATE
     try:
         text = tokenizer.apply_chat_template(

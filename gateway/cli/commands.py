@@ -6,7 +6,7 @@ and sets `handler=<function(args) -> int>`. Registration points:
 - `COMMAND_MODULES`: always present (serve, demo, drafter);
 - `OPTIONAL_COMMAND_MODULES`: picked up when the module exists, so `bench/cli.py` adds
   `hedgespec bench` without editing this file;
-- `drafter` subcommands: `gateway/cli_drafter.py` (`DRAFTER_COMMAND_MODULES`), the same way.
+- `drafter` subcommands: `gateway/cli/drafter.py` (`DRAFTER_COMMAND_MODULES`), the same way.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "gateway.cli",  # serve, demo (below)
-    "gateway.cli_drafter",
+    "gateway.cli.commands",  # serve, demo (below)
+    "gateway.cli.drafter",
 )
 OPTIONAL_COMMAND_MODULES: tuple[str, ...] = ("bench.cli",)
 

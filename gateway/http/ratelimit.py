@@ -7,7 +7,7 @@ Settings: `rate_limit_rps` (sustained requests per second; None turns the limite
     429 {"error": {"message": ..., "type": "rate_limit_error", "param": null,
                    "code": "rate_limit_exceeded"}}   with   Retry-After: <seconds>
 
-which is the shape of the queue-full 429 (`gateway.errors.overloaded`, code `overloaded`), so
+which is the shape of the queue-full 429 (`gateway.http.errors.overloaded`, code `overloaded`), so
 clients and the OpenAI SDKs back off the same way; the code tells the two apart: a rate limit
 is this client's fault, `overloaded` is the server's.
 
@@ -41,9 +41,9 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.auth import KeySet
-from gateway.errors import error_body
-from gateway.metrics import GatewayMetrics
+from gateway.http.auth import KeySet
+from gateway.http.errors import error_body
+from gateway.http.metrics import GatewayMetrics
 
 LIMITED_PREFIX = "/v1/"
 MAX_CLIENTS = 10_000
@@ -143,7 +143,7 @@ class RateLimit:
 
 
 def _bearer(scope: Scope) -> str | None:
-    """As `gateway.auth.bearer_token`, from raw ASGI headers (latin-1, as Starlette decodes)."""
+    """As `gateway.http.auth.bearer_token`, from raw ASGI headers (latin-1, as Starlette decodes)."""
     for name, value in scope.get("headers", []):
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")

@@ -17,7 +17,7 @@ import time
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import error_body
+from gateway.http.errors import error_body
 
 
 class ArrivalClock:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.stats import TokenLogprob
-from gateway import responses as R
-from gateway.protocol import SamplingFields
+from gateway.openai import framing as R
+from gateway.openai.protocol import SamplingFields
+from gateway.openai.text import IncrementalDetokenizer, StopMatcher, TokenText, usage
+from gateway.openai.tools.parse import ToolParser
 from gateway.runner import RequestSpec, Update
-from gateway.service import IncrementalDetokenizer, StopMatcher, TokenText, usage
-from gateway.tools.parse import ToolParser
 
 
 @dataclass

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.tools.spec import ToolRequest
+from gateway.openai.tools.spec import ToolRequest
 
 FormatName = Literal["hermes", "llama3_json", "generic"]
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

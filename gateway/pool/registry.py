@@ -19,7 +19,7 @@ Start-up (after `RegistryLink.open` migrated the database):
    `core.drafter_check.inspect_drafter` against the served target (the same check as `hedgespec
    drafter inspect`), followed by an actual load into the engine (`PoolSync.preload`), so a
    drafter reaches `ready` only once this replica serves it. Unfinished drafters are resumed.
-4. `PoolSync` keeps the engine equal to the registry's ready set (see `gateway.pool_sync`); when
+4. `PoolSync` keeps the engine equal to the registry's ready set (see `gateway.pool.sync`); when
    the pool version moves it also picks up `pending` drafters registered elsewhere (the CLI,
    another replica), so `hedgespec drafter add` works against a running server.
 5. With an admin key configured, `RequestLogWriter` receives every `request_finished` event of
@@ -60,9 +60,9 @@ from drafter_registry.models import Drafter, DrafterSource, DrafterStatus
 from drafter_registry.request_log import RequestLogWriter
 from drafter_registry.seed import import_seed_pool, load_seed_pool
 from gateway.config import Settings
-from gateway.events import EventBus
-from gateway.pool_sync import PoolSync, drafter_key, local_key
-from gateway.registry_link import RegistryLink
+from gateway.live.events import EventBus
+from gateway.pool.database import RegistryLink
+from gateway.pool.sync import PoolSync, drafter_key, local_key
 from gateway.runner import EngineRunner
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def served_target_dir(settings: Settings) -> Path | None:
     """The target directory the engine loads (what downloaded drafters are checked against)."""
     if settings.target is not None:
         from drafter_registry.errors import HubError
-        from gateway.target_source import target_dir_for_validation
+        from gateway.pool.target_source import target_dir_for_validation
 
         try:
             return target_dir_for_validation(settings)
@@ -99,7 +99,7 @@ def served_target_dir(settings: Settings) -> Path | None:
         return None
     from demo.pool_target import PoolTargetError, target_dir
 
-    try:  # a provisioned target was converted before the engine started (gateway.cli.serve)
+    try:  # a provisioned target was converted before the engine started (gateway.cli.commands.serve)
         return target_dir(Path(str(settings.pool)), provision=False)
     except PoolTargetError:
         return None
@@ -249,7 +249,7 @@ class RegistryService:
             return
         self.session_factory = make_session_factory(self.link.engine)
         if self.settings.admin_key is not None:
-            # Like the live page (gateway.routes.admin_live): without an admin key nobody may
+            # Like the live page (gateway.live.routes): without an admin key nobody may
             # read request data, so none is collected, and without an event-bus subscriber the
             # engine worker does not even build per-round events.
             self.request_log = RequestLogWriter(

@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from gateway.events import EventBus
-from gateway.metrics import GatewayMetrics
+from gateway.http.metrics import GatewayMetrics
+from gateway.live.events import EventBus
+from gateway.openai.serving import Serving
 from gateway.runner import EngineRunner
-from gateway.serving import Serving
 
 
 def get_serving(request: Request) -> Serving:
