@@ -36,7 +36,14 @@ from demo.precision import target_dtype
 from demo.records import Record, load_records
 from demo.report import full_report, measure_reports
 from demo.report_md import render_report_md
-from demo.rollouts import PromptJob, Rollout, generate_rollouts, load_rollouts, save_rollouts
+from demo.rollouts import (
+    PromptJob,
+    Rollout,
+    extend_rollouts,
+    load_rollouts,
+    save_rollouts,
+    stored_responses,
+)
 from demo.stage_cache import StageCache, rollout_key
 from demo.train_drafters import clone_drafter, new_drafter, response_token_counts, train_drafter
 
@@ -89,17 +96,17 @@ def build_rollouts(
             if found is not None:
                 cache.hits.append(f"rollouts ({path.name})")
                 return found
+    stored = {**stored_responses(cache.path("rollouts.jsonl"), key),
+              **stored_responses(rollouts_file, key)}
     rollouts: list[Rollout] = []
     for domain in DOMAINS:  # one chunk per domain: an interrupted build keeps finished chunks
         part = [j for j in jobs if j.record.domain == domain]
         chunk = cache.path(f"rollouts-{domain}.jsonl")
-        done = load_rollouts(chunk, key, part, tokenizer, spec.prompt_chars) if chunk else None
-        if done is None:
-            done = generate_rollouts(model, tokenizer, part, prompt_chars=spec.prompt_chars,
-                                     max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
-                                     seed=seed + 10 + DOMAINS.index(domain))
-            if chunk is not None:
-                save_rollouts(chunk, done, key)
+        done = extend_rollouts(model, tokenizer, part, {**stored, **stored_responses(chunk, key)},
+                               prompt_chars=spec.prompt_chars, max_new_tokens=spec.max_new_tokens,
+                               batch_size=spec.batch_size, seed=seed + 10 + DOMAINS.index(domain))
+        if chunk is not None:
+            save_rollouts(chunk, done, key)
         rollouts += done
     for path in (rollouts_file, cache.path("rollouts.jsonl")):
         if path is not None:

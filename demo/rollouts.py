@@ -112,24 +112,48 @@ def save_rollouts(path: Path, rollouts: Sequence[Rollout], key: dict[str, Any]) 
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
+def stored_responses(path: Path | None, key: dict[str, Any]) -> dict[tuple[str, float], tuple[int, ...]]:
+    """The responses stored in `path` by (record id, temperature); empty when the file is
+    absent or its key differs (another target, dtype, corpus, seed or generation setting)."""
+    if path is None or not path.is_file():
+        return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if not lines or json.loads(lines[0]).get("key") != json.loads(json.dumps(key, sort_keys=True)):
+        return {}
+    rows = (json.loads(line) for line in lines[1:])
+    return {(r["record_id"], float(r["temperature"])): tuple(r["response_ids"]) for r in rows}
+
+
 def load_rollouts(
     path: Path, key: dict[str, Any], jobs: Sequence[PromptJob], tokenizer: PreTrainedTokenizerBase,
     prompt_chars: int,
 ) -> list[Rollout] | None:
-    """The stored rollouts of exactly these jobs, or None when the file is absent or stale."""
-    if not path.is_file():
+    """The stored rollouts of these jobs, or None when the file is stale or lacks one of them.
+
+    A rollout depends on its prompt and the generation settings, not on how many prompts a
+    build asks for, so a file made for fewer or more prompts per domain still serves the jobs
+    it holds (`extend_rollouts` generates only the missing ones)."""
+    stored = stored_responses(path, key)
+    if any((j.record.id, j.temperature) not in stored for j in jobs):
         return None
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if not lines or json.loads(lines[0]).get("key") != json.loads(json.dumps(key, sort_keys=True)):
-        return None
-    rows = [json.loads(line) for line in lines[1:]]
-    if [(r["record_id"], r["temperature"]) for r in rows] != [
-        (j.record.id, j.temperature) for j in jobs
-    ]:
-        return None
-    return [
-        Rollout(j.record.domain, j.record.id, j.temperature,
-                tuple(encode_prompt(tokenizer, j.record.prompt, prompt_chars)),
-                tuple(r["response_ids"]), j.rank)
-        for j, r in zip(jobs, rows, strict=True)
-    ]
+    return [_rollout(j, stored[(j.record.id, j.temperature)], tokenizer, prompt_chars) for j in jobs]
+
+
+def _rollout(job: PromptJob, response: tuple[int, ...], tokenizer: PreTrainedTokenizerBase,
+             prompt_chars: int) -> Rollout:
+    prompt = tuple(encode_prompt(tokenizer, job.record.prompt, prompt_chars))
+    return Rollout(job.record.domain, job.record.id, job.temperature, prompt, response, job.rank)
+
+
+def extend_rollouts(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, jobs: Sequence[PromptJob],
+    stored: dict[tuple[str, float], tuple[int, ...]], *, prompt_chars: int, max_new_tokens: int,
+    batch_size: int, seed: int,
+) -> list[Rollout]:
+    """The rollouts of `jobs` in order: stored responses reused, only the missing generated."""
+    missing = [j for j in jobs if (j.record.id, j.temperature) not in stored]
+    fresh = generate_rollouts(model, tokenizer, missing, prompt_chars=prompt_chars,
+                              max_new_tokens=max_new_tokens, batch_size=batch_size,
+                              seed=seed) if missing else []
+    found = {**stored, **{(r.record_id, r.temperature): r.response_ids for r in fresh}}
+    return [_rollout(j, found[(j.record.id, j.temperature)], tokenizer, prompt_chars) for j in jobs]

@@ -35,10 +35,15 @@ def corpora_digest(data_dir: Path) -> str:
     return h.hexdigest()[:16]
 
 
+_COUNTS = ("greedy_per_domain", "sampled_per_domain", "generalist_per_domain", "batch_size")
+
+
 def rollout_key(cfg: BuildConfig, seed: int, data_dir: Path, dtype: str) -> dict[str, Any]:
-    """What the rollouts depend on; stored with them and compared on load."""
+    """What one rollout depends on; stored with the rollouts and compared on load. How many
+    prompts a build answers is not part of it: a larger build reuses a smaller one's rollouts."""
+    settings = {k: v for k, v in asdict(cfg.rollouts).items() if k not in _COUNTS}
     return {"target": smollm2.GGUF_SHA256[:16], "dtype": dtype, "corpora": corpora_digest(data_dir),
-            "seed": seed, "rollouts": asdict(cfg.rollouts)}
+            "seed": seed, "rollouts": settings}
 
 
 class StageCache:

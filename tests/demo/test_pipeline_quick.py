@@ -11,11 +11,11 @@ import torch
 
 from core.eagle3 import inspect_drafter
 from demo import pipeline
-from demo.build_config import QUICK
+from demo.build_config import QUICK, with_overrides
 from demo.build_timer import StageTimer
 from demo.domains import DATA_DIR, DOMAINS
 from demo.records import read_jsonl
-from demo.rollouts import load_rollouts
+from demo.rollouts import extend_rollouts, generate_rollouts, load_rollouts
 from demo.stage_cache import StageCache, rollout_key
 
 
@@ -91,4 +91,24 @@ def test_stale_rollouts_are_not_reused(tmp_path: Path) -> None:
     chars = QUICK.rollouts.prompt_chars
     assert load_rollouts(path, key, jobs, tokenizer, chars) is not None
     assert load_rollouts(path, {**key, "seed": 1}, jobs, tokenizer, chars) is None
-    assert load_rollouts(path, key, jobs[:-1], tokenizer, chars) is None
+    assert load_rollouts(path, key, jobs[:-1], tokenizer, chars) is not None  # fewer: served
+    bigger = with_overrides(QUICK, ["rollouts.greedy_per_domain=4"])
+    assert rollout_key(bigger, 0, DATA_DIR, str(model.dtype)) == key  # counts are not the key
+    assert load_rollouts(path, key, pipeline.prompt_jobs(bigger, 0, DATA_DIR), tokenizer,
+                         chars) is None  # more: some are missing
+
+
+def test_a_larger_build_generates_only_the_missing_rollouts() -> None:
+    """Stored responses (a sentinel no model would produce) come back as stored; the one
+    missing job is generated, exactly as generating it alone would."""
+    model, tokenizer = pipeline.load_target(QUICK)
+    jobs = pipeline.prompt_jobs(QUICK, 0, DATA_DIR)[:3]
+    spec = QUICK.rollouts
+    settings = {"prompt_chars": spec.prompt_chars, "max_new_tokens": spec.max_new_tokens,
+                "batch_size": spec.batch_size, "seed": 7}
+    sentinel = (999, 998, 997)
+    stored = {(j.record.id, j.temperature): sentinel for j in jobs[:-1]}
+    out = extend_rollouts(model, tokenizer, jobs, stored, **settings)
+    assert [r.response_ids for r in out[:-1]] == [sentinel, sentinel]
+    alone = generate_rollouts(model, tokenizer, jobs[-1:], **settings)
+    assert out[-1] == alone[0] and out[-1].response_ids != sentinel
