@@ -1,4 +1,8 @@
-"""`hedgespec bench ...`: the HedgeSpec benchmark (options: `hedgespec bench --help`)."""
+"""`hedgespec bench ...`: the HedgeSpec benchmark (options: `hedgespec bench --help`).
+
+A plugin of the `hedgespec` console script: `pyproject.toml` declares `register` under the
+`hedgespec.commands` entry-point group, which `gateway.cli.commands` reads.
+"""
 
 from __future__ import annotations
 

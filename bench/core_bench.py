@@ -17,14 +17,14 @@ from typing import Any
 
 import torch
 
+from bench.harness.tiny_models import bigram_target, copy_drafter, make_engine, random_drafter
 from core.config import SamplingParams, TreeConfig
-from core.stats import RequestStats
-from tests.core.tiny_models import bigram_target, copy_drafter, make_engine, random_drafter
+from core.stats import StatsSnapshot
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def run(engine, prompt: list[int], policy: str, tokens: int, repeats: int) -> tuple[float, RequestStats]:  # type: ignore[no-untyped-def]
+def run(engine, prompt: list[int], policy: str, tokens: int, repeats: int) -> tuple[float, StatsSnapshot]:  # type: ignore[no-untyped-def]
     params = SamplingParams(max_new_tokens=tokens, ignore_eos=True)
     engine.generate_ids(prompt, params, policy)  # warm-up
     best, stats = 0.0, None
@@ -55,7 +55,7 @@ def main() -> None:
         rate, st = run(engine, prompt, policy, args.tokens, args.repeats)
         total = st.time_draft_s + st.time_verify_s + st.time_evaluate_s + st.time_bookkeeping_s
         rows[label] = {
-            "tokens_per_s": rate, "mat": st.mean_accepted_tokens, "rounds": st.rounds,
+            "tokens_per_s": rate, "mat": st.mean_acceptance_length, "rounds": st.rounds,
             "ms_per_round": 1000 * total / max(st.rounds, 1),
             "split": {k: (v / total if total else 0.0) for k, v in (
                 ("draft", st.time_draft_s), ("verify", st.time_verify_s),

@@ -140,7 +140,7 @@ def learner_times() -> dict[str, float]:
 
 
 def engine_tokens_per_s(device: torch.device) -> dict[str, float]:
-    from tests.core.tiny_models import bigram_target, copy_drafter, make_engine
+    from bench.harness.tiny_models import bigram_target, copy_drafter, make_engine
 
     model, perm = bigram_target(vocab=256, layers=6)
     drafter = copy_drafter(model, perm)
@@ -155,7 +155,7 @@ def engine_tokens_per_s(device: torch.device) -> dict[str, float]:
         t0 = time.perf_counter()
         ids, st = engine.generate_ids([1, 2, 3], params, policy)
         res[f"{label}_tokens_per_s"] = len(ids) / (time.perf_counter() - t0)
-        res[f"{label}_mat"] = st.mean_accepted_tokens
+        res[f"{label}_mat"] = st.mean_acceptance_length
     return res
 
 

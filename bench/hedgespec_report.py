@@ -35,7 +35,7 @@ def where(c: dict[str, Any]) -> str:
     return f"{device}, {c.get('dtype', 'float32')}"
 
 
-def markdown(r: dict[str, Any], calib: list[tuple[float, float, int]]) -> str:
+def _mixed_lines(r: dict[str, Any]) -> list[str]:
     c, m = r["config"], r["methods"]
     lines = ["# HedgeSpec benchmark (one run, all methods side by side)", "",
              f"Pool `{c['pool']}`; {c['prompts']} held-out prompts ({c['per_domain']} per domain, domains "
@@ -47,45 +47,77 @@ def markdown(r: dict[str, Any], calib: list[tuple[float, float, int]]) -> str:
     for name, s in m.items():
         lines.append(f"| {name} | {s['mat']:.2f} | {s['tokens_per_s']:.1f} | {s['speedup_vs_plain']:.2f} | "
                      f"{s['eval_share']:.1%} |")
-    lines += ["", f"Specialists' average MAT (each alone over all domains): {r['specialists_avg_mat']:.2f}.", "",
-              "## Targets", "", "| target | measured | threshold | met |", "|---|---|---|---|"]
+    return lines
+
+
+def _target_lines(r: dict[str, Any]) -> list[str]:
+    lines = ["", f"Specialists' average MAT (each alone over all domains): {r['specialists_avg_mat']:.2f}.", "",
+             "## Targets", "", "| target | measured | threshold | met |", "|---|---|---|---|"]
     for name, t in r["targets"].items():
         lines.append(f"| {name} | {t['value']:.3f} | {t['threshold']} | {'yes' if t['met'] else '**no**'} |")
-    if "sampling" in r:
-        lines += ["", "## Temperature 1 (seed i for prompt i, same prompts)", "",
-                  "| method | MAT | tokens/s | x plain |", "|---|---|---|---|"]
-        plain = r["sampling"]["plain"]["tokens_per_s"] or 1.0
-        for name, s in r["sampling"].items():
-            lines.append(f"| {name} | {s['mat']:.2f} | {s['tokens_per_s']:.1f} | {s['tokens_per_s'] / plain:.2f} |")
-    lines += ["", "## MAT per domain", "", "| method | " + " | ".join(r["domains"]) + " |",
-              "|---|" + "---|" * len(r["domains"])]
-    for name in m:
+    return lines
+
+
+def _sampling_lines(r: dict[str, Any]) -> list[str]:
+    if "sampling" not in r:
+        return []
+    lines = ["", "## Temperature 1 (seed i for prompt i, same prompts)", "",
+             "| method | MAT | tokens/s | x plain |", "|---|---|---|---|"]
+    plain = r["sampling"]["plain"]["tokens_per_s"] or 1.0
+    for name, s in r["sampling"].items():
+        lines.append(f"| {name} | {s['mat']:.2f} | {s['tokens_per_s']:.1f} | {s['tokens_per_s'] / plain:.2f} |")
+    return lines
+
+
+def _domain_lines(r: dict[str, Any]) -> list[str]:
+    lines = ["", "## MAT per domain", "", "| method | " + " | ".join(r["domains"]) + " |",
+             "|---|" + "---|" * len(r["domains"])]
+    for name in r["methods"]:
         lines.append(f"| {name} | " + " | ".join(f"{r['domains'][d][name]['mat']:.2f}" for d in r["domains"]) + " |")
+    return lines
+
+
+def _pool_size_lines(r: dict[str, Any]) -> list[str]:
     ps = r["pool_size"]
     sizes = sorted(next(iter(ps["mat"].values())))
-    lines += ["", f"## MAT vs pool size (perturbed copies pad the pool; {ps['requests']} requests)", "",
-              "| method | " + " | ".join(f"N={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    lines = ["", f"## MAT vs pool size (perturbed copies pad the pool; {ps['requests']} requests)", "",
+             "| method | " + " | ".join(f"N={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
     for name, row in ps["mat"].items():
         lines.append(f"| {name} | " + " | ".join(f"{row[n]:.2f}" for n in sizes) + " |")
     lines.append("| HedgeSpec eval share | " + " | ".join(f"{ps['eval_share'][n]:.1%}" for n in sizes) + " |")
-    if "estimators" in r:
-        lines += ["", "## Estimator variants (HedgeSpec = NormalHedge; issue 14)", "",
-                  "Calibration: the chosen drafter's ÂL against the tokens its round realised (mean absolute "
-                  "error; slope of realised on ÂL, 1 = calibrated). Ranking: Spearman correlation between each "
-                  "drafter's mean ÂL in the run and its MAT when it runs alone on the same prompts. Saturated: "
-                  "share of windows at ÂL = K+1.", "",
-                  "| variant | estimator | loss | feedback | MAT | x oracle | mean abs(ÂL - realised) | slope | "
-                  "rank corr | saturated | windows |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for name, e in r["estimators"].items():
-            lines.append(f"| {name} | {e['estimator']} | {e['loss']} | {e['feedback']} | {e['mat']:.2f} | "
-                         f"{e['mat_vs_oracle']:.2f} | {e['mae']:.2f} | {e['slope']:.2f} | {e['rank_corr']:.2f} | "
-                         f"{e['saturated_share']:.0%} | {e['windows']} |")
-    lines += ["", "## Estimator calibration (HedgeSpec runs: ÂL of the chosen drafter vs realised tokens/round)", "",
-              "| ÂL bin | mean realised | windows |", "|---|---|---|"]
-    lines += [f"| {lo:.1f} | {mean:.2f} | {n} |" for lo, mean, n in calib]
-    lines += ["", "Plots: `hedgespec_regret.png` (mean cumulative regret in tokens vs feedback window), "
-              "`hedgespec_calibration.png`, `hedgespec_pool_size.png`, `hedgespec_domains.png`.", ""]
-    return "\n".join(lines)
+    return lines
+
+
+def _estimator_lines(r: dict[str, Any]) -> list[str]:
+    if "estimators" not in r:
+        return []
+    lines = ["", "## Estimator variants (HedgeSpec = NormalHedge; issue 14)", "",
+             "Calibration: the chosen drafter's ÂL against the tokens its round realised (mean absolute "
+             "error; slope of realised on ÂL, 1 = calibrated). Ranking: Spearman correlation between each "
+             "drafter's mean ÂL in the run and its MAT when it runs alone on the same prompts. Saturated: "
+             "share of windows at ÂL = K+1.", "",
+             "| variant | estimator | loss | feedback | MAT | x oracle | mean abs(ÂL - realised) | slope | "
+             "rank corr | saturated | windows |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, e in r["estimators"].items():
+        lines.append(f"| {name} | {e['estimator']} | {e['loss']} | {e['feedback']} | {e['mat']:.2f} | "
+                     f"{e['mat_vs_oracle']:.2f} | {e['mae']:.2f} | {e['slope']:.2f} | {e['rank_corr']:.2f} | "
+                     f"{e['saturated_share']:.0%} | {e['windows']} |")
+    return lines
+
+
+def _calibration_lines(calib: list[tuple[float, float, int]]) -> list[str]:
+    return ["", "## Estimator calibration (HedgeSpec runs: ÂL of the chosen drafter vs realised tokens/round)", "",
+            "| ÂL bin | mean realised | windows |", "|---|---|---|",
+            *[f"| {lo:.1f} | {mean:.2f} | {n} |" for lo, mean, n in calib],
+            "", "Plots: `hedgespec_regret.png` (mean cumulative regret in tokens vs feedback window), "
+            "`hedgespec_calibration.png`, `hedgespec_pool_size.png`, `hedgespec_domains.png`.", ""]
+
+
+def markdown(r: dict[str, Any], calib: list[tuple[float, float, int]]) -> str:
+    """The benchmark's Markdown report: one section per table, in reading order."""
+    sections = (_mixed_lines(r), _target_lines(r), _sampling_lines(r), _domain_lines(r),
+                _pool_size_lines(r), _estimator_lines(r), _calibration_lines(calib))
+    return "\n".join(line for section in sections for line in section)
 
 
 def calibration(runs: list[Any], width: float = 0.5) -> list[tuple[float, float, int]]:

@@ -735,9 +735,9 @@ def patched_environ(values: dict[str, str]) -> Iterator[None]:
 
 def start_server(pool: Path, workdir: Path, *flags: str, settings: dict[str, str] | None = None,
                  environ: dict[str, str] | None = None, timeout_s: float = 120) -> Any:
-    """A real `hedgespec serve` on a free loopback port (tests.gateway.conftest.ServerProcess);
+    """A real `hedgespec serve` on a free loopback port (`bench.harness.server.ServerProcess`);
     `settings` without a CLI flag go to its `.env`, `environ` to its environment."""
-    from tests.gateway.conftest import ServerProcess
+    from bench.harness.server import ServerProcess
 
     workdir.mkdir(parents=True, exist_ok=True)
     env = {"HEDGESPEC_HF_CACHE_DIR": str(workdir / "hf-cache"), **(settings or {})}
@@ -776,68 +776,85 @@ def scenario(results: dict[str, Any], name: str, fn: Callable[[], Any]) -> None:
 LIMIT_FLAGS = ("--max-running", "2", "--max-queue", "14")  # capacity 16
 
 
+def _limits_scenarios(results: dict[str, Any], pool: Path, root: Path, args: argparse.Namespace) -> None:
+    """On one server at its queue limits: load below and above them, disconnect storms, the
+    optional soak, and its memory before and after."""
+    limits = start_server(pool, root / "limits", *KEY_FLAGS, *LIMIT_FLAGS,
+                          "--request-timeout", "120")
+    try:
+        pid, url = limits.proc.pid, limits.base_url
+        results["rss_start"] = proc_status(pid)["rss_bytes"]
+        scenario(results, "load_below_limit",
+                 lambda: load_test(url, clients=8, duration_s=args.load_s))
+        scenario(results, "load_above_limit",
+                 lambda: load_test(url, clients=32, duration_s=args.load_s))
+        scenario(results, "disconnect_storm",
+                 lambda: disconnect_storm(url, pid, clients=16, waves=4, rounds=args.storm_rounds))
+        if args.soak:
+            scenario(results, "soak", lambda: soak(url, pid, duration_s=args.soak_s, clients=4))
+        wait_idle(url)
+        results["rss_end"] = proc_status(pid)["rss_bytes"]
+        results["limits_counters"] = server_counters(url)
+    finally:
+        limits.stop()
+        results["log_problems"] = server_log_problems(limits.log())
+
+
+def _rate_limit_scenario(results: dict[str, Any], pool: Path, root: Path) -> None:
+    rate = start_server(pool, root / "rate", *KEY_FLAGS, "--no-warmup", settings={
+        "HEDGESPEC_RATE_LIMIT_RPS": "1", "HEDGESPEC_RATE_LIMIT_BURST": "5"})
+    try:
+        scenario(results, "rate_limit", lambda: rate_limit_check(rate.base_url, rps=1, burst=5))
+    finally:
+        rate.stop()
+
+
+def _hot_pool_scenarios(results: dict[str, Any], pool: Path, root: Path, drafter_dir: Path,
+                        args: argparse.Namespace) -> None:
+    """On one server polling its pool fast: hot add/remove cycles, then corrupt drafters."""
+    from bench.reliability_faults import corrupt_drafters
+
+    hot = start_server(pool, root / "hot", *KEY_FLAGS, "--max-running", "8",
+                       settings={"HEDGESPEC_POOL_SYNC_INTERVAL_S": "0.1"})
+    try:
+        scenario(results, "hot_pool", lambda: hot_pool_under_load(
+            hot.base_url, drafter_dir, cycles=args.cycles, clients=3))
+        scenario(results, "corrupt_drafters",
+                 lambda: corrupt_drafters(hot.base_url, root / "corrupt", drafter_dir))
+    finally:
+        hot.stop()
+        results["log_problems"] += server_log_problems(hot.log())
+
+
+def _registry_scenarios(results: dict[str, Any], pool: Path, root: Path, args: argparse.Namespace) -> None:
+    """Servers of their own: the database outage (PostgreSQL only), replica convergence and
+    kill -9 during a download."""
+    from bench.reliability_faults import database_outage, download_crash, replica_convergence
+
+    pg_url = os.environ.get("HEDGESPEC_TEST_POSTGRES_URL")
+    if pg_url:
+        scenario(results, "database_outage", lambda: database_outage(
+            pool, root / "db", pg_url, outage_s=args.outage_s))
+    else:
+        results["database_outage"] = {"skipped": "HEDGESPEC_TEST_POSTGRES_URL is not set"}
+    scenario(results, "replica_convergence", lambda: replica_convergence(
+        pool, root / "replicas", pg_url, changes=args.replica_changes))
+    scenario(results, "download_crash", lambda: download_crash(pool, root / "crash"))
+
+
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
-    from tests.gateway.tiny_pool import build_pool
-    from tests.reliability.scenarios import (
-        corrupt_drafters,
-        database_outage,
-        download_crash,
-        replica_convergence,
-    )
+    """Every scenario, in the report's order, on the tiny random test pool."""
+    from bench.harness.tiny_pool import build_pool
 
     results: dict[str, Any] = {"sizes": {k: v for k, v in vars(args).items() if k != "out"}}
     with tempfile.TemporaryDirectory(prefix="hedgespec-reliability-") as tmp:
         root = Path(tmp)
         pool = build_pool(root / "pool")
         drafter_dir = pool.parent / "drafters" / "alpha"
-
-        limits = start_server(pool, root / "limits", *KEY_FLAGS, *LIMIT_FLAGS,
-                              "--request-timeout", "120")
-        try:
-            pid, url = limits.proc.pid, limits.base_url
-            results["rss_start"] = proc_status(pid)["rss_bytes"]
-            scenario(results, "load_below_limit",
-                     lambda: load_test(url, clients=8, duration_s=args.load_s))
-            scenario(results, "load_above_limit",
-                     lambda: load_test(url, clients=32, duration_s=args.load_s))
-            scenario(results, "disconnect_storm",
-                     lambda: disconnect_storm(url, pid, clients=16, waves=4, rounds=args.storm_rounds))
-            if args.soak:
-                scenario(results, "soak", lambda: soak(url, pid, duration_s=args.soak_s, clients=4))
-            wait_idle(url)
-            results["rss_end"] = proc_status(pid)["rss_bytes"]
-            results["limits_counters"] = server_counters(url)
-        finally:
-            limits.stop()
-            results["log_problems"] = server_log_problems(limits.log())
-
-        rate = start_server(pool, root / "rate", *KEY_FLAGS, "--no-warmup", settings={
-            "HEDGESPEC_RATE_LIMIT_RPS": "1", "HEDGESPEC_RATE_LIMIT_BURST": "5"})
-        try:
-            scenario(results, "rate_limit", lambda: rate_limit_check(rate.base_url, rps=1, burst=5))
-        finally:
-            rate.stop()
-
-        hot = start_server(pool, root / "hot", *KEY_FLAGS, "--max-running", "8",
-                           settings={"HEDGESPEC_POOL_SYNC_INTERVAL_S": "0.1"})
-        try:
-            scenario(results, "hot_pool", lambda: hot_pool_under_load(
-                hot.base_url, drafter_dir, cycles=args.cycles, clients=3))
-            scenario(results, "corrupt_drafters",
-                     lambda: corrupt_drafters(hot.base_url, root / "corrupt", drafter_dir))
-        finally:
-            hot.stop()
-            results["log_problems"] += server_log_problems(hot.log())
-
-        pg_url = os.environ.get("HEDGESPEC_TEST_POSTGRES_URL")
-        if pg_url:
-            scenario(results, "database_outage", lambda: database_outage(
-                pool, root / "db", pg_url, outage_s=args.outage_s))
-        else:
-            results["database_outage"] = {"skipped": "HEDGESPEC_TEST_POSTGRES_URL is not set"}
-        scenario(results, "replica_convergence", lambda: replica_convergence(
-            pool, root / "replicas", pg_url, changes=args.replica_changes))
-        scenario(results, "download_crash", lambda: download_crash(pool, root / "crash"))
+        _limits_scenarios(results, pool, root, args)
+        _rate_limit_scenario(results, pool, root)
+        _hot_pool_scenarios(results, pool, root, drafter_dir, args)
+        _registry_scenarios(results, pool, root, args)
         scenario(results, "fuzz", lambda: run_fuzz_suite(root / "fuzz.json", soak_run=args.soak))
     return results
 

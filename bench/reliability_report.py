@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from bench.reliability import FD_SLACK, THREAD_SLACK, storm_leaks
@@ -65,94 +66,150 @@ def _row(name: str, s: dict[str, Any]) -> str:
             f"| {_s(s['ttft_p50_s'])} / {_s(s['ttft_p99_s'])} | {s['tokens_per_s']} |")
 
 
-def verdicts(r: dict[str, Any]) -> list[tuple[str, bool, str]]:
-    """(claim, holds, evidence) for the report's summary table."""
-    out: list[tuple[str, bool, str]] = []
-    below, above = _at(r, "load_below_limit"), _at(r, "load_above_limit")
-    out.append(("zero errors below the queue limit",
-                bool(below) and below.get("errors") == 0 and below.get("rejected_429") == 0
-                and below.get("ok", 0) > 0,
-                f"{below.get('requests')} requests, {below.get('errors')} errors, "
-                f"{below.get('rejected_429')} 429s"))
-    out.append(("clean 429s above it, nothing else",
-                bool(above) and above.get("errors") == 0 and above.get("rejected_429", 0) > 0,
-                f"{above.get('requests')} requests: {above.get('ok')} ok, "
-                f"{above.get('rejected_429')} clean 429s, {above.get('errors')} errors"))
+Verdict = tuple[str, bool, str]
+
+
+def _below_limit_verdict(r: dict[str, Any]) -> Verdict:
+    below = _at(r, "load_below_limit")
+    return ("zero errors below the queue limit",
+            bool(below) and below.get("errors") == 0 and below.get("rejected_429") == 0
+            and below.get("ok", 0) > 0,
+            f"{below.get('requests')} requests, {below.get('errors')} errors, "
+            f"{below.get('rejected_429')} 429s")
+
+
+def _above_limit_verdict(r: dict[str, Any]) -> Verdict:
+    above = _at(r, "load_above_limit")
+    return ("clean 429s above it, nothing else",
+            bool(above) and above.get("errors") == 0 and above.get("rejected_429", 0) > 0,
+            f"{above.get('requests')} requests: {above.get('ok')} ok, "
+            f"{above.get('rejected_429')} clean 429s, {above.get('errors')} errors")
+
+
+def _storm_verdict(r: dict[str, Any]) -> Verdict:
     storm = _at(r, "disconnect_storm")
     rounds, before = storm.get("rounds", []), storm.get("before", {})
     leaks = storm_leaks(storm) if rounds else [storm.get("failed", "not run")]
-    out.append(("disconnect storms leave no request, trace, stream, thread or fd behind", not leaks,
-                f"{storm.get('dropped_total')} dropped clients; threads {before.get('threads')} -> "
-                f"{[x['threads'] for x in rounds]}, fds {before.get('fds')} -> "
-                f"{[x['fds'] for x in rounds]}" + (f"; {leaks[:3]}" if leaks else "")))
+    return ("disconnect storms leave no request, trace, stream, thread or fd behind", not leaks,
+            f"{storm.get('dropped_total')} dropped clients; threads {before.get('threads')} -> "
+            f"{[x['threads'] for x in rounds]}, fds {before.get('fds')} -> "
+            f"{[x['fds'] for x in rounds]}" + (f"; {leaks[:3]}" if leaks else ""))
+
+
+def _hot_pool_verdict(r: dict[str, Any]) -> Verdict:
     hot = _at(r, "hot_pool")
     hot_load = hot.get("load", {})
     pinned = hot.get("pinned_streams", {})
-    out.append(("hot add/remove cycles under load: zero failed requests",
-                bool(hot_load) and hot.get("cycles", 0) >= 1 and hot_load.get("errors") == 0
-                and hot_load.get("rejected_429") == 0 and set(pinned) == {"ok"},
-                f"{hot.get('cycles')} cycles; {hot_load.get('requests')} background requests, "
-                f"{hot_load.get('errors')} errors; streams pinned to the removed drafter: {pinned}"))
+    return ("hot add/remove cycles under load: zero failed requests",
+            bool(hot_load) and hot.get("cycles", 0) >= 1 and hot_load.get("errors") == 0
+            and hot_load.get("rejected_429") == 0 and set(pinned) == {"ok"},
+            f"{hot.get('cycles')} cycles; {hot_load.get('requests')} background requests, "
+            f"{hot_load.get('errors')} errors; streams pinned to the removed drafter: {pinned}")
+
+
+def _database_outage_verdict(r: dict[str, Any]) -> Verdict:
     db = _at(r, "database_outage")
-    out.append(("database outage: generation stays up, admin 503, recovery",
-                bool(db.get("held")),
-                db.get("skipped") or db.get("failed") or
-                f"{db.get('load', {}).get('requests')} requests during the run, "
-                f"{db.get('load', {}).get('errors')} errors; admin {db.get('admin_during')} "
-                f"{db.get('admin_codes_during')}, back in {db.get('admin_recovery_s')} s; "
-                f"new drafter {db.get('recovered_drafter')}"))
+    return ("database outage: generation stays up, admin 503, recovery",
+            bool(db.get("held")),
+            db.get("skipped") or db.get("failed") or
+            f"{db.get('load', {}).get('requests')} requests during the run, "
+            f"{db.get('load', {}).get('errors')} errors; admin {db.get('admin_during')} "
+            f"{db.get('admin_codes_during')}, back in {db.get('admin_recovery_s')} s; "
+            f"new drafter {db.get('recovered_drafter')}")
+
+
+def _replica_verdict(r: dict[str, Any]) -> Verdict:
     rep = _at(r, "replica_convergence")
-    out.append((f"replicas converge within {rep.get('claim_s', 5.0):g} s of a pool change",
-                bool(rep.get("held")), rep.get("failed") or
-                f"{rep.get('changes')} adds and removes on {rep.get('backend')}: add p50 "
-                f"{_s(rep.get('add_p50_s'))} (max {_s(rep.get('add_max_s'))}), remove p50 "
-                f"{_s(rep.get('remove_p50_s'))} (max {_s(rep.get('remove_max_s'))})"))
+    return (f"replicas converge within {rep.get('claim_s', 5.0):g} s of a pool change",
+            bool(rep.get("held")), rep.get("failed") or
+            f"{rep.get('changes')} adds and removes on {rep.get('backend')}: add p50 "
+            f"{_s(rep.get('add_p50_s'))} (max {_s(rep.get('add_max_s'))}), remove p50 "
+            f"{_s(rep.get('remove_p50_s'))} (max {_s(rep.get('remove_max_s'))})")
+
+
+def _download_crash_verdict(r: dict[str, Any]) -> Verdict:
     crash = _at(r, "download_crash")
-    out.append(("kill -9 during a download: registry consistent, download resumed",
-                bool(crash.get("held")), crash.get("failed") or
-                f"killed at {crash.get('killed_at_bytes')} of {crash.get('file_bytes')} B; on disk: "
-                f"integrity {crash.get('integrity')}, status {crash.get('status_on_disk')}; after "
-                f"restart {crash.get('final_status')}, {crash.get('bytes_after_restart')} B re-sent"))
+    return ("kill -9 during a download: registry consistent, download resumed",
+            bool(crash.get("held")), crash.get("failed") or
+            f"killed at {crash.get('killed_at_bytes')} of {crash.get('file_bytes')} B; on disk: "
+            f"integrity {crash.get('integrity')}, status {crash.get('status_on_disk')}; after "
+            f"restart {crash.get('final_status')}, {crash.get('bytes_after_restart')} B re-sent")
+
+
+def _corrupt_verdict(r: dict[str, Any]) -> Verdict:
     corrupt = _at(r, "corrupt_drafters")
-    out.append(("corrupt drafter files end in `failed`, payload not executed",
-                bool(corrupt.get("held")), corrupt.get("failed") or
-                f"{len(corrupt.get('statuses', {}))} files: {sorted(set(corrupt.get('statuses', {}).values()))}, "
-                f"payload executed: {corrupt.get('payload_executed')}"))
+    return ("corrupt drafter files end in `failed`, payload not executed",
+            bool(corrupt.get("held")), corrupt.get("failed") or
+            f"{len(corrupt.get('statuses', {}))} files: {sorted(set(corrupt.get('statuses', {}).values()))}, "
+            f"payload executed: {corrupt.get('payload_executed')}")
+
+
+def _rate_limit_verdict(r: dict[str, Any]) -> Verdict:
     rate = _at(r, "rate_limit")
-    out.append(("rate limit per key", bool(rate) and rate.get("well_formed_429", False)
-                and 429 in rate.get("first_key_statuses", []) and rate.get("second_key_status") == 200
-                and rate.get("after_retry_after") == 200,
-                f"key A {rate.get('first_key_statuses')}, key B {rate.get('second_key_status')}, "
-                f"A after Retry-After {rate.get('after_retry_after')}"))
+    return ("rate limit per key", bool(rate) and rate.get("well_formed_429", False)
+            and 429 in rate.get("first_key_statuses", []) and rate.get("second_key_status") == 200
+            and rate.get("after_retry_after") == 200,
+            f"key A {rate.get('first_key_statuses')}, key B {rate.get('second_key_status')}, "
+            f"A after Retry-After {rate.get('after_retry_after')}")
+
+
+def _fuzz_verdict(r: dict[str, Any]) -> Verdict:
     fuzz = _at(r, "fuzz")
-    out.append(("fuzzing: 4xx or valid answers only, zero 5xx",
-                fuzz.get("pytest_exit") == 0 and fuzz.get("status_5xx", 1) == 0,
-                f"{fuzz.get('requests')} requests, {fuzz.get('status_5xx')} 5xx "
-                f"({' '.join(fuzz.get('pytest_summary', []))})"))
+    return ("fuzzing: 4xx or valid answers only, zero 5xx",
+            fuzz.get("pytest_exit") == 0 and fuzz.get("status_5xx", 1) == 0,
+            f"{fuzz.get('requests')} requests, {fuzz.get('status_5xx')} 5xx "
+            f"({' '.join(fuzz.get('pytest_summary', []))})")
+
+
+def _log_verdict(r: dict[str, Any]) -> Verdict:
     problems = r.get("log_problems") or []
-    out.append(("no traceback in the server logs", not problems, f"{len(problems)} lines"))
+    return ("no traceback in the server logs", not problems, f"{len(problems)} lines")
+
+
+def _overall_verdict(r: dict[str, Any]) -> Verdict:
     t = r.get("totals", {})
-    out.append(("zero 5xx and zero lost requests overall",
-                t.get("status_5xx") == 0 and t.get("lost") == 0,
-                f"{t.get('requests')} requests tried, {t.get('status_5xx')} 5xx, {t.get('lost')} lost"))
+    return ("zero 5xx and zero lost requests overall",
+            t.get("status_5xx") == 0 and t.get("lost") == 0,
+            f"{t.get('requests')} requests tried, {t.get('status_5xx')} 5xx, {t.get('lost')} lost")
+
+
+def _memory_verdict(r: dict[str, Any]) -> Verdict:
     rss_growth = (r.get("rss_end") or 0) - (r.get("rss_start") or 0)
-    out.append((f"bounded memory (RSS growth < {_mib(RSS_BOUND)})",
-                bool(r.get("rss_end")) and rss_growth < RSS_BOUND,
-                f"{_mib(r.get('rss_start'))} at start -> {_mib(r.get('rss_end'))} after load and storms"))
-    if "soak" in r:
-        s = _at(r, "soak")
-        out.append((f"soak: RSS flat after warm-up (growth < {_mib(RSS_BOUND)})",
-                    bool(s.get("load")) and s.get("rss_growth_bytes", RSS_BOUND) < RSS_BOUND
-                    and s["load"].get("errors") == 0,
-                    s.get("failed") or f"{_mib(s.get('rss_after_warmup'))} -> {_mib(s.get('rss_end'))} "
-                    f"(max {_mib(s.get('rss_max'))}) over {s.get('duration_s')} s, "
-                    f"{s.get('load', {}).get('requests')} requests"))
-    return out
+    return (f"bounded memory (RSS growth < {_mib(RSS_BOUND)})",
+            bool(r.get("rss_end")) and rss_growth < RSS_BOUND,
+            f"{_mib(r.get('rss_start'))} at start -> {_mib(r.get('rss_end'))} after load and storms")
 
 
-def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
+def _soak_verdict(r: dict[str, Any]) -> Verdict | None:
+    if "soak" not in r:
+        return None
+    s = _at(r, "soak")
+    return (f"soak: RSS flat after warm-up (growth < {_mib(RSS_BOUND)})",
+            bool(s.get("load")) and s.get("rss_growth_bytes", RSS_BOUND) < RSS_BOUND
+            and s["load"].get("errors") == 0,
+            s.get("failed") or f"{_mib(s.get('rss_after_warmup'))} -> {_mib(s.get('rss_end'))} "
+            f"(max {_mib(s.get('rss_max'))}) over {s.get('duration_s')} s, "
+            f"{s.get('load', {}).get('requests')} requests")
+
+
+# One check per claim, in the order of the summary table; a check returns None when its
+# scenario is optional and was not run.
+VERDICT_CHECKS: tuple[Callable[[dict[str, Any]], Verdict | None], ...] = (
+    _below_limit_verdict, _above_limit_verdict, _storm_verdict, _hot_pool_verdict,
+    _database_outage_verdict, _replica_verdict, _download_crash_verdict, _corrupt_verdict,
+    _rate_limit_verdict, _fuzz_verdict, _log_verdict, _overall_verdict, _memory_verdict,
+    _soak_verdict,
+)
+
+
+def verdicts(r: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """(claim, holds, evidence) for the report's summary table."""
+    return [v for check in VERDICT_CHECKS if (v := check(r)) is not None]
+
+
+def _header(r: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     t = r.get("totals", {})
-    lines = [
+    return [
         "# Reliability report (issue 9)",
         "",
         f"Regenerate with `{meta['command']}` ({meta['wall_s']:.0f} s on this machine; `--soak` adds "
@@ -169,15 +226,18 @@ def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
         "1 kill -9 mid-download, "
         + ("1 database outage" if _at(r, "database_outage").get("held") else "no database outage")
         + f", {_at(r, 'fuzz').get('requests')} fuzzed requests.",
-        "",
-        "## Verdicts",
-        "",
-        "| claim | holds | evidence |",
-        "|---|---|---|",
     ]
+
+
+def _verdict_section(r: dict[str, Any]) -> list[str]:
+    lines = ["", "## Verdicts", "", "| claim | holds | evidence |", "|---|---|---|"]
     for claim, ok, evidence in verdicts(r):
         lines.append(f"| {claim} | {'yes' if ok else '**NO**'} | {evidence} |")
-    lines += [
+    return lines
+
+
+def _load_section(r: dict[str, Any]) -> list[str]:
+    lines = [
         "",
         "## Load",
         "",
@@ -199,6 +259,12 @@ def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
         f"Server memory: RSS {_mib(r.get('rss_start'))} when ready, {_mib(r.get('rss_end'))} after "
         f"the load runs and storms (bound: growth < {_mib(RSS_BOUND)}). Server-side counters: "
         f"`{json.dumps(r.get('limits_counters', {}))}`.",
+    ]
+    return lines
+
+
+def _storm_section(r: dict[str, Any]) -> list[str]:
+    lines = [
         "",
         "## Disconnect storms",
         "",
@@ -220,18 +286,21 @@ def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
         lines.append(f"| {i} | {x['clients']} | {x['settle_s']} s | {x['in_flight']:.0f} | {x['running']:.0f} "
                      f"| {x['waiting']:.0f} | {x.get('active_traces', '-')} | {x.get('live_streams', '-')} "
                      f"| {x['threads']} | {x['fds']} | {_mib(x['rss_bytes'])} |")
-    hot, db, crash, corrupt, rep = (_at(r, k) for k in (
-        "hot_pool", "database_outage", "download_crash", "corrupt_drafters", "replica_convergence"))
-    lines += [
-        "",
-        "## Faults",
-        "",
+    return lines
+
+
+def _hot_pool_fault(hot: dict[str, Any]) -> str:
+    return (
         f"- **Hot pool** ({hot.get('cycles')} cycles): register a local drafter, wait until this "
         "replica serves it, open a stream pinned to it (`fixed:<id>`), delete the drafter while "
         "that stream runs, wait until the engine dropped it; 3 clients stream meanwhile (policies "
         f"auto, fixed:alpha, normalhedge). Add p50 {_s(hot.get('add_p50_s'))} (max "
         f"{_s(hot.get('add_max_s'))}), remove p50 {_s(hot.get('remove_p50_s'))} (includes the "
-        f"pinned stream). Pinned streams: {hot.get('pinned_streams')}.",
+        f"pinned stream). Pinned streams: {hot.get('pinned_streams')}.")
+
+
+def _database_fault(db: dict[str, Any]) -> str:
+    return (
         f"- **Database outage** (PostgreSQL behind a loopback TCP proxy cut for "
         f"{db.get('outage_s', 'n/a')} s: connections reset, new ones refused): admin API "
         f"{db.get('admin_during')} {db.get('admin_codes_during')} (slowest answer "
@@ -239,14 +308,22 @@ def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
         f"{db.get('generation_during')}, `/ready` {db.get('ready_during')} during the outage; admin "
         f"back {db.get('admin_recovery_s')} s after the database returned, a drafter registered "
         f"then {db.get('recovered_drafter')}; request-log rows dropped while down: "
-        f"{db.get('request_logs_dropped')}." + (f" ({db['skipped']})" if "skipped" in db else ""),
+        f"{db.get('request_logs_dropped')}." + (f" ({db['skipped']})" if "skipped" in db else ""))
+
+
+def _replica_fault(rep: dict[str, Any]) -> str:
+    return (
         f"- **Replica convergence** (two replicas on one {rep.get('backend')} registry, each "
         f"polling it every {rep.get('sync_interval_s')} s, the default): {rep.get('changes')} "
         "times a drafter registered through replica a, timed from a's `ready` until replica b "
         "serves it, then deleted through b, timed until a stops serving it. Add p50 "
         f"{_s(rep.get('add_p50_s'))} (max {_s(rep.get('add_max_s'))}); remove p50 "
         f"{_s(rep.get('remove_p50_s'))} (max {_s(rep.get('remove_max_s'))}). CI checks the same "
-        "paths for correctness in `tests/gateway_registry/test_replicas.py`.",
+        "paths for correctness in `tests/gateway_registry/test_replicas.py`.")
+
+
+def _download_crash_fault(crash: dict[str, Any]) -> str:
+    return (
         f"- **kill -9 during a download** (fake Hub on loopback, weights throttled to "
         f"{crash.get('throttle_bps')} B/s): killed at {crash.get('killed_at_bytes')} of "
         f"{crash.get('file_bytes')} B; the database on disk: integrity `{crash.get('integrity')}`, "
@@ -255,7 +332,11 @@ def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
         f"partial file kept; after the restart it resumed by itself to {crash.get('final_status')} "
         f"with {crash.get('bytes_after_restart')} B sent again, and served a `fixed:remote` "
         f"request ({crash.get('generation_with_it')}). Byte-level resume of the downloader: "
-        "`tests/registry/test_hub_resume.py`.",
+        "`tests/registry/test_hub_resume.py`.")
+
+
+def _corrupt_fault(corrupt: dict[str, Any]) -> list[str]:
+    return [
         "- **Corrupt drafter files**, registered through the admin API:",
         "",
         "| file | status | error |",
@@ -266,17 +347,40 @@ def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
         f"  The pickle payload was executed: {corrupt.get('payload_executed')}; generation "
         f"afterwards: {corrupt.get('generation_after')}. Transfer-level corruption (checksum "
         "mismatches, truncated downloads): `tests/registry/test_fetcher.py`.",
+    ]
+
+
+def _faults_section(r: dict[str, Any]) -> list[str]:
+    return [
+        "",
+        "## Faults",
+        "",
+        _hot_pool_fault(_at(r, "hot_pool")),
+        _database_fault(_at(r, "database_outage")),
+        _replica_fault(_at(r, "replica_convergence")),
+        _download_crash_fault(_at(r, "download_crash")),
+        *_corrupt_fault(_at(r, "corrupt_drafters")),
         f"- **Rate limit** (1 request/s, burst 5, per key): `{json.dumps(_at(r, 'rate_limit'))}`.",
+    ]
+
+
+def _fuzz_section(r: dict[str, Any]) -> list[str]:
+    fuzz = _at(r, "fuzz")
+    return [
         "",
         "## Fuzzing",
         "",
         f"`tests/reliability/test_fuzz.py` (Hypothesis; every route of the app's route table, "
-        f"valid-ish, valid and raw bodies): {_at(r, 'fuzz').get('requests')} requests, statuses "
-        f"`{json.dumps(_at(r, 'fuzz').get('statuses', {}))}`, "
-        f"{_at(r, 'fuzz').get('in_band_errors')} in-band stream errors, "
-        f"{_at(r, 'fuzz').get('status_5xx')} 5xx.",
+        f"valid-ish, valid and raw bodies): {fuzz.get('requests')} requests, statuses "
+        f"`{json.dumps(fuzz.get('statuses', {}))}`, "
+        f"{fuzz.get('in_band_errors')} in-band stream errors, "
+        f"{fuzz.get('status_5xx')} 5xx.",
     ]
-    lines += ["", "## Notes", ""]
+
+
+def _notes_section(r: dict[str, Any]) -> list[str]:
+    db = _at(r, "database_outage")
+    lines = ["", "## Notes", ""]
     if db.get("ready_during") == 503:
         lines.append("- `/ready` answered 503 while the database was down although generation "
                      "worked: a readiness probe on `/ready` (deploy/k8s/gateway.yaml) takes every "
@@ -293,11 +397,27 @@ def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
         "- The rate limiter keys anonymous clients by address: behind a proxy, uvicorn must "
         "trust its `X-Forwarded-For` (`FORWARDED_ALLOW_IPS`) or every client shares one bucket.",
     ]
-    if "soak" in r:
-        s = _at(r, "soak")
-        lines += ["", "## Soak", "", "RSS samples (seconds: MiB): " + ", ".join(
-            f"{t_:.0f}: {rss / 2**20:.0f}" for t_, rss in s.get("rss_samples", []))]
+    return lines
+
+
+def _soak_section(r: dict[str, Any]) -> list[str]:
+    if "soak" not in r:
+        return []
+    s = _at(r, "soak")
+    return ["", "## Soak", "", "RSS samples (seconds: MiB): " + ", ".join(
+        f"{t_:.0f}: {rss / 2**20:.0f}" for t_, rss in s.get("rss_samples", []))]
+
+
+def _log_problems_section(r: dict[str, Any]) -> list[str]:
     problems = r.get("log_problems") or []
-    if problems:
-        lines += ["", "## Server log problems", "", *[f"    {p}" for p in problems[:20]]]
-    return "\n".join(lines) + "\n"
+    if not problems:
+        return []
+    return ["", "## Server log problems", "", *[f"    {p}" for p in problems[:20]]]
+
+
+def render(r: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The Markdown report of one run (`results`, as saved in `reliability.json`)."""
+    sections = (_header(r, meta), _verdict_section(r), _load_section(r), _storm_section(r),
+                _faults_section(r), _fuzz_section(r), _notes_section(r), _soak_section(r),
+                _log_problems_section(r))
+    return "\n".join(line for section in sections for line in section) + "\n"

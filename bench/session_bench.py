@@ -46,7 +46,7 @@ def run_one(engine: SpecEngine, prompt: Prompt, method: str, max_new: int,
     ids, st = engine.generate_ids(prompt.ids, params, policy, session=session)
     return {"method": method, "domain": prompt.domain, "prompt": prompt.id, "turn": turn, "ids": ids,
             "tokens": len(ids), "rounds": st.rounds, "wall_s": time.perf_counter() - t0,
-            "mat": st.mean_accepted_tokens, "warm_start_requests": st.warm_start_requests,
+            "mat": st.mean_acceptance_length, "warm_start_requests": st.warm_start_requests,
             "chose_specialist": st.drafter_per_round.count(prompt.domain) / max(st.rounds, 1)}
 
 

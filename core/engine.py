@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,34 +27,30 @@ from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.drafter_check import compatibility_problems
 from core.drafter_pool import PoolSnapshot
 from core.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
+from core.errors import ContextLengthError, PolicyError, RequestError
 from core.grammar import GrammarCompiler
 from core.learner_sessions import LearnerSessions
-from core.request import RequestState, parse_policy
+from core.request import Policy, RequestState, parse_policy
 from core.rounds import prefill, speculative_round
 from core.router import PromptRouter
-from core.stats import RequestStats, RoundStats, TokenLogprob
+from core.stats import RoundStats, StatsSnapshot, TokenLogprob
 from core.target import Target
 
 log = logging.getLogger(__name__)
 
 
-class ContextLengthError(ValueError):
-    """Prompt plus max_new_tokens does not fit the context window."""
-
-
-class PolicyError(ValueError):
-    """Unknown policy or drafter id."""
-
-
-@dataclass
+@dataclass(frozen=True)
 class RoundOutput:
+    """What one round of one request produced; `stats` is a snapshot, so the output may be
+    handed to another thread while the engine runs the request's next round."""
+
     request_id: str
     token_ids: list[int]
     logprobs: list[TokenLogprob] | None
     finished: bool
     finish_reason: str | None
     round: RoundStats | None
-    stats: RequestStats
+    stats: StatsSnapshot
     error: str | None = None  # set with finish_reason "error": this request's round failed
     # The prompt's logprobs (first entry None), on the prefill's output only (params.prompt_logprobs).
     prompt_logprobs: list[TokenLogprob | None] | None = None
@@ -138,29 +134,31 @@ class SpecEngine:
             self.snapshot = self.snapshot.without(drafter_id)
 
     # -- requests --------------------------------------------------------------------------------
+    def check_request(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto") -> Policy:
+        """The one validation of a request: raises ContextLengthError, PolicyError or another
+        RequestError when the engine cannot serve it, else returns its resolved policy (a
+        routed one without its drafter yet). Front ends call it to refuse a request before
+        they answer; `add_request` calls it again against the pool of that moment."""
+        if not prompt_ids:
+            raise RequestError("prompt must contain at least one token")
+        if params.max_new_tokens < 1:
+            raise RequestError("max_new_tokens must be >= 1")
+        if len(prompt_ids) + params.max_new_tokens > self.max_context:
+            raise ContextLengthError(max_context=self.max_context, prompt_tokens=len(prompt_ids),
+                                     max_new_tokens=params.max_new_tokens)
+        if any(not 0 <= t < self.target.vocab_size for t in prompt_ids):
+            raise RequestError("prompt contains token ids outside the vocabulary")
+        return parse_policy(policy, self.config.selector.policy, self.snapshot.ids, self.router is not None)
+
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
                     policy: str = "auto", session: str | None = None) -> None:
         """Queue a request. With `session`, a learner policy starts from the learner state the
         session's last finished request ended with (core/learner_sessions.py)."""
         if request_id in self._requests:
             raise ValueError(f"duplicate request id {request_id!r}")
-        if not prompt_ids:
-            raise ValueError("prompt must contain at least one token")
-        if params.max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be >= 1")
-        total = len(prompt_ids) + params.max_new_tokens
-        if total > self.max_context:
-            raise ContextLengthError(
-                f"This model's maximum context length is {self.max_context} tokens. However, you requested "
-                f"{total} tokens ({len(prompt_ids)} in the messages, {params.max_new_tokens} in the completion)."
-            )
-        if any(not 0 <= t < self.target.vocab_size for t in prompt_ids):
-            raise ValueError("prompt contains token ids outside the vocabulary")
-        try:
-            resolved = parse_policy(policy, self.config.selector.policy, self.snapshot.ids,
-                                    self._router_for(prompt_ids))
-        except ValueError as exc:
-            raise PolicyError(str(exc)) from exc
+        resolved = self.check_request(prompt_ids, params, policy)
+        if resolved.routed:
+            resolved = replace(resolved, name=self._route(prompt_ids))
         state = RequestState.create(request_id, list(prompt_ids), params, resolved, self.snapshot, self.config,
                                     cache=self.target.new_cache(), eos_ids=self.target.eos_token_ids)
         if session is not None and resolved.kind == "learner" and state.learner is not None:
@@ -173,18 +171,12 @@ class SpecEngine:
         self._requests[request_id] = state
         self._order.append(request_id)
 
-    def _router_for(self, prompt_ids: list[int]) -> Callable[[], str] | None:
+    def _route(self, prompt_ids: list[int]) -> str:
         """The router's pick for this prompt; a label the pool no longer serves falls back to
         the pool's first drafter (the generalist in the shipped pool)."""
-        router = self.router
-        if router is None:
-            return None
-
-        def route() -> str:
-            did = router.route(prompt_ids)
-            return did if did in self.snapshot.ids else self.snapshot.ids[0]
-
-        return route
+        assert self.router is not None  # check_request resolves `router` only with one
+        did = self.router.route(prompt_ids)
+        return did if did in self.snapshot.ids else self.snapshot.ids[0]
 
     def grammar_compiler(self) -> GrammarCompiler:
         """The target tokenizer in the grammar engine's form, built on first use."""
@@ -216,7 +208,8 @@ class SpecEngine:
             out = self._run_round(state)
         except Exception as exc:  # one request's failure must not take the others down
             log.exception("round of request %s failed", rid)
-            out = RoundOutput(rid, [], None, True, "error", None, state.stats, f"{type(exc).__name__}: {exc}")
+            out = RoundOutput(rid, [], None, True, "error", None, state.stats.snapshot(),
+                              f"{type(exc).__name__}: {exc}")
         if out.finished:
             self._finish(state, out)
         else:
@@ -241,10 +234,13 @@ class SpecEngine:
             rest = time.perf_counter() - t0 - rstats.draft_s - rstats.verify_s - rstats.evaluate_s
             rstats = replace(rstats, bookkeeping_s=max(rest, 0.0))
             state.stats.time_bookkeeping_s += rstats.bookkeeping_s
+        return self._round_output(state, tokens, rstats)
+
+    def _round_output(self, state: RequestState, tokens: list[int], rstats: RoundStats | None) -> RoundOutput:
         logprobs = state.take_logprobs()
         prompt_lps, state.prompt_logprobs = state.prompt_logprobs, None
         return RoundOutput(state.request_id, tokens, logprobs, state.finished, state.finish_reason,
-                           rstats, state.stats, prompt_logprobs=prompt_lps)
+                           rstats, state.stats.snapshot(), prompt_logprobs=prompt_lps)
 
     # -- convenience -----------------------------------------------------------------------------
     def generate(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto",
@@ -254,15 +250,15 @@ class SpecEngine:
         self.add_request(rid, prompt_ids, params, policy, session)
         state = self._requests[rid]
         while True:
-            out = self._run_round(state)
-            if out.finished:
-                self._finish(state, out)
-            yield out
-            if out.finished:
+            outs = [self._run_round(state)]
+            if outs[0].finished:
+                self._finish(state, outs[0])
+            yield from outs
+            if any(o.finished for o in outs):
                 return
 
     def generate_ids(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto",
-                     session: str | None = None) -> tuple[list[int], RequestStats]:
+                     session: str | None = None) -> tuple[list[int], StatsSnapshot]:
         ids: list[int] = []
         stats = None
         for out in self.generate(prompt_ids, params, policy, session=session):
@@ -286,4 +282,4 @@ def _aux_from_drafters(paths: list[Path]) -> tuple[int, int, int] | None:
     return None
 
 
-__all__ = ["LEARNER_NAMES", "ContextLengthError", "PolicyError", "RoundOutput", "SpecEngine"]
+__all__ = ["LEARNER_NAMES", "ContextLengthError", "PolicyError", "RequestError", "RoundOutput", "SpecEngine"]

@@ -3,7 +3,6 @@ queue, statistics, RNGs, and the stop rules that decide what a round may commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +11,7 @@ import torch
 
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.drafter_pool import Candidates, DrafterState, PoolSnapshot
+from core.errors import PolicyError
 from core.feedback import FeedbackQueue, Window
 from core.grammar import TokenMatcher
 from core.learners import Learner, make_learner
@@ -34,28 +34,29 @@ class Policy:
 
 
 def parse_policy(policy: str, default: str, drafter_ids: tuple[str, ...],
-                 route: Callable[[], str] | None = None) -> Policy:
-    """auto -> server default; none; fixed:<drafter id>; a learner name; router (the drafter
-    `route` picks for this prompt, fixed for the request). An empty pool means plain decoding
-    for auto, learners and the router (there is nothing to choose from)."""
+                 has_router: bool = False) -> Policy:
+    """auto -> server default; none; fixed:<drafter id>; a learner name; router (a drafter the
+    prompt router picks, fixed for the request: the engine fills in its name). An empty pool
+    means plain decoding for auto, learners and the router (there is nothing to choose from).
+    Raises PolicyError for anything else."""
     p = (policy or "auto").strip()
     if p == "auto":
         p = default if default != "auto" else "normalhedge"
     if p == "none" or (p == ROUTER and not drafter_ids):
         return Policy("none", "")
     if p == ROUTER:
-        if route is None:
-            raise ValueError("policy 'router' needs a prompt router: this pool has none")
-        return Policy("fixed", route(), routed=True)
+        if not has_router:
+            raise PolicyError("policy 'router' needs a prompt router and this pool has none "
+                              "(python -m demo.router --pool <pool.json> trains one)")
+        return Policy("fixed", "", routed=True)
     if p.startswith("fixed:"):
-        did = p.removeprefix("fixed:")
-        if did not in drafter_ids:
-            raise ValueError(f"unknown drafter {did!r} in policy; available: {list(drafter_ids)}")
-        return Policy("fixed", did)
+        if p.removeprefix("fixed:") not in drafter_ids:
+            raise PolicyError(f"unknown drafter in policy {p!r}; served drafters: {list(drafter_ids)}")
+        return Policy("fixed", p.removeprefix("fixed:"))
     if p in LEARNER_NAMES:
         return Policy("learner", p) if drafter_ids else Policy("none", "")
-    raise ValueError(f"unknown policy {p!r}: use auto, none, fixed:<drafter id>, router or one of "
-                     f"{list(LEARNER_NAMES)}")
+    raise PolicyError(f"unknown policy {p!r}: use auto, none, fixed:<drafter id>, router or one of "
+                      f"{list(LEARNER_NAMES)}")
 
 
 @dataclass

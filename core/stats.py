@@ -1,8 +1,16 @@
-"""Per-round and per-request statistics, exposed by the engine for the gateway and admin page."""
+"""Per-round and per-request statistics, exposed by the engine for the gateway and admin page.
+
+`RequestStats` is the running tally a request's rounds update on the engine thread;
+`StatsSnapshot` is the frozen copy every `RoundOutput` carries, so what crosses to another
+thread (the gateway's event loop) can never change under its reader.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -60,16 +68,6 @@ class RequestStats:
     # Finished requests of the same session whose learner this request started from (0: cold).
     warm_start_requests: int = 0
 
-    @property
-    def mean_accepted_tokens(self) -> float:
-        """MAT: tokens committed per verification pass, bonus included."""
-        spec = self.completion_tokens - self.prefill_tokens
-        return spec / self.rounds if self.rounds else 0.0
-
-    @property
-    def regret_tokens(self) -> float:
-        return self.regret_curve[-1] if self.regret_curve else 0.0
-
     def record_round(self, rs: RoundStats) -> None:
         self.rounds += 1
         self.target_forwards += 1
@@ -97,27 +95,58 @@ class RequestStats:
         best = max(self.est_len_sum.values()) if self.est_len_sum else 0.0
         self.regret_curve.append(best - self.chosen_est_len_sum)
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-friendly summary (the gateway maps it to `metrics.speculative_decoding`)."""
-        return {
-            "policy": self.policy,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "rounds": self.rounds,
-            "target_forwards": self.target_forwards,
-            "mean_acceptance_length": self.mean_accepted_tokens,
-            "num_spec_steps": self.rounds,
-            "num_draft_tokens": self.num_draft_tokens,
-            "num_accepted_draft_tokens": self.num_accepted_draft_tokens,
-            "acceptance_by_position": list(self.accepted_by_position),
-            "accepted_per_round": list(self.accepted_per_round),
-            "drafter_choices": list(self.drafter_per_round),
-            "regret_tokens": self.regret_tokens,
-            "regret_curve": list(self.regret_curve),
-            "final_weights": dict(self.weights),
-            "warm_start_requests": self.warm_start_requests,
-            "time_draft_s": self.time_draft_s,
-            "time_verify_s": self.time_verify_s,
-            "time_evaluate_s": self.time_evaluate_s,
-            "time_bookkeeping_s": self.time_bookkeeping_s,
-        }
+    def snapshot(self) -> StatsSnapshot:
+        """An immutable copy: sequences as tuples, mappings as read-only views of copies."""
+        return StatsSnapshot(**{f.name: _frozen(getattr(self, f.name)) for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """`RequestStats` at the end of one round, immutable (the fields mean the same there)."""
+
+    policy: str
+    drafter_ids: tuple[str, ...]
+    prompt_tokens: int
+    completion_tokens: int
+    prefill_tokens: int
+    rounds: int
+    target_forwards: int
+    num_draft_tokens: int
+    num_accepted_draft_tokens: int
+    accepted_per_round: tuple[int, ...]
+    drafter_per_round: tuple[str | None, ...]
+    accepted_by_position: tuple[int, ...]
+    weights: Mapping[str, float]
+    est_len_sum: Mapping[str, float]
+    chosen_est_len_sum: float
+    regret_curve: tuple[float, ...]
+    estimates: tuple[tuple[float, int], ...]
+    time_draft_s: float
+    time_verify_s: float
+    time_evaluate_s: float
+    time_bookkeeping_s: float
+    warm_start_requests: int
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """MAT: tokens committed per verification pass, bonus included (vLLM's name for it)."""
+        spec = self.completion_tokens - self.prefill_tokens
+        return spec / self.rounds if self.rounds else 0.0
+
+    @property
+    def draft_acceptance_rate(self) -> float:
+        """Accepted draft tokens over drafted ones (0 when nothing was drafted)."""
+        drafted = self.num_draft_tokens
+        return self.num_accepted_draft_tokens / drafted if drafted else 0.0
+
+    @property
+    def regret_tokens(self) -> float:
+        return self.regret_curve[-1] if self.regret_curve else 0.0
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return MappingProxyType(dict(value))
+    return value

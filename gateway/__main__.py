@@ -2,6 +2,6 @@
 
 import sys
 
-from gateway.cli.commands import main
+from gateway.cli import main
 
 sys.exit(main())

@@ -1,33 +1,44 @@
 """`create_app(settings, engine=None)`: the FastAPI application and its lifespan.
 
+This module is where the gateway is wired, and the only one that does it: `build_components`
+builds every per-app object once (`Components`), `create_app` puts each into `app.state` under
+its field name (read back only through the typed dependencies of `gateway.http.deps`), adds the
+middlewares and routers, and the lifespan starts and stops the components in order.
+
 Start-up order: the engine worker thread starts loading and warming the engine in the
 background (so `/health` answers at once and `/ready` says 503 until it is done), while the
-registry database is migrated to head. Shutdown drains in-flight requests (up to
-`drain_timeout_s`) before the worker stops.
+registry database is migrated to head; then the admin page's aggregator subscribes to the event
+bus (with an admin key only). Shutdown closes the page streams, stops pool changes, drains
+in-flight requests (up to `drain_timeout_s`) before the worker stops, then closes the registry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from gateway.config import Settings
-from gateway.http.auth import KeySet
 from gateway.http.errors import install_error_handlers
+from gateway.http.keys import KeySet
 from gateway.http.metrics import GatewayMetrics
 from gateway.http.middleware import ArrivalClock, BodySizeLimit
 from gateway.http.ratelimit import RateLimit
 from gateway.http.routes import admin, health, openai
 from gateway.live import routes as admin_live
+from gateway.live.aggregator import STALE_S, LiveAggregator, Load
 from gateway.live.events import EventBus
-from gateway.openai.serving import Serving
+from gateway.openai.serving_chat import OpenAIServingChat
+from gateway.openai.serving_completion import OpenAIServingCompletion
+from gateway.openai.serving_models import OpenAIServingModels
 from gateway.pool.database import RegistryLink
 from gateway.pool.registry import RegistryService
 from gateway.runner import Engine, EngineRunner
@@ -85,12 +96,52 @@ async def _reopen(app_: FastAPI, registry: RegistryLink, service: RegistryServic
         log.exception("could not start pool management on the reopened registry")
 
 
-def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
-    settings = settings or Settings()
+@dataclass(frozen=True)
+class Components:
+    """The per-app objects, built once; `app.state.<field>` holds each (see `gateway.http.deps`)."""
+
+    settings: Settings
+    metrics: GatewayMetrics
+    events: EventBus
+    runner: EngineRunner
+    serving_models: OpenAIServingModels
+    serving_chat: OpenAIServingChat
+    serving_completion: OpenAIServingCompletion
+    registry: RegistryLink
+    registry_service: RegistryService
+    api_keys: KeySet
+    admin_keys: KeySet
+    admin_live: LiveAggregator | None  # the admin page's live state; None without an admin key
+
+
+def build_components(settings: Settings, engine: Engine | None = None) -> Components:
     metrics = GatewayMetrics()
     events = EventBus()
+    runner = _runner(settings, engine, metrics, events)
+    models = OpenAIServingModels(runner, settings)
+    registry = RegistryLink(settings.database_url)
+    admin_keys = KeySet([settings.admin_key] if settings.admin_key else [])
+    return Components(
+        settings=settings,
+        metrics=metrics,
+        events=events,
+        runner=runner,
+        serving_models=models,
+        serving_chat=OpenAIServingChat(models, metrics),
+        serving_completion=OpenAIServingCompletion(models, metrics),
+        registry=registry,
+        registry_service=RegistryService(settings, runner, events, registry),
+        api_keys=KeySet(settings.api_keys),
+        admin_keys=admin_keys,
+        admin_live=_aggregator(settings, runner) if admin_keys.enabled else None,
+    )
+
+
+def _runner(
+    settings: Settings, engine: Engine | None, metrics: GatewayMetrics, events: EventBus
+) -> EngineRunner:
     loader = (lambda: engine) if engine is not None else partial(load_engine, settings)
-    runner = EngineRunner(
+    return EngineRunner(
         loader,
         max_running=settings.max_running,
         max_queue=settings.max_queue,
@@ -100,46 +151,38 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         config_repr=repr(settings.engine_config()),
         warmup=settings.warmup,
     )
-    registry = RegistryLink(settings.database_url)
-    registry_service = RegistryService(settings, runner, events, registry)
 
-    @asynccontextmanager
-    async def lifespan(app_: FastAPI) -> AsyncIterator[None]:
-        events.bind(asyncio.get_running_loop())
-        runner.start()
-        await asyncio.to_thread(registry.open)
-        reopening = None
-        if registry.engine is None:  # serve the static pool; the registry may come up later
-            log.warning("drafter registry unavailable (%s): serving the static pool", registry.error)
-            reopening = asyncio.create_task(_reopen(app_, registry, registry_service), name="registry-reopen")
-        else:
-            await _start_registry(app_, registry_service)
-        yield
-        if reopening is not None:
-            reopening.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reopening
-        await registry_service.stop_background()  # no pool changes while draining
-        log.info("draining %d in-flight requests", runner.in_flight)
-        await runner.stop(settings.drain_timeout_s)
-        await registry_service.close()  # after the drain, so its requests are logged
-        registry.close()
 
-    app = FastAPI(title="HedgeSpec Gateway", version="0.1.0", lifespan=lifespan)
-    app.state.settings = settings
-    app.state.runner = runner
-    app.state.serving = Serving(runner, settings, metrics)
-    app.state.metrics = metrics
-    app.state.events = events
-    app.state.registry = registry
-    app.state.registry_service = registry_service
-    app.state.api_keys = KeySet(settings.api_keys)
-    app.state.admin_keys = KeySet([settings.admin_key] if settings.admin_key else [])
+def _aggregator(settings: Settings, runner: EngineRunner) -> LiveAggregator:
+    def load() -> Load:
+        return Load(runner.in_flight, runner.max_running, runner.max_queue)
+
+    # A trace idle past the request deadline (plus slack) lost its `request_finished`: evict it.
+    return LiveAggregator(load, stale_after_s=settings.request_timeout_s + STALE_S)
+
+
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+    parts = build_components(settings or Settings(), engine)
+    app = FastAPI(title="HedgeSpec Gateway", version="0.1.0", lifespan=_lifespan(parts))
+    for field in dataclasses.fields(parts):
+        setattr(app.state, field.name, getattr(parts, field.name))
+    app.state.request_log = None  # set once the registry has started (`_start_registry`)
     install_error_handlers(app)
+    _add_middleware(app, parts)
+    app.include_router(health.router)
+    app.include_router(openai.router)
+    app.include_router(admin_live.router)  # /admin page + live stream, overview, history
+    app.include_router(admin.router)  # /admin/api/drafters, /events, /pool (the registry)
+    return app
+
+
+def _add_middleware(app: FastAPI, parts: Components) -> None:
+    """Added innermost first: the arrival clock runs before anything else reads the request."""
+    settings = parts.settings
     if settings.rate_limit_rps is not None:  # inside CORS, so a 429 still carries its headers
         app.add_middleware(RateLimit, rps=settings.rate_limit_rps,
-                           burst=settings.rate_limit_burst, keys=app.state.api_keys,
-                           metrics=metrics)
+                           burst=settings.rate_limit_burst, keys=parts.api_keys,
+                           metrics=parts.metrics)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -149,8 +192,43 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         )
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(ArrivalClock)
-    app.include_router(health.router)
-    app.include_router(openai.router)
-    app.include_router(admin_live.router)  # /admin page + live stream (starts its aggregator)
-    app.include_router(admin.router)  # /admin/api/drafters, /events, /pool (the registry)
-    return app
+
+
+def _lifespan(parts: Components) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        reopening = await _start(app, parts)
+        yield
+        await _stop(parts, reopening)
+
+    return lifespan
+
+
+async def _start(app: FastAPI, parts: Components) -> asyncio.Task[None] | None:
+    """Start everything; returns the task retrying a registry that did not open, if any."""
+    parts.events.bind(asyncio.get_running_loop())
+    parts.runner.start()
+    await asyncio.to_thread(parts.registry.open)
+    if parts.admin_live is not None:
+        parts.admin_live.start(parts.events)
+    if parts.registry.engine is not None:
+        await _start_registry(app, parts.registry_service)
+        return None
+    # Serve the static pool; the registry may come up later.
+    log.warning("drafter registry unavailable (%s): serving the static pool", parts.registry.error)
+    return asyncio.create_task(_reopen(app, parts.registry, parts.registry_service),
+                               name="registry-reopen")
+
+
+async def _stop(parts: Components, reopening: asyncio.Task[None] | None) -> None:
+    if parts.admin_live is not None:
+        await parts.admin_live.stop()  # ends the page streams first: they never drain
+    if reopening is not None:
+        reopening.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reopening
+    await parts.registry_service.stop_background()  # no pool changes while draining
+    log.info("draining %d in-flight requests", parts.runner.in_flight)
+    await parts.runner.stop(parts.settings.drain_timeout_s)
+    await parts.registry_service.close()  # after the drain, so its requests are logged
+    parts.registry.close()

@@ -4,15 +4,21 @@ Cancellation design (the one async/sync boundary, style rule 10):
 
     event loop (HTTP handlers)                 worker thread (owns the engine)
     ---------------------------                ------------------------------
-    submit(specs, sink) ── commands deque ──▶  admit: waiting → engine.add_request
+    await submit(specs) ── commands deque ──▶  engine.check_request → waiting (or refused)
+        (returns or raises) ◀── call_soon_threadsafe ──┘
+                                               admit: waiting → engine.add_request
     abort(request_id)   ── commands deque ──▶  engine.abort (frees KV caches)
-    sink: asyncio.Queue ◀── call_soon_threadsafe ── Update per round (tokens, stats)
+    sink: asyncio.Queue ◀── call_soon_threadsafe ── Update per round (tokens, stats snapshot)
 
 - Fairness: `engine.step()` runs one round for the next active request in round-robin order,
   so every running request advances once per `num_active()` steps.
 - Admission: at most `max_running` requests are in the engine; up to `max_queue` more wait
   in order. Beyond that `submit` raises 429 at once rather than building an unbounded queue
   (TGI's semaphore behaviour).
+- Validation: the engine is the one judge of a request (context length, policy). `submit`
+  returns only once the worker has asked it (`engine.check_request`, between two rounds), and
+  raises its typed refusal translated into an OpenAI 400 (`engine_error`), so a streaming
+  client still gets a plain HTTP 400, not an error inside a 200 event stream.
 - Deadlines are checked between rounds; an expired request is aborted and told why.
 - A client that goes away calls `abort`; the request is removed before the next round.
 - `stop()` drains: new work gets 503, in-flight requests run to completion until the drain
@@ -31,13 +37,24 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from core.config import SamplingParams
-from core.stats import RoundStats, TokenLogprob
-from gateway.http.errors import APIError, not_ready, overloaded, request_timeout
+from core.errors import ContextLengthError, PolicyError
+from core.stats import RoundStats, StatsSnapshot, TokenLogprob
+from gateway.http.errors import (
+    APIError,
+    context_length_exceeded,
+    invalid_request,
+    not_ready,
+    overloaded,
+    request_timeout,
+)
 from gateway.http.metrics import GatewayMetrics
 from gateway.live.events import EventBus, finished_event, round_event, started_event
+
+if TYPE_CHECKING:  # core.engine imports torch: the app loads it only to build the engine
+    from core.engine import RoundOutput
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,11 +68,12 @@ class Engine(Protocol):
     max_context: int
 
     def drafter_ids(self) -> list[str]: ...
+    def check_request(self, prompt_ids: list[int], params: SamplingParams, policy: str = ...) -> object: ...
     def add_request(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams, policy: str = ...,
         session: str | None = ...,
     ) -> None: ...
-    def step(self) -> list[Any]: ...
+    def step(self) -> list[RoundOutput]: ...
     def abort(self, request_id: str) -> None: ...
     def has_unfinished(self) -> bool: ...
     def num_active(self) -> int: ...
@@ -69,14 +87,15 @@ class RequestSpec:
     policy: str = "auto"
     prompt_text: str | None = None  # only when the operator logs prompts (request log)
     session: str | None = None  # learner session key (scoped to the API key by the caller)
+    prompt_param: str = "prompt"  # the request field the prompt came from (a 400's `param`)
 
 
 @dataclass(frozen=True)
 class Update:
     """What one engine round produced for one request, as the event loop sees it.
 
-    `stats` is a snapshot (`RequestStats.to_dict()`) taken on the worker thread when the
-    request finishes, so no live engine object ever crosses the thread boundary.
+    `stats` is the engine's immutable snapshot of the request's statistics, on the update
+    that finishes it; no live engine object ever crosses the thread boundary.
     """
 
     request_id: str
@@ -84,7 +103,7 @@ class Update:
     logprobs: list[TokenLogprob] | None = None
     finished: bool = False
     finish_reason: str | None = None
-    stats: dict[str, Any] | None = None
+    stats: StatsSnapshot | None = None
     error: APIError | None = None
     # The prompt's logprobs (first entry None) on the prefill's update, when asked for (echo).
     prompt_logprobs: list[TokenLogprob | None] | None = None
@@ -111,7 +130,7 @@ class _Tracked:
     submitted_at: float
     started_at: float = 0.0
     events_started: bool = False
-    last_stats: Any = None  # the engine's live RequestStats; read on the worker thread only
+    last_stats: StatsSnapshot | None = None  # rides on an abort's acknowledgement
 
 
 def fingerprint(engine: Engine, config: Any) -> str:
@@ -188,10 +207,15 @@ class EngineRunner:
 
     # ---- requests (event loop side) ----------------------------------------------------------
 
-    def submit(self, specs: list[RequestSpec], sink: asyncio.Queue[Update]) -> None:
-        """Queue all of `specs` (the n choices of one HTTP request) or none of them."""
+    async def submit(self, specs: list[RequestSpec], sink: asyncio.Queue[Update]) -> None:
+        """Queue all of `specs` (the n choices of one HTTP request) or none of them.
+
+        Returns once the engine has accepted them (checked between two rounds); raises 503 or
+        429 at once, or the engine's refusal as a 400 (`engine_error`). A caller cancelled
+        while it waits must `abort` the specs: they may have been queued meanwhile."""
         self.check_ready()
         loop = asyncio.get_running_loop()
+        checked: asyncio.Future[None] = loop.create_future()
         now = time.monotonic()
         with self._lock:
             if self._in_flight + len(specs) > self.max_running + self.max_queue:
@@ -199,10 +223,10 @@ class EngineRunner:
                     self.metrics.rejected.labels(reason="overloaded").inc()
                 raise overloaded()
             self._in_flight += len(specs)
-            for spec in specs:
-                tracked = _Tracked(spec, sink, loop, now + self.request_timeout_s, now)
-                self._commands.append(("add", tracked))
+            batch = [_Tracked(spec, sink, loop, now + self.request_timeout_s, now) for spec in specs]
+            self._commands.append(("add", (batch, checked)))
         self._wakeup.set()
+        await checked
 
     def abort(self, request_id: str) -> None:
         """Stop a request (client gone, stop string found); a no-op when already finished."""
@@ -247,6 +271,7 @@ class EngineRunner:
             self._expire(engine)
             self._admit(engine)
             if self._stopping:
+                self._apply_commands(engine)  # answer a submit that raced the stop
                 self._abort_all(engine, not_ready("the server shut down"))
                 return
             if engine.has_unfinished():
@@ -283,11 +308,25 @@ class EngineRunner:
                     return
                 kind, arg = self._commands.popleft()
             if kind == "add":
-                self._waiting.append(arg)
+                self._check(engine, *arg)
             elif kind == "abort":
                 self._abort(engine, arg, None)
             else:
                 self._run_call(engine, *arg)
+
+    def _check(self, engine: Engine, batch: list[_Tracked], checked: asyncio.Future[None]) -> None:
+        """Queue a request's choices if the engine accepts every one, else refuse them all."""
+        for tracked in batch:
+            spec = tracked.spec
+            try:
+                engine.check_request(spec.prompt_ids, spec.params, spec.policy)
+            except Exception as exc:
+                with self._lock:
+                    self._in_flight -= len(batch)
+                _settle(tracked.loop, checked, engine_error(exc, spec.prompt_param))
+                return
+        self._waiting.extend(batch)
+        _settle(batch[0].loop, checked, None)
 
     def _run_call(self, engine: Engine, fn: Callable[[Engine], Any], future: Any) -> None:
         try:
@@ -310,10 +349,9 @@ class EngineRunner:
                 engine.add_request(
                     spec.request_id, spec.prompt_ids, spec.params, spec.policy, session=spec.session
                 )
-            except ValueError as exc:  # ContextLengthError, PolicyError: the client's fault
-                self._finish(
-                    tracked, Update(spec.request_id, finished=True, error=_engine_error(exc))
-                )
+            except Exception as exc:  # the pool changed while it waited (fixed:<a removed drafter>)
+                error = engine_error(exc, spec.prompt_param)
+                self._finish(tracked, Update(spec.request_id, finished=True, error=error))
                 continue
             tracked.started_at = time.monotonic()
             self._running[spec.request_id] = tracked
@@ -334,39 +372,38 @@ class EngineRunner:
         for out in outputs:
             self._deliver(out)
 
-    def _deliver(self, out: Any) -> None:
+    def _deliver(self, out: RoundOutput) -> None:
         tracked = self._running.get(out.request_id)
         if tracked is None:
             return  # aborted while its round ran
-        if getattr(out, "error", None):  # the engine isolated a failed round to this request
-            log.error("request %s failed in the engine: %s", out.request_id, out.error)
-            self._running.pop(out.request_id, None)
-            err = APIError("The engine failed while generating.", status=500, type="server_error")
-            stats = out.stats.to_dict() if out.stats is not None else None
-            update = Update(out.request_id, finished=True, stats=stats, error=err)
-            self._finish(tracked, update)
-            self._publish_finished(tracked, update)
-            self._observe_load()
-            return
         tracked.last_stats = out.stats
+        if out.error:  # the engine isolated a failed round to this request
+            log.error("request %s failed in the engine: %s", out.request_id, out.error)
+            err = APIError("The engine failed while generating.", status=500, type="server_error")
+            self._end(tracked, Update(out.request_id, finished=True, stats=out.stats, error=err))
+            return
         if out.round is not None:
             self._record_round(tracked, out.round, out.stats)
-        stats = out.stats.to_dict() if out.finished else None
         update = Update(
             out.request_id,
             list(out.token_ids),
             out.logprobs,
             out.finished,
             out.finish_reason,
-            stats,
-            prompt_logprobs=getattr(out, "prompt_logprobs", None),
+            out.stats if out.finished else None,
+            prompt_logprobs=out.prompt_logprobs,
         )
         if out.finished:
-            del self._running[out.request_id]
-            self._finish(tracked, update)
-            self._publish_finished(tracked, update)
+            self._end(tracked, update)
         else:
             _put(tracked, update)
+
+    def _end(self, tracked: _Tracked, update: Update) -> None:
+        """The engine finished this running request: its last update, events and gauges."""
+        del self._running[update.request_id]
+        self._finish(tracked, update)
+        self._publish_finished(tracked, update)
+        self._observe_load()
 
     def _abort(self, engine: Engine, request_id: str, error: APIError | None) -> None:
         tracked = self._running.pop(request_id, None)
@@ -379,8 +416,7 @@ class EngineRunner:
             self._waiting.remove(tracked)
         # Stats so far ride on the abort acknowledgement: a request ended by a stop string
         # still reports its speculative-decoding metrics.
-        stats = tracked.last_stats.to_dict() if tracked.last_stats is not None else None
-        update = Update(request_id, finished=True, stats=stats, error=error)
+        update = Update(request_id, finished=True, stats=tracked.last_stats, error=error)
         self._finish(tracked, update)
         self._publish_finished(tracked, update)
         self._observe_load()
@@ -401,9 +437,9 @@ class EngineRunner:
             self.metrics.running.set(len(self._running))
             self.metrics.waiting.set(len(self._waiting))
 
-    def _record_round(self, tracked: _Tracked, rs: RoundStats, stats: Any) -> None:
+    def _record_round(self, tracked: _Tracked, rs: RoundStats, stats: StatsSnapshot) -> None:
         if self.metrics:
-            self.metrics.observe_round(rs, policy=str(stats.policy))
+            self.metrics.observe_round(rs, policy=stats.policy)
         if self.events is not None and self.events.has_subscribers:
             spec = tracked.spec
             if not tracked.events_started:
@@ -433,10 +469,33 @@ def _put(tracked: _Tracked, update: Update) -> None:
         tracked.loop.call_soon_threadsafe(tracked.sink.put_nowait, update)
 
 
-def _engine_error(exc: ValueError) -> APIError:
-    name = type(exc).__name__
-    if name == "ContextLengthError":
-        return APIError(str(exc), code="context_length_exceeded")
-    if name == "PolicyError":
-        return APIError(str(exc), param="hedgespec.policy", code="invalid_policy")
-    return APIError(str(exc), code="invalid_value")
+def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None], error: APIError | None) -> None:
+    """Answer a waiting `submit` from the worker thread."""
+
+    def settle() -> None:
+        if future.done():  # the caller stopped waiting
+            return
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(settle)
+
+
+def engine_error(exc: Exception, prompt_param: str) -> APIError:
+    """The engine's refusal of a request as the OpenAI error that names the field at fault."""
+    if isinstance(exc, ContextLengthError):
+        return context_length_exceeded(
+            max_context=exc.max_context,
+            prompt_tokens=exc.prompt_tokens,
+            max_tokens=exc.max_new_tokens,
+            param=prompt_param,
+        )
+    if isinstance(exc, PolicyError):
+        return invalid_request(str(exc), param="hedgespec.policy", code="invalid_policy")
+    if isinstance(exc, ValueError):  # the engine's other RequestErrors, a bad grammar
+        return invalid_request(str(exc), code="invalid_value")
+    log.error("the engine could not check a request", exc_info=exc)
+    return APIError("The engine failed while checking the request.", status=500, type="server_error")

@@ -12,7 +12,7 @@ torch.set_num_threads(1)
 
 # The server's default dtype is `auto` (bf16 on a CPU with native bf16). The suite pins fp32,
 # where greedy speculative output is token-identical to plain decoding; tests of `auto` itself
-# pass the dtype explicitly. Servers started by the tests inherit it (tests/gateway/conftest.py).
+# pass the dtype explicitly. Servers started by the tests inherit it (bench/harness/server.py).
 os.environ.setdefault("HEDGESPEC_DTYPE", "float32")
 
 

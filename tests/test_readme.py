@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.server import ServerProcess
 from gateway.config import DEFAULT_POOL, Settings
-from tests.gateway.conftest import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 

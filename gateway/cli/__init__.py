@@ -1,5 +1,5 @@
-"""The `hedgespec` console script (`main`) and its sub-commands."""
+"""The `hedgespec` console script (`main`) and its sub-commands (`gateway.cli.commands`)."""
 
-from gateway.cli.commands import main
+from gateway.cli.commands import build_parser, main
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]

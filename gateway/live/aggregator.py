@@ -2,10 +2,10 @@
 
 The aggregator is the event bus's one long-lived subscriber. It folds the per-round events
 (see `gateway.live.events`) into bounded state (active request traces, a history ring of finished
-requests, 2-second time buckets) and re-publishes every event to the page streams
-(`Listener`) it serves. Because a page stream registers and takes its snapshot in one
-synchronous step on the event loop, a page sees every event after its snapshot exactly once,
-with no gap. A page stream that falls `LISTENER_BUFFER` events behind is sent a fresh snapshot
+requests, 2-second time buckets) and re-publishes every event to the page streams it serves
+(each an `EventBuffer`, drained in batches). Because a page stream registers and takes its
+snapshot in one synchronous step on the event loop, a page sees every event after its snapshot
+exactly once, with no gap. A page stream that falls `LISTENER_BUFFER` events behind is sent a fresh snapshot
 instead of the events it lost.
 
 Queue depth is derived from the runner's public counters: `queued = in_flight - max_running`
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.live.events import EventBus
+from gateway.live.events import EventBuffer, EventBus, Subscription
 from gateway.live.traces import RequestTrace
 
 HISTORY_SIZE = 200  # finished requests kept in memory
@@ -47,6 +47,11 @@ class _Usage:
         self.rounds += 1
         self.accepted += accepted
         self.committed += committed
+
+    def merge(self, other: _Usage) -> None:
+        self.rounds += other.rounds
+        self.accepted += other.accepted
+        self.committed += other.committed
 
 
 @dataclass
@@ -78,40 +83,6 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-# ---- page streams ---------------------------------------------------------------------------
-
-
-class Listener:
-    """One page stream's bounded buffer; the aggregator offers, the SSE handler drains."""
-
-    def __init__(self, maxsize: int = LISTENER_BUFFER) -> None:
-        self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=maxsize)
-        self._ready = asyncio.Event()
-        self.lost = 0
-        self.closed = False
-
-    def offer(self, event: dict[str, Any]) -> None:
-        if len(self._events) == self._events.maxlen:
-            self.lost += 1
-        self._events.append(event)
-        self._ready.set()
-
-    async def wait(self) -> None:
-        while not self._events and not self.closed:
-            self._ready.clear()
-            await self._ready.wait()
-
-    def drain(self) -> tuple[list[dict[str, Any]], int]:
-        events, lost = list(self._events), self.lost
-        self._events.clear()
-        self.lost = 0
-        return events, lost
-
-    def close(self) -> None:
-        self.closed = True
-        self._ready.set()
-
-
 # ---- the aggregator -------------------------------------------------------------------------
 
 
@@ -138,7 +109,7 @@ class LiveAggregator:
         self.tokens = 0
         self.events_dropped = 0
         self.per_drafter: dict[str, _Usage] = {}
-        self.listeners: set[Listener] = set()
+        self.listeners: set[EventBuffer] = set()
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle
@@ -161,7 +132,7 @@ class LiveAggregator:
                 await task
         self._tasks = []
 
-    async def _consume(self, subscription: Any) -> None:
+    async def _consume(self, subscription: Subscription) -> None:
         try:
             async for event in subscription:
                 self.apply(event)
@@ -256,12 +227,12 @@ class LiveAggregator:
 
     # -- page streams
 
-    def listen(self) -> Listener:
-        listener = Listener()
+    def listen(self) -> EventBuffer:
+        listener = EventBuffer(LISTENER_BUFFER)
         self.listeners.add(listener)
         return listener
 
-    def unlisten(self, listener: Listener) -> None:
+    def unlisten(self, listener: EventBuffer) -> None:
         listener.close()
         self.listeners.discard(listener)
 
@@ -281,67 +252,86 @@ class LiveAggregator:
         return [t.public() for t in list(self.history)[:limit]]
 
     def overview(self) -> dict[str, Any]:
+        """Load, totals, the last `RECENT_S` seconds, the time series and per-drafter usage."""
         now = self._clock()
-        load = self._load()
         buckets = list(self.series)
         recent = [b for b in buckets if b.end >= now - RECENT_S] + [self.current]
-        recent_rounds = sum(b.rounds for b in recent)
-        recent_tokens = sum(b.tokens for b in recent)
-        recent_span = min(RECENT_S, max(now - self.started_at, 1e-9))
-        recent_usage: dict[str, _Usage] = {}
-        for bucket in recent:
-            for name, usage in bucket.per_drafter.items():
-                acc = recent_usage.setdefault(name, _Usage())
-                acc.rounds += usage.rounds
-                acc.accepted += usage.accepted
-                acc.committed += usage.committed
+        return {
+            "ts": now,
+            "uptime_s": now - self.started_at,
+            "load": self._load_now(),
+            "totals": self._totals_now(),
+            "recent": self._recent(recent, now),
+            "series": _series(buckets),
+            "per_drafter": self._per_drafter(_usage_by_drafter(recent)),
+        }
+
+    def _load_now(self) -> dict[str, Any]:
+        load = self._load()
+        return {
+            "in_flight": load.in_flight,
+            "running": load.running,
+            "queued": load.queued,
+            "max_running": load.max_running,
+            "max_queue": load.max_queue,
+            "live_streams": len(self.listeners),
+        }
+
+    def _totals_now(self) -> dict[str, Any]:
+        return {
+            **self.totals,
+            "rounds": self.rounds,
+            "tokens": self.tokens,
+            "mat": _ratio(self.tokens, self.rounds),
+            "events_dropped": self.events_dropped,
+        }
+
+    def _recent(self, recent: list[_Bucket], now: float) -> dict[str, Any]:
+        rounds = sum(b.rounds for b in recent)
+        tokens = sum(b.tokens for b in recent)
+        span = min(RECENT_S, max(now - self.started_at, 1e-9))  # a young server: its uptime
+        return {
+            "window_s": RECENT_S,
+            "rounds": rounds,
+            "tokens": tokens,
+            "mat": _ratio(tokens, rounds),
+            "tokens_per_s": tokens / span,
+        }
+
+    def _per_drafter(self, recent: dict[str, _Usage]) -> list[dict[str, Any]]:
         chosen = sum(u.rounds for u in self.per_drafter.values())
-        recent_chosen = sum(u.rounds for u in recent_usage.values())
-        per_drafter = [
-            {
+        recent_chosen = sum(u.rounds for u in recent.values())
+        rows = []
+        for name, usage in sorted(self.per_drafter.items()):
+            recent_rounds = recent[name].rounds if name in recent else 0
+            rows.append({
                 "id": name,
                 "rounds": usage.rounds,
                 "share": _ratio(usage.rounds, chosen),
                 "mean_accepted": _ratio(usage.accepted, usage.rounds),
                 "mat": _ratio(usage.committed, usage.rounds),
-                "recent_rounds": recent_usage.get(name, _Usage()).rounds,
-                "recent_share": _ratio(recent_usage.get(name, _Usage()).rounds, recent_chosen),
-            }
-            for name, usage in sorted(self.per_drafter.items())
-        ]
-        return {
-            "ts": now,
-            "uptime_s": now - self.started_at,
-            "load": {
-                "in_flight": load.in_flight,
-                "running": load.running,
-                "queued": load.queued,
-                "max_running": load.max_running,
-                "max_queue": load.max_queue,
-                "live_streams": len(self.listeners),
-            },
-            "totals": {
-                **self.totals,
-                "rounds": self.rounds,
-                "tokens": self.tokens,
-                "mat": _ratio(self.tokens, self.rounds),
-                "events_dropped": self.events_dropped,
-            },
-            "recent": {
-                "window_s": RECENT_S,
-                "rounds": recent_rounds,
-                "tokens": recent_tokens,
-                "mat": _ratio(recent_tokens, recent_rounds),
-                "tokens_per_s": recent_tokens / recent_span,
-            },
-            "series": {
-                "bucket_s": BUCKET_S,
-                "t": [b.end for b in buckets],
-                "mat": [_ratio(b.tokens, b.rounds) for b in buckets],
-                "tokens_per_s": [b.tokens / BUCKET_S for b in buckets],
-                "rounds": [b.rounds for b in buckets],
-                "in_flight": [b.in_flight for b in buckets],
-                "queue_depth": [b.queued for b in buckets],
-            },
-            "per_drafter": per_drafter,
-        }
+                "recent_rounds": recent_rounds,
+                "recent_share": _ratio(recent_rounds, recent_chosen),
+            })
+        return rows
+
+
+def _usage_by_drafter(buckets: Iterable[_Bucket]) -> dict[str, _Usage]:
+    total: dict[str, _Usage] = {}
+    for bucket in buckets:
+        for name, usage in bucket.per_drafter.items():
+            total.setdefault(name, _Usage()).merge(usage)
+    return total
+
+
+def _series(buckets: list[_Bucket]) -> dict[str, Any]:
+    """One list per chart, aligned on the bucket end times `t`."""
+    return {
+        "bucket_s": BUCKET_S,
+        "t": [b.end for b in buckets],
+        "mat": [_ratio(b.tokens, b.rounds) for b in buckets],
+        "tokens_per_s": [b.tokens / BUCKET_S for b in buckets],
+        "rounds": [b.rounds for b in buckets],
+        "in_flight": [b.in_flight for b in buckets],
+        "queue_depth": [b.queued for b in buckets],
+    }

@@ -1,8 +1,11 @@
 """In-process live event bus for the admin page: one event per request start, round and end.
 
-The engine worker publishes from its own thread; each subscriber owns a bounded buffer that
+The engine worker publishes from its own thread; each subscriber owns an `EventBuffer` that
 drops its oldest events when full, so a slow browser can never block or slow the worker. A
 subscriber that lost events first receives `{"type": "dropped", "count": k}`.
+
+`EventBuffer` is the one bounded buffer of the live data path: the bus's subscriptions use it,
+and so do the aggregator's page streams (`gateway.live.aggregator`), which drain it in batches.
 
 Event types (all carry `type`, `seq` and `ts` (unix seconds)):
   request_started   request_id, policy, drafters, prompt_tokens, max_tokens, temperature
@@ -24,9 +27,55 @@ import time
 from typing import Any
 
 from core.config import SamplingParams
-from core.stats import RequestStats, RoundStats
+from core.stats import RoundStats, StatsSnapshot
 
 DEFAULT_BUFFER = 2048
+
+
+class EventBuffer:
+    """One consumer's bounded FIFO of events, used from the event loop only.
+
+    `offer` never blocks: when full it drops the oldest event and counts it in `lost`, so the
+    producer's speed never depends on the consumer's. The consumer waits, then takes events one
+    at a time (`pop`) or all at once (`drain`); after `close` it ends once emptied.
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=maxsize)
+        self._ready = asyncio.Event()
+        self.lost = 0
+        self.closed = False
+
+    def offer(self, event: dict[str, Any]) -> None:
+        if len(self._events) == self._events.maxlen:
+            self.lost += 1  # deque(maxlen) drops the oldest on append
+        self._events.append(event)
+        self._ready.set()
+
+    async def wait(self) -> None:
+        """Until an event is buffered or the buffer is closed."""
+        while not self._events and not self.closed:
+            self._ready.clear()
+            await self._ready.wait()
+
+    def pop(self) -> dict[str, Any] | None:
+        """The oldest event, or None when empty."""
+        return self._events.popleft() if self._events else None
+
+    def take_lost(self) -> int:
+        """Events dropped since the last call."""
+        lost, self.lost = self.lost, 0
+        return lost
+
+    def drain(self) -> tuple[list[dict[str, Any]], int]:
+        """Every buffered event and the count dropped before them; empties the buffer."""
+        events = list(self._events)
+        self._events.clear()
+        return events, self.take_lost()
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
 
 
 class Subscription:
@@ -34,34 +83,23 @@ class Subscription:
 
     def __init__(self, bus: EventBus, maxsize: int) -> None:
         self._bus = bus
-        self._buffer: collections.deque[dict[str, Any]] = collections.deque(maxlen=maxsize)
-        self._ready = asyncio.Event()
-        self._dropped = 0
-        self._closed = False
-
-    def _offer(self, event: dict[str, Any]) -> None:
-        if len(self._buffer) == self._buffer.maxlen:
-            self._dropped += 1  # deque(maxlen) drops the oldest on append
-        self._buffer.append(event)
-        self._ready.set()
+        self.buffer = EventBuffer(maxsize)
 
     def __aiter__(self) -> Subscription:
         return self
 
     async def __anext__(self) -> dict[str, Any]:
-        while not self._buffer:
-            if self._closed:
-                raise StopAsyncIteration
-            self._ready.clear()
-            await self._ready.wait()
-        if self._dropped:
-            count, self._dropped = self._dropped, 0
-            return {"type": "dropped", "count": count, "ts": time.time()}
-        return self._buffer.popleft()
+        await self.buffer.wait()
+        lost = self.buffer.take_lost()
+        if lost:  # before the events that survived, so the consumer knows it missed some
+            return {"type": "dropped", "count": lost, "ts": time.time()}
+        event = self.buffer.pop()
+        if event is None:  # closed and empty
+            raise StopAsyncIteration
+        return event
 
     async def aclose(self) -> None:
-        self._closed = True
-        self._ready.set()
+        self.buffer.close()
         self._bus._unsubscribe(self)
 
 
@@ -109,16 +147,16 @@ class EventBus:
 
     def _deliver(self, event: dict[str, Any]) -> None:
         for sub in list(self._subscribers):
-            sub._offer(event)
+            sub.buffer.offer(event)
 
     def _unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
 
 
-# ---- event payloads (built on the worker thread from the engine's live statistics) ----------
+# ---- event payloads (built on the worker thread from the engine's statistics snapshots) -----
 
 
-def started_event(request_id: str, stats: RequestStats, params: SamplingParams) -> dict[str, Any]:
+def started_event(request_id: str, stats: StatsSnapshot, params: SamplingParams) -> dict[str, Any]:
     return {
         "type": "request_started",
         "request_id": request_id,
@@ -132,7 +170,7 @@ def started_event(request_id: str, stats: RequestStats, params: SamplingParams) 
 
 
 def round_event(
-    request_id: str, rs: RoundStats, stats: RequestStats, elapsed_s: float
+    request_id: str, rs: RoundStats, stats: StatsSnapshot, elapsed_s: float
 ) -> dict[str, Any]:
     return {
         "type": "round",
@@ -144,7 +182,7 @@ def round_event(
         "accepted": rs.accepted,
         "committed": rs.committed,
         "completion_tokens": stats.completion_tokens,
-        "mean_acceptance_length": stats.mean_accepted_tokens,
+        "mean_acceptance_length": stats.mean_acceptance_length,
         "tokens_per_s": stats.completion_tokens / max(elapsed_s, 1e-9),
         "weights": dict(rs.weights),
         # The latest point only: subscribers build the curve; the full one rides on
@@ -160,7 +198,7 @@ def finished_event(
     finish_reason: str | None,
     error: str | None,
     elapsed_s: float,
-    stats: dict[str, Any] | None,
+    stats: StatsSnapshot | None,
     prompt: str | None = None,
 ) -> dict[str, Any]:
     event = {
@@ -169,8 +207,35 @@ def finished_event(
         "finish_reason": finish_reason,
         "error": error,
         "elapsed_s": elapsed_s,
-        "stats": stats,
+        "stats": stats_json(stats) if stats is not None else None,
     }
     if prompt is not None:  # set only with log_prompts on: the request log stores it
         event["prompt"] = prompt
     return event
+
+
+def stats_json(s: StatsSnapshot) -> dict[str, Any]:
+    """A request's full statistics as `request_finished` carries them (the admin page and the
+    request log read these keys; `mean_acceptance_length` and `num_spec_steps` are vLLM's)."""
+    return {
+        "policy": s.policy,
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": s.completion_tokens,
+        "rounds": s.rounds,
+        "target_forwards": s.target_forwards,
+        "mean_acceptance_length": s.mean_acceptance_length,
+        "num_spec_steps": s.rounds,
+        "num_draft_tokens": s.num_draft_tokens,
+        "num_accepted_draft_tokens": s.num_accepted_draft_tokens,
+        "acceptance_by_position": list(s.accepted_by_position),
+        "accepted_per_round": list(s.accepted_per_round),
+        "drafter_choices": list(s.drafter_per_round),
+        "regret_tokens": s.regret_tokens,
+        "regret_curve": list(s.regret_curve),
+        "final_weights": dict(s.weights),
+        "warm_start_requests": s.warm_start_requests,
+        "time_draft_s": s.time_draft_s,
+        "time_verify_s": s.time_verify_s,
+        "time_evaluate_s": s.time_evaluate_s,
+        "time_bookkeeping_s": s.time_bookkeeping_s,
+    }

@@ -18,33 +18,42 @@ not `EventSource`, which cannot send headers.
 
 Live data comes from `gateway.live.aggregator.LiveAggregator`, the event bus's subscriber.
 Each page stream coalesces events for `FLUSH_S` and sends them as one SSE frame, so a hundred
-concurrent requests cost the browser at most ten frames a second. The aggregator subscribes at
-start-up only when an admin key is configured; without one the engine worker skips building
-per-round events altogether (the bus has no subscriber).
+concurrent requests cost the browser at most ten frames a second. `gateway.app` builds the
+aggregator and subscribes it at start-up, so the overview counts requests served before anyone
+looks, and only when an admin key is configured: otherwise nobody may read the data, and the
+engine worker skips building per-round events altogether (the bus has no subscriber).
 
 History: finished requests are kept in memory (the last `HISTORY_SIZE`). When request logging
-to the database is wired (`app.state.request_log` set), `/admin/api/requests` reads
-`request_logs` instead, so history survives restarts and spans replicas.
+to the database is wired (the registry has started its `request_logs` writer),
+`/admin/api/requests` reads `request_logs` instead, so history survives restarts and spans
+replicas.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import mimetypes
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from gateway.http.auth import require_admin_key
+from gateway.http.deps import (
+    AggregatorDep,
+    RegistryLinkDep,
+    RequestLogDep,
+    RunnerDep,
+    SettingsDep,
+)
 from gateway.http.errors import APIError
-from gateway.live.aggregator import HISTORY_SIZE, STALE_S, LiveAggregator, Load
+from gateway.live.aggregator import HISTORY_SIZE
+from gateway.runner import EngineRunner
 
 ADMIN_UI_DIR = Path(__file__).resolve().parents[2] / "admin_ui"
 STATIC_SUFFIXES = {".html", ".js", ".css", ".svg", ".png", ".woff2", ".txt", ".map"}
@@ -63,52 +72,6 @@ PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
-
-
-# ---- wiring ---------------------------------------------------------------------------------
-
-
-def _load_of(app: FastAPI) -> Callable[[], Load]:
-    runner = app.state.runner
-
-    def load() -> Load:
-        return Load(runner.in_flight, runner.max_running, runner.max_queue)
-
-    return load
-
-
-def _new_aggregator(app: FastAPI) -> LiveAggregator:
-    timeout = float(getattr(app.state.settings, "request_timeout_s", 600.0))
-    aggregator = LiveAggregator(_load_of(app), stale_after_s=timeout + STALE_S)
-    aggregator.start(app.state.events)
-    app.state.admin_live = aggregator
-    return aggregator
-
-
-@contextlib.asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Subscribe at start-up, so the overview counts requests served before anyone looks.
-
-    Only with an admin key configured: otherwise nobody may read the data, and without a
-    subscriber the engine worker does not even build the per-round events.
-    """
-    if not app.state.admin_keys.enabled:
-        yield
-        return
-    aggregator = _new_aggregator(app)
-    try:
-        yield
-    finally:
-        await aggregator.stop()
-        app.state.admin_live = None
-
-
-def get_aggregator(request: Request) -> LiveAggregator:
-    aggregator: LiveAggregator | None = getattr(request.app.state, "admin_live", None)
-    if aggregator is None:
-        # FastAPI before 0.112.2 does not run an included router's lifespan: start on first use.
-        aggregator = _new_aggregator(request.app)
-    return aggregator
 
 
 def _finite(value: Any) -> Any:
@@ -135,12 +98,12 @@ def _json(value: Any) -> Response:
     )
 
 
-def _drafter_ids(request: Request) -> list[str]:
-    info = request.app.state.runner.info
+def _drafter_ids(runner: EngineRunner) -> list[str]:
+    info = runner.info
     return list(info.drafter_ids) if info is not None else []
 
 
-router = APIRouter(tags=["admin"], lifespan=lifespan)
+router = APIRouter(tags=["admin"])
 api = APIRouter(prefix="/admin/api", dependencies=[Depends(require_admin_key)])
 
 
@@ -173,12 +136,13 @@ async def admin_static(name: str) -> Response:
 
 
 @api.get("/live")
-async def live(request: Request) -> EventSourceResponse:
+async def live(
+    aggregator: AggregatorDep, runner: RunnerDep, settings: SettingsDep
+) -> EventSourceResponse:
     """The event stream of the page: a `snapshot`, then `events` frames (JSON arrays)."""
-    aggregator = get_aggregator(request)
     # Register and snapshot in one synchronous step: nothing can slip between the two.
     listener = aggregator.listen()
-    first = aggregator.live_snapshot(_drafter_ids(request))
+    first = aggregator.live_snapshot(_drafter_ids(runner))
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
         try:
@@ -190,14 +154,13 @@ async def live(request: Request) -> EventSourceResponse:
                 await asyncio.sleep(FLUSH_S)  # coalesce: one frame per FLUSH_S at most
                 events, lost = listener.drain()
                 if lost:
-                    snapshot = aggregator.live_snapshot(_drafter_ids(request))
+                    snapshot = aggregator.live_snapshot(_drafter_ids(runner))
                     yield ServerSentEvent(dumps(snapshot), event="snapshot")
                 elif events:
                     yield ServerSentEvent(dumps(events), event="events")
         finally:
             aggregator.unlisten(listener)
 
-    settings = request.app.state.settings
     return EventSourceResponse(
         frames(),
         sep="\n",
@@ -208,37 +171,36 @@ async def live(request: Request) -> EventSourceResponse:
 
 
 @api.get("/overview")
-async def overview(request: Request) -> Response:
+async def overview(aggregator: AggregatorDep, runner: RunnerDep) -> Response:
     """Load, totals, the last minute, 2-second series and per-drafter usage."""
-    runner = request.app.state.runner
-    body = get_aggregator(request).overview()
+    body = aggregator.overview()
     body["model"] = runner.info.model_name if runner.info is not None else None
     body["ready"] = runner.ready
-    body["drafters"] = _drafter_ids(request)
+    body["drafters"] = _drafter_ids(runner)
     return _json(body)
 
 
 @api.get("/requests")
 async def recent_requests(
-    request: Request, limit: int = Query(default=HISTORY_SIZE, ge=1, le=1000)
+    aggregator: AggregatorDep,
+    request_log: RequestLogDep,
+    registry: RegistryLinkDep,
+    limit: int = Query(default=HISTORY_SIZE, ge=1, le=1000),
 ) -> Response:
     """Finished requests, newest first: from `request_logs` when logging is on, else memory."""
-    if getattr(request.app.state, "request_log", None) is not None:
-        rows = await asyncio.to_thread(_logged_requests, request.app, limit)
+    if request_log is not None and registry.engine is not None:
+        rows = await asyncio.to_thread(_logged_requests, registry.engine, limit)
         if rows is not None:
             return _json({"data": rows, "count": len(rows), "source": "database"})
-    rows = get_aggregator(request).recent_requests(limit)
+    rows = aggregator.recent_requests(limit)
     return _json({"data": rows, "count": len(rows), "source": "memory"})
 
 
-def _logged_requests(app: FastAPI, limit: int) -> list[dict[str, Any]] | None:
+def _logged_requests(engine: Any, limit: int) -> list[dict[str, Any]] | None:
     """Rows of `request_logs` in the page's request shape; None when the database fails."""
     from drafter_registry.db import make_session_factory
     from drafter_registry.request_log import recent_requests as read_recent
 
-    engine = app.state.registry.engine
-    if engine is None:
-        return None
     try:
         with make_session_factory(engine)() as session:
             logs = read_recent(session, limit=limit)

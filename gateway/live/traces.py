@@ -35,7 +35,7 @@ class RequestTrace:
     accepted_per_round: list[int] = field(default_factory=list)
     committed_per_round: list[int] = field(default_factory=list)
     completion_tokens: int = 0
-    mat: float | None = None
+    mean_acceptance_length: float | None = None
     tokens_per_s: float | None = None
     weights: dict[str, float] = field(default_factory=dict)
     regret_tokens: float | None = None
@@ -63,7 +63,7 @@ class RequestTrace:
             self.first_round += overflow
         self.policy = event.get("policy", self.policy)
         self.completion_tokens = int(event.get("completion_tokens") or 0)
-        self.mat = event.get("mean_acceptance_length")
+        self.mean_acceptance_length = event.get("mean_acceptance_length")
         self.tokens_per_s = event.get("tokens_per_s")
         self.weights = dict(event.get("weights") or {})
         windows = int(event.get("feedback_windows") or 0)
@@ -91,12 +91,13 @@ class RequestTrace:
         stats = event.get("stats")
         if not isinstance(stats, dict):
             return
-        # The final statistics are authoritative: they hold every round and the full curve.
+        # The final statistics (`gateway.live.events.stats_json`, the admin wire form) are
+        # authoritative: they hold every round and the full curve.
         self.policy = stats.get("policy", self.policy)
         self.completion_tokens = int(stats.get("completion_tokens") or self.completion_tokens)
         self.prompt_tokens = stats.get("prompt_tokens", self.prompt_tokens)
         self.warm_start_requests = stats.get("warm_start_requests", self.warm_start_requests)
-        self.mat = stats.get("mean_acceptance_length", self.mat)
+        self.mean_acceptance_length = stats.get("mean_acceptance_length", self.mean_acceptance_length)
         self.regret_tokens = stats.get("regret_tokens", self.regret_tokens)
         self.weights = dict(stats.get("final_weights") or self.weights)
         choices = list(stats.get("drafter_choices") or [])[-MAX_ROUNDS:]
@@ -135,7 +136,7 @@ class RequestTrace:
             "accepted_per_round": list(self.accepted_per_round),
             "committed_per_round": list(self.committed_per_round),
             "completion_tokens": self.completion_tokens,
-            "mean_acceptance_length": self.mat,
+            "mean_acceptance_length": self.mean_acceptance_length,
             "tokens_per_s": self.tokens_per_s,
             "weights": dict(self.weights),
             "regret_tokens": self.regret_tokens,

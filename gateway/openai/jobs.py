@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
-from core.stats import TokenLogprob
-from gateway.openai import framing as R
+from core.stats import StatsSnapshot, TokenLogprob
 from gateway.openai.protocol import SamplingFields
-from gateway.openai.text import IncrementalDetokenizer, StopMatcher, TokenText, usage
+from gateway.openai.text import IncrementalDetokenizer, StopMatcher, TokenText
 from gateway.openai.tools.parse import ToolParser
 from gateway.runner import RequestSpec, Update
 
@@ -36,7 +34,7 @@ class Choice:
     finish_reason: str | None = None
     done: bool = False
     acked: bool = False
-    stats: dict[str, Any] | None = None
+    stats: StatsSnapshot | None = None  # the engine's, from the finished update
     tools: ToolParser | None = None  # chat with tools: the text is parsed for calls
 
     def consume(self, update: Update) -> Delta | None:
@@ -87,52 +85,31 @@ class Delta:
 
 @dataclass
 class Job:
-    kind: str  # "chat" | "completion"
+    """One HTTP request in flight: what the serving class built from it, and its progress.
+    Plain data: the serving class that built it (chat or completions) frames its responses."""
+
     id: str
     created: int
     model: str
     fingerprint: str
     request: SamplingFields
-    choices: list[Choice]
-    specs: list[RequestSpec]
-    prompt_tokens: int
     token_text: TokenText
     arrival: float
     session: str | None = None  # the engine's learner-session key: API key scope + client's id
+    choices: list[Choice] = field(default_factory=list)
+    specs: list[RequestSpec] = field(default_factory=list)
+    prompt_tokens: int = 0
+    # Completions `echo` with `logprobs`: the prompt tokens' logprobs lead the choice's.
+    echo_logprobs: bool = False
     sink: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
     first_token_at: float | None = None
 
     @property
-    def stream(self) -> bool:
-        return bool(self.request.stream)
-
-    @property
-    def wants_logprobs(self) -> bool:
-        return self.request_logprobs is not None
-
-    @property
-    def echo_logprobs(self) -> bool:
-        """Completions `echo` with `logprobs`: the prompt tokens' logprobs lead the choice's."""
-        echo = bool(getattr(self.request, "echo", False))
-        return self.kind == "completion" and echo and self.wants_logprobs
-
-    @property
-    def request_logprobs(self) -> int | None:
+    def logprobs(self) -> int | None:
+        """Top alternatives per token when the request asked for logprobs, else None."""
         num: int | None = getattr(self.request, "num_logprobs", None)
         return num
 
-    def envelope(self, chunk: bool) -> dict[str, Any]:
-        if self.kind == "chat":
-            obj = "chat.completion.chunk" if chunk else "chat.completion"
-        else:
-            obj = "text_completion"
-        return R.envelope(
-            id=self.id, object=obj, created=self.created, model=self.model,
-            fingerprint=self.fingerprint,
-        )  # fmt: skip
-
-    def usage(self) -> dict[str, int]:
-        return usage(self.prompt_tokens, sum(c.completion_tokens for c in self.choices))
-
-    def spec_metrics(self) -> dict[str, Any]:
-        return {"speculative_decoding": R.spec_metrics([c.stats for c in self.choices])}
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.completion_tokens for c in self.choices)

@@ -1,6 +1,11 @@
-"""One generation request end to end (vLLM's `serving_chat` role): validate and tokenize, submit
-n engine requests, turn their rounds into text and logprobs, and build the OpenAI body or
-the SSE frames.
+"""What chat and completions serving share (vLLM's `OpenAIServing`): validate and tokenize a
+request into a job, submit its n engine requests, turn their rounds into text and logprobs,
+and answer the OpenAI body or the SSE frames. `OpenAIServingChat` and
+`OpenAIServingCompletion` build their job and frame its pieces.
+
+One request is one call: `create` returns the body, or a `JobStream` of SSE frames, and raises
+every refusal (the protocol's or the engine's 400, 429, 503) before either, so a streaming
+client gets it as a plain HTTP error. The engine judges the prompt's length and the policy.
 
 Vocabulary: a *job* is one HTTP request; it has n *choices* (n per prompt for completions),
 each one engine request with its own seed (`seed + choice index` when a seed is given). A
@@ -12,37 +17,29 @@ is free before the response completes.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
-from core.config import LEARNER_NAMES, GrammarSpec, Penalties, SamplingParams
-from core.grammar import grammar_text
-from core.request import ROUTER
-from gateway.config import Settings
-from gateway.http.errors import APIError, context_length_exceeded, invalid_request, model_not_found
+from core.config import GrammarSpec, Penalties, SamplingParams
+from gateway.http.errors import APIError, invalid_request, model_not_found
 from gateway.http.metrics import GatewayMetrics
-from gateway.openai import framing as R
+from gateway.openai.framing import DONE_FRAME, spec_metrics, sse_frame
 from gateway.openai.jobs import Choice, Delta, Job
-from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
-from gateway.openai.text import (
-    IncrementalDetokenizer,
-    StopMatcher,
-    TokenText,
-    encode_prompt,
-    render_chat,
-)
-from gateway.openai.tools import formats
-from gateway.openai.tools.grammar import special_token_id, tool_grammar
-from gateway.openai.tools.parse import ToolCall, ToolParser
-from gateway.openai.tools.spec import ToolRequest
-from gateway.runner import EngineInfo, EngineRunner, RequestSpec, Update
+from gateway.openai.protocol import SamplingFields
+from gateway.openai.serving_models import OpenAIServingModels
+from gateway.openai.text import IncrementalDetokenizer, StopMatcher, TokenText, usage
+from gateway.runner import EngineInfo, RequestSpec, Update
 
 log = logging.getLogger(__name__)
+RequestT = TypeVar("RequestT", bound=SamplingFields)
 SEED_MODULUS = 2**63
 # Temperatures below this sample as greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow
 # to inf and the softmax to NaN, which failed the engine round (a 500 for every request in it).
@@ -55,189 +52,106 @@ GREEDY_BELOW_TOP_P = 1e-8
 OFFLOAD_CHARS = 16_384
 
 
-class Serving:
-    """Builds jobs from validated requests and runs them on the engine runner."""
+@dataclass(frozen=True)
+class JobStream:
+    """A streaming job's SSE frames, and how to free its engine requests when the frames are
+    never read to the end (the client left before the first one)."""
 
-    def __init__(
-        self, runner: EngineRunner, settings: Settings, metrics: GatewayMetrics | None
-    ) -> None:
-        self.runner = runner
-        self.settings = settings
+    frames: AsyncIterator[bytes]
+    release: Callable[[], None]
+
+
+class OpenAIServing(abc.ABC, Generic[RequestT]):
+    """Runs one endpoint's requests on the engine runner; subclasses build and frame."""
+
+    endpoint: ClassVar[str]  # the metrics label
+    id_prefix: ClassVar[str]  # of the response id
+    prompt_param: ClassVar[str]  # the request field holding the prompt (a 400's `param`)
+    object_name: ClassVar[str]  # `object` of the body
+    chunk_object_name: ClassVar[str]  # `object` of a stream chunk
+
+    def __init__(self, models: OpenAIServingModels, metrics: GatewayMetrics | None) -> None:
+        self.models = models
+        self.runner = models.runner
+        self.settings = models.settings
         self.metrics = metrics
         self._token_text: TokenText | None = None
 
-    # ---- engine facts ------------------------------------------------------------------------
+    async def create(
+        self, req: RequestT, *, arrival: float, scope: str = ""
+    ) -> dict[str, Any] | JobStream:
+        """The response body, or the stream to send; `scope` keys learner sessions (per API key)."""
+        if self._prompt_chars(req) > OFFLOAD_CHARS:
+            job = await asyncio.to_thread(self._build, req, arrival, scope)
+        else:
+            job = self._build(req, arrival, scope)
+        await self._submit(job)
+        if req.stream:
+            return JobStream(self._stream(job), functools.partial(self.release, job))
+        return await self._complete(job)
 
-    def engine_info(self) -> EngineInfo:
-        self.runner.check_ready()
-        assert self.runner.info is not None
-        return self.runner.info
+    # ---- what each endpoint says -------------------------------------------------------------
 
-    def served_model(self, info: EngineInfo) -> str:
-        return self.settings.model_name or info.model_name
+    @abc.abstractmethod
+    def _prompt_chars(self, req: RequestT) -> int: ...
 
-    def models(self) -> dict[str, Any]:
-        info = self.engine_info()
-        return {"object": "list", "data": [self._card(info)]}
+    @abc.abstractmethod
+    def _add_choices(self, job: Job, req: RequestT, info: EngineInfo) -> None:
+        """Tokenize the prompt(s) and add the job's choices (`_add_choice`)."""
 
-    def model(self, model_id: str) -> dict[str, Any]:
-        info = self.engine_info()
-        if model_id != self.served_model(info):
-            raise model_not_found(model_id)
-        return self._card(info)
+    @abc.abstractmethod
+    def _final_choice(self, job: Job, c: Choice) -> dict[str, Any]: ...
 
-    def _card(self, info: EngineInfo) -> dict[str, Any]:
-        return R.model_card(
-            self.served_model(info),
-            created=int(self.runner.started_at),
-            max_context=info.max_context,
-            drafters=list(info.drafter_ids),
-            tool_format=self._tool_format().name,
-        )
+    @abc.abstractmethod
+    def _opening_chunks(self, job: Job) -> list[dict[str, Any]]: ...
 
-    def _tool_format(self) -> formats.ToolFormat:
-        return formats.detect(getattr(self._tokenizer(), "chat_template", None))
+    @abc.abstractmethod
+    def _content_chunk(self, job: Job, delta: Delta) -> dict[str, Any]: ...
 
-    def _tokenizer(self) -> Any:
-        return self.runner.tokenizer
+    @abc.abstractmethod
+    def _finish_chunk(self, job: Job, c: Choice) -> dict[str, Any]: ...
 
-    def _tokens(self) -> TokenText:
-        if self._token_text is None:
-            self._token_text = TokenText(self._tokenizer())
-        return self._token_text
+    def _delta_chunks(self, job: Job, delta: Delta) -> list[dict[str, Any]]:
+        """The chunks one round of one choice streams (none when it added nothing)."""
+        if delta.text or delta.logprobs or delta.prompt_logprobs:
+            return [self._content_chunk(job, delta)]
+        return []
 
-    # ---- validation --------------------------------------------------------------------------
+    # ---- building the job ----------------------------------------------------------------------
 
-    def _check_common(self, req: SamplingFields, info: EngineInfo) -> None:
+    def _build(self, req: RequestT, arrival: float, scope: str) -> Job:
+        info = self.models.engine_info()
         req.check()
-        if req.model != self.served_model(info):
+        if req.model != self.models.served_name(info):
             raise model_not_found(req.model)
         if req.n > self.settings.max_n:
             raise invalid_request(f"n must be at most {self.settings.max_n}", param="n")
-        check_policy(req.policy, info)
         check_logit_bias(req.penalties, info)
-
-    def _max_new_tokens(
-        self, req: SamplingFields, prompt_len: int, info: EngineInfo, param: str
-    ) -> int:
-        requested: int | None = getattr(req, "max_new_tokens", None)
-        room = info.max_context - prompt_len
-        max_new = requested if requested is not None else room
-        if max_new < 1 or prompt_len + max_new > info.max_context:
-            raise context_length_exceeded(
-                max_context=info.max_context,
-                prompt_tokens=prompt_len,
-                max_tokens=max(requested or 1, 1),
-                param=param,
-            )
-        return max_new
-
-    # ---- job construction --------------------------------------------------------------------
-
-    async def prepare(self, req: SamplingFields, arrival: float, scope: str = "") -> Job:
-        """Validate and tokenize `req` into a job (off the event loop when the prompt is big)."""
-        if isinstance(req, ChatCompletionRequest):
-            chars = sum(len(str(m.content)) for m in req.messages)
-            build: Any = self.prepare_chat
-        else:
-            assert isinstance(req, CompletionRequest)
-            chars = sum(len(p) for p in req.prompts)
-            build = self.prepare_completion
-        if chars > OFFLOAD_CHARS:
-            job: Job = await asyncio.to_thread(build, req, arrival, scope)
-        else:
-            job = build(req, arrival, scope)
-        return job
-
-    def prepare_chat(self, req: ChatCompletionRequest, arrival: float, scope: str = "") -> Job:
-        info = self.engine_info()
-        self._check_common(req, info)
-        tools, fmt = req.tool_request, self._tool_format()
-        messages, listed = formats.render(fmt, [m.template_dict() for m in req.messages], tools)
-        prompt_ids = render_chat(self._tokenizer(), messages, listed)
-        max_new = self._max_new_tokens(req, len(prompt_ids), info, "messages")
-        grammar = self._tool_grammar(fmt, tools) if tools else req.grammar
-        job = self._new_job("chat", "chatcmpl", req, info, arrival, scope)
-        text = self._logged_prompt(prompt_ids)
-        for i in range(req.n):
-            self._add_choice(job, prompt_ids, max_new, index=i, prompt_text=text, grammar=grammar)
-            if tools:
-                self._parse_tools(job.choices[-1], fmt, tools)
-        job.prompt_tokens = len(prompt_ids)
-        return job
-
-    def _tool_grammar(self, fmt: formats.ToolFormat, tools: ToolRequest) -> GrammarSpec | None:
-        """`required` or a named tool as a grammar (checked here: a 400, not an engine error)."""
-        grammar = tool_grammar(fmt, tools, self._tokenizer())
-        if grammar is not None:
-            try:
-                grammar_text(grammar)
-            except ValueError as e:
-                raise invalid_request(f"cannot enforce a call of these tools: {e}", param="tools") from None
-        return grammar
-
-    def _parse_tools(self, choice: Choice, fmt: formats.ToolFormat, tools: ToolRequest) -> None:
-        """The choice's text is parsed for calls; tags that are special tokens are kept in it."""
-        tokenizer = self._tokenizer()
-        tags = [special_token_id(tokenizer, t) for t in (fmt.open, fmt.close) if t]
-        keep = frozenset(t for t in tags if t is not None)
-        if keep:
-            choice.detok = IncrementalDetokenizer(tokenizer, keep)
-        choice.tools = ToolParser(fmt, frozenset(t.name for t in tools.tools), tools.parallel)
-
-    def prepare_completion(self, req: CompletionRequest, arrival: float, scope: str = "") -> Job:
-        info = self.engine_info()
-        self._check_common(req, info)
-        prompts = req.prompts
-        if len(prompts) * req.n > self.settings.max_n:
-            raise invalid_request(
-                f"number of prompts × n must be at most {self.settings.max_n}", param="prompt"
-            )
-        job = self._new_job("completion", "cmpl", req, info, arrival, scope)
-        for p, prompt in enumerate(prompts):
-            ids = encode_prompt(self._tokenizer(), prompt, param="prompt")
-            max_new = self._max_new_tokens(req, len(ids), info, "prompt")
-            prefix = self._echo_text(prompt) if req.echo else ""
-            text = self._logged_prompt(ids)
-            for j in range(req.n):
-                self._add_choice(job, ids, max_new, index=p * req.n + j, prefix=prefix, prompt_text=text)
-            job.prompt_tokens += len(ids)
-        return job
-
-    def _echo_text(self, prompt: str | list[int]) -> str:
-        if isinstance(prompt, str):
-            return prompt
-        return str(self._tokenizer().decode(prompt, skip_special_tokens=False))
-
-    def _new_job(
-        self, kind: str, prefix: str, req: SamplingFields, info: EngineInfo, arrival: float,
-        scope: str,
-    ) -> Job:
-        return Job(
-            kind=kind,
-            id=f"{prefix}-{uuid.uuid4().hex}",
+        job = Job(
+            id=f"{self.id_prefix}-{uuid.uuid4().hex}",
             created=int(time.time()),
-            model=self.served_model(info),
+            model=self.models.served_name(info),
             fingerprint=info.fingerprint,
             request=req,
-            choices=[],
-            specs=[],
-            prompt_tokens=0,
             token_text=self._tokens(),
             arrival=arrival,
             # Sessions live per API key: one client cannot steer or read another's learner.
             session=f"{scope}/{req.session}" if req.session is not None else None,
         )
+        self._add_choices(job, req, info)
+        return job
 
-    def _logged_prompt(self, prompt_ids: list[int]) -> str | None:
-        """The prompt text for the request log: decoded once per prompt, and only when the
-        operator logs prompts."""
-        return self._tokenizer().decode(prompt_ids) if self.settings.log_prompts else None
+    def _max_new_tokens(self, req: SamplingFields, prompt_len: int, info: EngineInfo) -> int:
+        """What the request asks for, or the room the context leaves; the engine checks that
+        it fits (its refusal is the 400 naming `prompt_param`)."""
+        requested: int | None = getattr(req, "max_new_tokens", None)
+        return requested if requested is not None else max(info.max_context - prompt_len, 1)
 
     def _add_choice(
         self, job: Job, prompt_ids: list[int], max_new: int, *, index: int, prefix: str = "",
         prompt_text: str | None = None, grammar: GrammarSpec | None = None,
-    ) -> None:
+        prompt_logprobs: int | None = None,
+    ) -> Choice:
         req = job.request
         request_id = f"{job.id}-{index}"
         params = SamplingParams(
@@ -247,27 +161,42 @@ class Serving:
             top_k=req.top_k or 0,
             seed=None if req.seed is None else (req.seed + index) % SEED_MODULUS,
             ignore_eos=req.ignore_eos,
-            logprobs=job.request_logprobs,
-            prompt_logprobs=getattr(req, "num_prompt_logprobs", None),
+            logprobs=job.logprobs,
+            prompt_logprobs=prompt_logprobs,
             penalties=req.penalties,
             grammar=grammar,
         )
-        tokenizer = self._tokenizer()
-        job.specs.append(
-            RequestSpec(request_id, list(prompt_ids), params, req.policy, prompt_text, job.session)
-        )
-        job.choices.append(
-            Choice(
-                index, request_id, IncrementalDetokenizer(tokenizer), StopMatcher(req.stop_strings),
-                prefix=prefix, prompt_ids=list(prompt_ids) if job.echo_logprobs else [],
-            )
+        job.specs.append(RequestSpec(request_id, list(prompt_ids), params, req.policy, prompt_text,
+                                     job.session, self.prompt_param))  # fmt: skip
+        choice = Choice(
+            index, request_id, IncrementalDetokenizer(self._tokenizer()), StopMatcher(req.stop_strings),
+            prefix=prefix, prompt_ids=list(prompt_ids) if job.echo_logprobs else [],
         )  # fmt: skip
+        job.choices.append(choice)
+        return choice
+
+    def _tokenizer(self) -> Any:
+        return self.runner.tokenizer
+
+    def _tokens(self) -> TokenText:
+        if self._token_text is None:
+            self._token_text = TokenText(self._tokenizer())
+        return self._token_text
+
+    def _logged_prompt(self, prompt_ids: list[int]) -> str | None:
+        """The prompt text for the request log: decoded once per prompt, and only when the
+        operator logs prompts."""
+        return self._tokenizer().decode(prompt_ids) if self.settings.log_prompts else None
 
     # ---- running -----------------------------------------------------------------------------
 
-    def start(self, job: Job) -> None:
-        """Submit every choice (raises 429/503 before any response byte is sent)."""
-        self.runner.submit(job.specs, job.sink)
+    async def _submit(self, job: Job) -> None:
+        """Hand every choice to the engine worker; a refusal raises here, before any byte."""
+        try:
+            await self.runner.submit(job.specs, job.sink)
+        except asyncio.CancelledError:  # the client left while the worker checked the job
+            self.release(job)
+            raise
 
     def release(self, job: Job) -> None:
         """Abort whatever the engine still runs for this job (idempotent)."""
@@ -296,9 +225,9 @@ class Serving:
             self.runner.abort(choice.request_id)  # a stop string: free the engine now
         return delta
 
-    # ---- non-streaming -----------------------------------------------------------------------
+    # ---- the body ------------------------------------------------------------------------------
 
-    async def complete(self, job: Job) -> dict[str, Any]:
+    async def _complete(self, job: Job) -> dict[str, Any]:
         ok = False
         try:
             async with contextlib.aclosing(self._deltas(job)) as deltas:
@@ -310,141 +239,70 @@ class Serving:
             ok = True
         finally:
             self._observe(job, ok)
-        body = job.envelope(chunk=False)
-        body["choices"] = [self._final_choice(job, c) for c in job.choices]
-        body["usage"] = job.usage()
-        body["metrics"] = job.spec_metrics()
-        return body
+        return {
+            **self._head(job, chunk=False),
+            "choices": [self._final_choice(job, c) for c in job.choices],
+            "usage": usage(job.prompt_tokens, job.completion_tokens),
+            "metrics": self._metrics(job),
+        }
 
-    def _final_choice(self, job: Job, c: Choice) -> dict[str, Any]:
-        text = c.prefix + "".join(c.text)
-        if job.kind == "chat":
-            lps = [R.chat_logprob(job.token_text, lp) for lp in c.logprobs]
-            calls = None
-            if c.tools is not None:  # the same parser as streaming, fed the whole text
-                events = c.tools.feed(text) + c.tools.finish()
-                text = "".join(e for e in events if isinstance(e, str))
-                calls = [call.openai_dict() for call in c.tools.calls] or None
-            return R.chat_choice(
-                c.index, text, _finish_reason(c), lps if job.wants_logprobs else None,
-                tool_calls=calls,
-            )  # fmt: skip
-        comp_lps = (
-            R.completion_logprobs(job.token_text, c.logprobs, c.offsets)
-            if job.wants_logprobs
-            else None
-        )
-        if comp_lps is not None and job.echo_logprobs:
-            comp_lps = R.join_logprobs(self._echoed_logprobs(job, c), comp_lps)
-        return R.completion_choice(c.index, text, c.finish_reason, comp_lps)
+    def _head(self, job: Job, *, chunk: bool) -> dict[str, Any]:
+        """The five keys every body and stream chunk starts with."""
+        return {
+            "id": job.id,
+            "object": self.chunk_object_name if chunk else self.object_name,
+            "created": job.created,
+            "model": job.model,
+            "system_fingerprint": job.fingerprint,
+        }
 
-    def _echoed_logprobs(self, job: Job, c: Choice) -> dict[str, Any]:
-        """The prompt part of `echo` + `logprobs` (the engine sends it with the prefill)."""
-        if c.prompt_logprobs is None:  # an engine that sent none (an aborted prefill)
-            raise APIError("The engine returned no prompt logprobs.", status=500, type="server_error")
-        return R.prompt_logprobs(job.token_text, c.prompt_ids, c.prompt_logprobs)
+    def _metrics(self, job: Job) -> dict[str, Any]:
+        return {"speculative_decoding": spec_metrics([c.stats for c in job.choices])}
 
-    # ---- streaming ---------------------------------------------------------------------------
+    # ---- the stream ----------------------------------------------------------------------------
 
-    async def stream(self, job: Job) -> AsyncIterator[bytes]:
+    async def _stream(self, job: Job) -> AsyncIterator[bytes]:
         """SSE frames; an error after the 200 is sent in-band, then `[DONE]` (vLLM, SGLang)."""
         ok = False
         try:
-            for frame in self._opening_frames(job):
-                yield frame
-            last: dict[str, Any] | None = None
+            for chunk in self._opening_chunks(job):
+                yield sse_frame(chunk)
+            last: dict[str, Any] | None = None  # held back: the last one carries `metrics`
             async with contextlib.aclosing(self._deltas(job)) as deltas:
                 async for delta in deltas:
-                    if delta.choice.tools is not None:
-                        for chunk in self._tool_chunks(job, delta):
-                            yield R.sse_frame(chunk)
-                    elif delta.text or delta.logprobs or delta.prompt_logprobs:
-                        yield R.sse_frame(self._content_chunk(job, delta))
+                    for chunk in self._delta_chunks(job, delta):
+                        yield sse_frame(chunk)
                     if delta.finished:
                         if last is not None:
-                            yield R.sse_frame(last)
+                            yield sse_frame(last)
                         last = self._finish_chunk(job, delta.choice)
             for chunk in self._closing_chunks(job, last):
-                yield R.sse_frame(chunk)
+                yield sse_frame(chunk)
             ok = True
         except APIError as err:
-            yield R.sse_frame(err.body())
+            yield sse_frame(err.body())
         except Exception:
             log.exception("stream %s failed", job.id)
-            yield R.sse_frame(APIError("Internal server error.", type="server_error").body())
+            yield sse_frame(APIError("Internal server error.", type="server_error").body())
         finally:
             self._observe(job, ok)
-        yield R.DONE_FRAME
+        yield DONE_FRAME
 
     def _chunk(self, job: Job, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        chunk = job.envelope(chunk=True)
-        chunk["choices"] = choices
+        chunk = {**self._head(job, chunk=True), "choices": choices}
         if job.request.include_usage:
             chunk["usage"] = None  # per spec: null on every chunk but the trailing one
         return chunk
-
-    def _opening_frames(self, job: Job) -> list[bytes]:
-        if job.kind == "chat":
-            delta = {"role": "assistant", "content": ""}
-            return [
-                R.sse_frame(self._chunk(job, [R.chat_delta_choice(c.index, delta)]))
-                for c in job.choices
-            ]
-        return [
-            R.sse_frame(self._chunk(job, [R.completion_choice(c.index, c.prefix, None, None)]))
-            for c in job.choices
-            if c.prefix and not job.echo_logprobs  # else it goes out with the prompt's logprobs
-        ]
-
-    def _content_chunk(self, job: Job, delta: Delta) -> dict[str, Any]:
-        index = delta.choice.index
-        if job.kind == "chat":
-            lps = [R.chat_logprob(job.token_text, lp) for lp in delta.logprobs]
-            choice = R.chat_delta_choice(
-                index, {"content": delta.text}, logprobs=lps if job.wants_logprobs else None
-            )
-        else:
-            comp = R.completion_logprobs(job.token_text, delta.logprobs, delta.offsets)
-            text = delta.text
-            if delta.prompt_logprobs and job.echo_logprobs:
-                # echo + logprobs: the prompt text goes out with its logprobs in the first chunk
-                text = delta.choice.prefix + text
-                comp = R.join_logprobs(self._echoed_logprobs(job, delta.choice), comp)
-            choice = R.completion_choice(
-                index, text, None, comp if job.wants_logprobs else None
-            )
-        return self._chunk(job, [choice])
-
-    def _tool_chunks(self, job: Job, delta: Delta) -> list[dict[str, Any]]:
-        """A tool-parsed choice's round: its content (what is surely not a call) with the
-        round's logprobs, then each call completed in it, as OpenAI streams calls: the id and
-        name with empty arguments, then the arguments."""
-        parser = delta.choice.tools
-        assert parser is not None
-        events = parser.feed(delta.text) + (parser.finish() if delta.finished else [])
-        text = "".join(e for e in events if isinstance(e, str))
-        chunks = []
-        if text or delta.logprobs:
-            chunks.append(self._content_chunk(job, Delta(delta.choice, text, delta.logprobs, [], False)))
-        for call in (e for e in events if isinstance(e, ToolCall)):
-            chunks += [self._chunk(job, [R.chat_delta_choice(delta.choice.index, d)])
-                       for d in R.tool_call_deltas(parser.calls.index(call), call.openai_dict())]  # fmt: skip
-        return chunks
-
-    def _finish_chunk(self, job: Job, c: Choice) -> dict[str, Any]:
-        if job.kind == "chat":
-            return self._chunk(job, [R.chat_delta_choice(c.index, {}, _finish_reason(c))])
-        return self._chunk(job, [R.completion_choice(c.index, "", c.finish_reason, None)])
 
     def _closing_chunks(self, job: Job, last: dict[str, Any] | None) -> list[dict[str, Any]]:
         """The last finish chunk carries `metrics`, or the trailing usage chunk does."""
         chunks = [last] if last is not None else []
         if job.request.include_usage:
             usage_chunk = self._chunk(job, [])
-            usage_chunk["usage"] = job.usage()
+            usage_chunk["usage"] = usage(job.prompt_tokens, job.completion_tokens)
             chunks.append(usage_chunk)
         if chunks:
-            chunks[-1]["metrics"] = job.spec_metrics()
+            chunks[-1]["metrics"] = self._metrics(job)
         return chunks
 
     # ---- metrics -----------------------------------------------------------------------------
@@ -452,23 +310,15 @@ class Serving:
     def _observe(self, job: Job, ok: bool) -> None:
         if self.metrics is None:
             return
-        endpoint = job.kind
         now = time.monotonic()
-        self.metrics.latency.labels(endpoint).observe(now - job.arrival)
+        self.metrics.latency.labels(self.endpoint).observe(now - job.arrival)
         if job.first_token_at is not None:
-            self.metrics.ttft.labels(endpoint).observe(job.first_token_at - job.arrival)
+            self.metrics.ttft.labels(self.endpoint).observe(job.first_token_at - job.arrival)
         self.metrics.prompt_tokens.inc(job.prompt_tokens)
-        self.metrics.generation_tokens.inc(sum(c.completion_tokens for c in job.choices))
+        self.metrics.generation_tokens.inc(job.completion_tokens)
         for c in job.choices:
             reason = c.finish_reason if ok and c.finish_reason else "abort"
-            self.metrics.requests.labels(endpoint, reason).inc()
-
-
-def _finish_reason(c: Choice) -> str | None:
-    """OpenAI's "tool_calls" when a choice that ended on its own made calls."""
-    if c.tools is not None and c.tools.calls and c.finish_reason == "stop":
-        return "tool_calls"
-    return c.finish_reason
+            self.metrics.requests.labels(self.endpoint, reason).inc()
 
 
 def _temperature(temperature: float | None, top_p: float | None) -> float:
@@ -488,33 +338,3 @@ def check_logit_bias(penalties: Penalties, info: EngineInfo) -> None:
             f"logit_bias token ids must be in [0, {info.vocab_size}), got {bad[:5]}",
             param="logit_bias",
         )
-
-
-def check_policy(policy: str, info: EngineInfo) -> None:
-    """`auto`, `none`, a learner name, or `fixed:<drafter id>` of a served drafter."""
-    policy = policy.strip()  # as the engine's parser does
-    if policy in ("auto", "none") or policy in LEARNER_NAMES:
-        return
-    if policy == ROUTER:
-        if info.has_router:
-            return
-        raise invalid_request(
-            "policy 'router' needs a prompt router and this pool has none "
-            "(python -m demo.router --pool <pool.json> trains one)",
-            param="hedgespec.policy",
-            code="invalid_policy",
-        )
-    if policy.startswith("fixed:"):
-        if policy.removeprefix("fixed:") in info.drafter_ids:
-            return
-        raise invalid_request(
-            f"unknown drafter in policy {policy!r}; served drafters: {list(info.drafter_ids)}",
-            param="hedgespec.policy",
-            code="invalid_policy",
-        )
-    raise invalid_request(
-        f"unknown policy {policy!r}: use auto, none, fixed:<drafter id>, router or one of "
-        f"{list(LEARNER_NAMES)}",
-        param="hedgespec.policy",
-        code="invalid_policy",
-    )

@@ -99,7 +99,7 @@ def served_target_dir(settings: Settings) -> Path | None:
         return None
     from demo.pool_target import PoolTargetError, target_dir
 
-    try:  # a provisioned target was converted before the engine started (gateway.cli.commands.serve)
+    try:  # a provisioned target was converted before the engine started (gateway.cli.serve.serve)
         return target_dir(Path(str(settings.pool)), provision=False)
     except PoolTargetError:
         return None

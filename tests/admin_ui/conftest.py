@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.gateway.conftest import ADMIN_KEY, API_KEY, ServerProcess
-from tests.gateway.tiny_pool import DRAFTER_IDS, MODEL_NAME, build_pool
+from bench.harness.server import ServerProcess
+from bench.harness.tiny_pool import DRAFTER_IDS, MODEL_NAME, build_pool
+from tests.gateway.conftest import ADMIN_KEY, API_KEY
 
 CHROMIUM = Path(os.environ.get("HEDGESPEC_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [

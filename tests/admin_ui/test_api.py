@@ -17,6 +17,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.harness.server import ServerProcess
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.live import routes as admin_live
@@ -37,7 +38,6 @@ from tests.admin_ui.conftest import (
     running_server,
     stream_chat,
 )
-from tests.gateway.conftest import ServerProcess
 
 pytestmark = pytest.mark.timeout(180)
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}

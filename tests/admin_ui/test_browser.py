@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from bench.harness.fakehub import FakeHub
+from bench.harness.server import ServerProcess
 from tests.admin_ui.conftest import (
     ADMIN_KEY,
     DRAFTER_IDS,
@@ -31,8 +33,6 @@ from tests.admin_ui.conftest import (
     screenshot,
     sign_in,
 )
-from tests.fakehub import FakeHub
-from tests.gateway.conftest import ServerProcess
 
 expect = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").expect
 # Assertions wait like actions do (30 s, conftest): a starved CI machine renders slowly, and a

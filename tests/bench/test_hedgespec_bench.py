@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.tiny_pool import build_pool
 from bench.hedgespec_bench import Prompt, Run, oracle_runs, padded_pool
 from bench.hedgespec_run import main
-from tests.gateway.tiny_pool import build_pool
 
 
 def test_bench_writes_tables_plots_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,7 +45,7 @@ def test_oracle_takes_each_requests_best_drafter() -> None:
 
 
 def test_padded_pool_adds_perturbed_copies(tmp_path: Path) -> None:
-    from tests.core.tiny_models import random_drafter, tiny_target
+    from bench.harness.tiny_models import random_drafter, tiny_target
 
     target = tiny_target()
     base = {"x": random_drafter(target, seed=1), "y": random_drafter(target, seed=2)}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.harness.tiny_pool import train_tokenizer
 from bench.robustness import WRAPPERS, markdown, workloads
-from tests.gateway.tiny_pool import train_tokenizer
 
 
 def test_workloads_wrap_the_same_prompts_and_add_the_ood_set(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
+from bench.harness.tiny_models import random_drafter, tiny_target
 from core.drafter_check import compatibility_problems
 from core.eagle3 import DrafterLoadError, Eagle3Config, read_config, save_drafter
-from tests.core.tiny_models import random_drafter, tiny_target
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from bench.harness.tiny_models import hf_greedy, make_engine, random_drafter, tiny_target
 from core.config import SamplingParams, TreeConfig
 from core.target import Target, TargetLoadError
-from tests.core.tiny_models import hf_greedy, make_engine, random_drafter, tiny_target
 
 
 def test_compiled_layers_keep_tokens_acceptances_and_features() -> None:
@@ -52,9 +52,9 @@ def test_compile_with_device_map_is_refused(tmp_path: Path) -> None:
 
 
 def test_engine_config_compile_reaches_the_loaded_target(tmp_path: Path) -> None:
+    from bench.harness.tiny_pool import build_pool
     from core.config import EngineConfig
     from core.engine import SpecEngine
-    from tests.gateway.tiny_pool import build_pool
 
     pool = build_pool(tmp_path)
     eager = SpecEngine.from_pool_file(pool, EngineConfig())

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from bench.harness.tiny_models import AUX, make_engine, random_drafter, tiny_target
 from core.config import LEARNER_NAMES, GrammarSpec, SamplingParams, TreeConfig
 from core.drafter_pool import DrafterState
 from core.drafting import grow_tree
@@ -24,7 +25,6 @@ from core.grammar import GrammarCompiler, TokenMatcher, grammar_text
 from core.sampling import process_logits
 from core.target import Target
 from tests.core.test_sampling_lossless import null_tv_quantile, tv
-from tests.core.tiny_models import AUX, make_engine, random_drafter, tiny_target
 from tests.core.tiny_tokenizer import char_tokenizer
 
 SCHEMA = {

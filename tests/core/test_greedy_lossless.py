@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.config import SamplingParams, TreeConfig
-from tests.core.tiny_models import (
+from bench.harness.tiny_models import (
     bigram_target,
     copy_drafter,
     hf_greedy,
@@ -14,6 +13,7 @@ from tests.core.tiny_models import (
     random_drafter,
     tiny_target,
 )
+from core.config import SamplingParams, TreeConfig
 
 TREES = {"chain": TreeConfig(top_k=1, depth=4, total_tokens=4), "tree": TreeConfig(top_k=3, depth=4, total_tokens=10)}
 
@@ -55,7 +55,7 @@ def test_copy_drafter_accepts_every_draft_token(tree: str) -> None:
     for prompt in prompts(20, 32, seed=3):
         ids, stats = engine.generate_ids(prompt, SamplingParams(max_new_tokens=31, ignore_eos=True))
         assert ids == hf_greedy(target, prompt, 31)
-        assert stats.accepted_per_round[:-1] == [cfg.depth] * (stats.rounds - 1)
+        assert stats.accepted_per_round[:-1] == (cfg.depth,) * (stats.rounds - 1)
         assert stats.target_forwards == stats.rounds + 1
 
 

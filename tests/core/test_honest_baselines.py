@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 
 import core.rounds
+from bench.harness.tiny_models import bigram_setup, hf_greedy, random_drafter
 from core.config import SamplingParams, TreeConfig
 from core.drafter_pool import StackedGroup
 from core.engine import SpecEngine
-from tests.core.tiny_models import bigram_setup, hf_greedy, random_drafter
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
 PARAMS = SamplingParams(max_new_tokens=40, ignore_eos=True)
@@ -58,7 +58,7 @@ def test_baselines_catch_up_only_the_chosen_drafter_and_compute_no_gamma(
     # Each verified pair is consumed at most once by each drafter that drafted.
     drafted = {d for d in stats.drafter_per_round}
     assert drafter_pairs(work) <= len(drafted) * (len(PROMPT) + len(ids))
-    assert stats.estimates == [] and stats.regret_curve == []
+    assert stats.estimates == () and stats.regret_curve == ()
 
 
 def test_a_fixed_round_does_an_eighth_of_the_catch_up_work(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -7,10 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.config import LEARNER_NAMES, SamplingParams, SelectorConfig, TreeConfig
-from core.learner_sessions import LearnerSessions, adapt
-from core.learners import Fixed, Learner, NormalHedge, make_learner
-from tests.core.tiny_models import (
+from bench.harness.tiny_models import (
     bigram_setup,
     bigram_target,
     copy_drafter,
@@ -18,6 +15,9 @@ from tests.core.tiny_models import (
     make_engine,
     random_drafter,
 )
+from core.config import LEARNER_NAMES, SamplingParams, SelectorConfig, TreeConfig
+from core.learner_sessions import LearnerSessions, adapt
+from core.learners import Fixed, Learner, NormalHedge, make_learner
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import core.rounds
+from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
 from core.config import Penalties, SamplingParams, TreeConfig
 from core.penalties import apply_penalties, path_counts, token_counts
 from core.sampling import process_logits
 from core.tree import tree_from_parents
 from tests.core.test_sampling_lossless import null_tv_quantile, tv
-from tests.core.tiny_models import make_engine, random_drafter, tiny_target
 
 PEN = Penalties(presence=0.8, frequency=1.2, repetition=1.6, logit_bias=((2, 3.0), (5, -100.0)))
 

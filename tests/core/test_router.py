@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
 from core.config import SamplingParams, TreeConfig
 from core.request import parse_policy
 from core.router import PromptRouter
-from tests.core.tiny_models import make_engine, random_drafter, tiny_target
 
 
 def synthetic(n: int, seed: int) -> tuple[list[list[int]], list[str]]:
@@ -55,6 +55,6 @@ def test_router_policy_without_a_router_is_refused_and_an_empty_pool_decodes_pla
     with pytest.raises(ValueError, match="needs a prompt router"):
         parse_policy("router", "normalhedge", ("a", "b"))
     assert parse_policy("router", "normalhedge", ()).kind == "none"
-    routed = parse_policy("router", "normalhedge", ("a", "b"), lambda: "b")
-    assert (routed.kind, routed.name, routed.label) == ("fixed", "b", "router")
+    routed = parse_policy("router", "normalhedge", ("a", "b"), has_router=True)
+    assert (routed.kind, routed.routed, routed.label) == ("fixed", True, "router")
 

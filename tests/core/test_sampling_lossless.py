@@ -9,11 +9,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
 from core.config import SamplingParams, TreeConfig
 from core.sampling import process_logits
 from core.tree import DraftTree, tree_from_parents
 from core.verify import verify_sampling
-from tests.core.tiny_models import make_engine, random_drafter, tiny_target
 
 V = 6
 # root -> a(0), b(1), c(2); a -> d(0), e(3); b -> f(4)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench.harness.tiny_models import tiny_target
 from core.drafter_check import default_aux_layers
 from core.target import Target, additive_mask, compact_cache
 from core.tree import tree_from_parents
-from tests.core.tiny_models import tiny_target
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])

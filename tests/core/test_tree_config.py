@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench.harness.tiny_models import random_drafter, tiny_target
 from core.config import TreeConfig, candidate_pool_size
 from core.drafting import grow_tree
 from core.tree import DraftTree
-from tests.core.tiny_models import random_drafter, tiny_target
 
 
 def _grown_tree(cfg: TreeConfig) -> DraftTree:

@@ -250,7 +250,7 @@ def test_position_windows_feed_the_learner_but_not_the_statistics() -> None:
 
 @pytest.fixture(scope="module")
 def engine_setup():  # type: ignore[no-untyped-def]
-    from tests.core.tiny_models import bigram_setup
+    from bench.harness.tiny_models import bigram_setup
 
     return bigram_setup(TreeConfig(top_k=3, depth=4, total_tokens=8), randoms=5)
 
@@ -267,9 +267,9 @@ def with_selector(engine, **selector):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(("estimator", "feedback"), [("tree", "round"), ("tree", "position"), ("topk", "position")])
 def test_engine_variants_stay_lossless_and_find_the_copying_drafter(
         engine_setup, monkeypatch, estimator: str, feedback: str) -> None:  # type: ignore[no-untyped-def]
+    from bench.harness.tiny_models import hf_greedy
     from core.config import SamplingParams
     from core.learners import NormalHedge
-    from tests.core.tiny_models import hf_greedy
 
     target, engine = engine_setup
     updates: list[int] = []
@@ -283,7 +283,7 @@ def test_engine_variants_stay_lossless_and_find_the_copying_drafter(
     eng = with_selector(engine, estimator=estimator, feedback=feedback)
     ids, stats = eng.generate_ids([7], SamplingParams(max_new_tokens=100, ignore_eos=True), "normalhedge")
     assert ids == hf_greedy(target, [7], 100)
-    assert stats.weights["copy"] > 0.9 and stats.mean_accepted_tokens > 3
+    assert stats.weights["copy"] > 0.9 and stats.mean_acceptance_length > 3
     rounds_with_windows = len(stats.regret_curve)
     if feedback == "position":  # one update per verified position, statistics per round
         assert len(updates) > 2 * rounds_with_windows

@@ -66,7 +66,7 @@ def test_saved_configs_name_the_same_layers_for_vllm_and_sglang(pool: dict) -> N
 def test_every_drafter_passes_the_inspect_command(
     pool: dict, smollm2_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gateway.cli.commands import main as hedgespec
+    from gateway.cli import main as hedgespec
 
     for entry in pool["drafters"]:
         code = hedgespec(["drafter", "inspect", str(POOL_DIR / entry["path"]),

@@ -14,7 +14,7 @@ from demo import smollm2
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh conversion through the documented command, into an empty cache."""
-    from gateway.cli.commands import main as hedgespec
+    from gateway.cli import main as hedgespec
 
     cache = tmp_path_factory.mktemp("targets")
     assert hedgespec(["demo", "target", "--cache", str(cache)]) == 0

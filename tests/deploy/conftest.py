@@ -102,7 +102,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     if DEFAULT_POOL.is_file():
         return DEFAULT_POOL
-    from tests.gateway.tiny_pool import build_pool
+    from bench.harness.tiny_pool import build_pool
 
     return build_pool(tmp_path_factory.mktemp("pool"))
 

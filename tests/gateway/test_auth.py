@@ -6,8 +6,9 @@ from fastapi import Depends, FastAPI
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from gateway.http.auth import KeySet, require_admin_key, require_api_key
+from gateway.http.auth import require_admin_key, require_api_key
 from gateway.http.errors import install_error_handlers
+from gateway.http.keys import KeySet
 
 
 def test_keyset_matches_any_configured_key_and_hides_them() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.stats import TokenLogprob
+from core.stats import RequestStats, TokenLogprob
 from gateway.openai.jobs import Choice
 from gateway.openai.text import IncrementalDetokenizer, StopMatcher
 from gateway.runner import Update
@@ -63,9 +63,9 @@ def test_a_stop_string_across_rounds_cuts_the_text_and_later_rounds() -> None:
     assert (choice.finish_reason, choice.completion_tokens) == ("stop", 4)
     assert choice.done and not choice.acked
     assert choice.consume(Update("r-0", [5])) is None  # the engine's late round
-    assert choice.consume(Update("r-0", finished=True, finish_reason="length",
-                                 stats={"num_spec_steps": 2})) is None
-    assert choice.acked and choice.stats == {"num_spec_steps": 2}
+    stats = RequestStats("normalhedge", rounds=2).snapshot()
+    assert choice.consume(Update("r-0", finished=True, finish_reason="length", stats=stats)) is None
+    assert choice.acked and choice.stats is stats
     assert choice.finish_reason == "stop" and choice.completion_tokens == 4
 
 
@@ -99,6 +99,6 @@ def test_logprobs_follow_the_tokens_they_belong_to() -> None:
 
 def test_a_finished_update_without_stats_keeps_the_last_stats() -> None:
     choice = make_choice()
-    choice.stats = {"num_spec_steps": 1}
+    choice.stats = stats = RequestStats("normalhedge", rounds=1).snapshot()
     choice.consume(Update("r-0", [], finished=True, finish_reason="abort"))
-    assert choice.stats == {"num_spec_steps": 1} and choice.finish_reason == "abort"
+    assert choice.stats is stats and choice.finish_reason == "abort"

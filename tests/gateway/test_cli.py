@@ -1,14 +1,17 @@
-"""The `hedgespec` console script: drafter inspect exit codes, serve's start-up checks."""
+"""The `hedgespec` console script: drafter inspect exit codes, serve's start-up checks, and
+commands other packages plug in through the `hedgespec.commands` entry-point group."""
 
 from __future__ import annotations
 
 import json
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 
-from gateway.cli.commands import main
-from tests.gateway.tiny_pool import MODEL_NAME
+from bench.harness.tiny_pool import MODEL_NAME
+from gateway.cli import main
+from gateway.cli.commands import PLUGIN_GROUP
 
 
 def inspect(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, object]]:
@@ -51,7 +54,17 @@ def test_every_command_group_is_registered() -> None:
     assert exit_info.value.code == 0
 
 
-def test_optional_command_modules_plug_in_when_present(
+def test_bench_is_a_plugin_declared_by_the_installed_metadata(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`hedgespec bench` comes from pyproject's entry point, not from gateway importing bench."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--help"])
+    assert exit_info.value.code == 0
+    assert "HedgeSpec benchmark" in capsys.readouterr().out
+
+
+def test_plugin_commands_plug_in_and_a_missing_one_is_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "extra_commands.py").write_text(
@@ -60,7 +73,20 @@ def test_optional_command_modules_plug_in_when_present(
         "    p.set_defaults(handler=lambda args: 7)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(
-        "gateway.cli.commands.OPTIONAL_COMMAND_MODULES", ("extra_commands", "no_such_pkg.cli")
-    )
+    points = [
+        EntryPoint("hello", "extra_commands:register", PLUGIN_GROUP),
+        EntryPoint("gone", "no_such_pkg.cli:register", PLUGIN_GROUP),
+    ]
+    monkeypatch.setattr("gateway.cli.commands.entry_points", lambda group: points)
     assert main(["hello"]) == 7
+
+
+def test_a_broken_plugin_is_not_silently_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_commands.py").write_text("import no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    points = [EntryPoint("broken", "broken_commands:register", PLUGIN_GROUP)]
+    monkeypatch.setattr("gateway.cli.commands.entry_points", lambda group: points)
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency"):
+        main(["serve", "--help"])

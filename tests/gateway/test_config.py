@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gateway.cli.commands import build_parser, serve_settings
+from gateway.cli import build_parser
+from gateway.cli.serve import serve_settings
 from gateway.config import REPO_ROOT, Settings
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.gateway.conftest import API_KEY, ServerProcess
-from tests.gateway.tiny_pool import MODEL_NAME
+from bench.harness.server import ServerProcess
+from bench.harness.tiny_pool import MODEL_NAME
+from tests.gateway.conftest import API_KEY
 
 
 @pytest.fixture(scope="module")

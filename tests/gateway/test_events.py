@@ -1,11 +1,13 @@
-"""The live event bus: cross-thread delivery, drop-oldest buffers, clean unsubscribe."""
+"""The live event bus: cross-thread delivery, drop-oldest buffers, clean unsubscribe; the one
+buffer class shared by bus subscriptions and the admin page's streams."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 
-from gateway.live.events import EventBus
+from gateway.live.aggregator import LiveAggregator, Load
+from gateway.live.events import EventBuffer, EventBus
 
 
 def test_events_published_from_another_thread_arrive_in_order() -> None:
@@ -53,3 +55,31 @@ def test_no_subscriber_means_no_work_and_closing_ends_iteration() -> None:
         return [e async for e in sub]
 
     assert asyncio.run(main()) == []
+
+
+def test_an_event_buffer_drops_the_oldest_counts_them_and_ends_when_closed() -> None:
+    async def main() -> tuple[object, ...]:
+        buffer = EventBuffer(2)
+        for i in range(5):
+            buffer.offer({"i": i})
+        drained = buffer.drain()
+        buffer.offer({"i": 9})
+        await asyncio.wait_for(buffer.wait(), 1)  # an event is there: returns at once
+        first = buffer.pop()
+        buffer.close()
+        await asyncio.wait_for(buffer.wait(), 1)  # closed: returns although empty
+        return drained, first, buffer.pop(), buffer.lost
+
+    drained, first, after_close, lost = asyncio.run(main())
+    assert drained == ([{"i": 3}, {"i": 4}], 3)
+    assert first == {"i": 9} and after_close is None and lost == 0
+
+
+def test_bus_subscriptions_and_page_streams_share_one_buffer_class() -> None:
+    async def main() -> tuple[object, object]:
+        subscription = EventBus().subscribe()
+        page = LiveAggregator(lambda: Load(0, 1, 1)).listen()
+        return subscription.buffer, page
+
+    bus_side, page_side = asyncio.run(main())
+    assert type(bus_side) is type(page_side) is EventBuffer

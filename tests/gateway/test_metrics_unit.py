@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.stats import RoundStats
+from core.stats import RequestStats, RoundStats, StatsSnapshot
 from gateway.http.metrics import GatewayMetrics
 
 
@@ -10,6 +10,14 @@ def round_stats(drafter: str | None, drafted: int, accepted: int) -> RoundStats:
     return RoundStats(round_index=0, drafter=drafter, drafted=drafted, accepted=accepted,
                       committed=accepted + 1, draft_s=0.0, verify_s=0.0, evaluate_s=0.0,
                       bookkeeping_s=0.0)  # fmt: skip
+
+
+def request_stats(policy: str, *, rounds: int = 0, tokens: int = 0, regret: float | None = None,
+                  warm: int = 0) -> StatsSnapshot:
+    """A finished request's snapshot: `tokens` committed over `rounds` (MAT tokens / rounds)."""
+    curve = [] if regret is None else [regret]
+    return RequestStats(policy, completion_tokens=tokens, rounds=rounds, regret_curve=curve,
+                        warm_start_requests=warm).snapshot()
 
 
 def value(m: GatewayMetrics, name: str, **labels: str) -> float:
@@ -44,8 +52,7 @@ def test_a_plain_round_counts_under_none_and_selects_no_drafter() -> None:
 
 def test_request_stats_feed_the_acceptance_and_regret_histograms() -> None:
     m = GatewayMetrics()
-    m.observe_request_stats({"policy": "normalhedge", "num_spec_steps": 5,
-                             "mean_acceptance_length": 2.2, "regret_tokens": 1.5})
+    m.observe_request_stats(request_stats("normalhedge", rounds=5, tokens=11, regret=1.5))
     length = "hedgespec_request_mean_acceptance_length"
     assert value(m, f"{length}_count", policy="normalhedge") == 1
     assert value(m, f"{length}_sum", policy="normalhedge") == 2.2
@@ -61,8 +68,7 @@ def test_request_stats_feed_the_acceptance_and_regret_histograms() -> None:
 def test_negative_regret_lands_at_zero_and_the_signed_sum_keeps_it() -> None:
     m = GatewayMetrics()
     for regret in (-3.0, 1.0):
-        m.observe_request_stats({"policy": "normalhedge", "num_spec_steps": 5,
-                                 "mean_acceptance_length": 2.0, "regret_tokens": regret})
+        m.observe_request_stats(request_stats("normalhedge", rounds=5, tokens=10, regret=regret))
     regret = "hedgespec_request_regret_tokens"
     assert value(m, f"{regret}_bucket", policy="normalhedge", le="0.0") == 1
     assert value(m, f"{regret}_sum", policy="normalhedge") == 1.0
@@ -71,17 +77,15 @@ def test_negative_regret_lands_at_zero_and_the_signed_sum_keeps_it() -> None:
 
 def test_a_request_without_spec_steps_observes_no_acceptance_length() -> None:
     m = GatewayMetrics()
-    m.observe_request_stats({"policy": "none", "num_spec_steps": 0,
-                             "mean_acceptance_length": 1.0})
+    m.observe_request_stats(request_stats("none", tokens=1))
     assert value(m, "hedgespec_request_mean_acceptance_length_count", policy="none") == 0
     assert value(m, "hedgespec_request_regret_tokens_count", policy="none") == 0
 
 
 def test_warm_starts_count_requests_that_continued_a_session() -> None:
     m = GatewayMetrics()
-    m.observe_request_stats({"policy": "normalhedge", "warm_start_requests": 2})
-    m.observe_request_stats({"policy": "normalhedge", "warm_start_requests": 0})
-    m.observe_request_stats({"policy": "normalhedge"})
+    m.observe_request_stats(request_stats("normalhedge", warm=2))
+    m.observe_request_stats(request_stats("normalhedge", warm=0))
     assert value(m, "hedgespec_learner_warm_starts_total", policy="normalhedge") == 1
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.http.errors import request_too_large, to_response
 from gateway.http.middleware import ArrivalClock, BodySizeLimit, BodyTooLarge
 
 LIMIT = 10
@@ -75,6 +76,13 @@ def test_a_declared_length_over_the_limit_is_refused_unread() -> None:
     assert set(err) == {"message", "type", "param", "code"}
     assert (err["type"], err["code"]) == ("invalid_request_error", "request_too_large")
     assert str(LIMIT) in err["message"]
+
+
+def test_the_413_is_built_by_the_one_error_responder() -> None:
+    """Byte for byte what the app's exception handlers would answer for the same error."""
+    sent = run(BodySizeLimit(Inner(), LIMIT), http_scope(str(LIMIT + 1)), [b""])
+    expected = to_response(request_too_large(LIMIT))
+    assert sent[0]["headers"] == expected.raw_headers and sent[1]["body"] == expected.body
 
 
 @pytest.mark.parametrize("declared", [str(LIMIT), None, "not-a-number"])

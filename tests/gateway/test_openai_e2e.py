@@ -14,7 +14,8 @@ from openai import AsyncOpenAI, OpenAI
 from openai.types import Completion, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.gateway.conftest import API_KEY, SECOND_KEY, ServerProcess
+from bench.harness.server import ServerProcess
+from tests.gateway.conftest import API_KEY, SECOND_KEY
 from tests.gateway.sse import json_frames, read_frames
 
 pytestmark = pytest.mark.timeout(120)
@@ -364,6 +365,31 @@ def test_context_length_exceeded_code(client: OpenAI, words: int) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client.completions.create(model="tiny-target", prompt="hello " * words, max_tokens=10)
     assert err.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
+
+
+ENGINE_REFUSALS = [  # what only the engine judges: the context window and the policy
+    ("/v1/chat/completions", {"messages": HELLO, "max_tokens": 100000}, "messages",
+     "context_length_exceeded"),
+    ("/v1/completions", {"prompt": "hello", "max_tokens": 100000}, "prompt",
+     "context_length_exceeded"),
+    ("/v1/chat/completions", {"messages": HELLO, "hedgespec": {"policy": "fixed:zeta"}},
+     "hedgespec.policy", "invalid_policy"),
+    ("/v1/completions", {"prompt": "hello", "hedgespec": {"policy": "router"}},  # no router
+     "hedgespec.policy", "invalid_policy"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("path", "body", "param", "code"), ENGINE_REFUSALS)
+def test_the_engines_refusal_is_a_plain_400_naming_the_field(
+    http: httpx.Client, path: str, body: dict[str, Any], param: str, code: str, stream: bool
+) -> None:
+    """A streaming client gets it as a plain HTTP 400 too, not an error event in a 200 stream."""
+    resp = http.post(path, json={"model": "tiny-target", "stream": stream, **body})
+    assert resp.status_code == 400, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    error = resp.json()["error"]
+    assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error")
 
 
 def test_malformed_json_and_oversized_body(http: httpx.Client) -> None:

@@ -12,7 +12,8 @@ import pytest
 from openai import OpenAI
 from openai.types import Completion
 
-from tests.gateway.conftest import API_KEY, ServerProcess
+from bench.harness.server import ServerProcess
+from tests.gateway.conftest import API_KEY
 
 pytestmark = pytest.mark.timeout(120)
 MODEL = "tiny-target"

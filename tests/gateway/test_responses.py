@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from core.stats import RequestStats, RoundStats, TokenLogprob
-from gateway.openai.framing import DONE_FRAME, chat_logprob, spec_metrics, sse_frame
+from bench.harness.tiny_pool import train_tokenizer
+from core.stats import RequestStats, RoundStats, StatsSnapshot, TokenLogprob
+from gateway.openai.framing import DONE_FRAME, spec_metrics, sse_frame
+from gateway.openai.serving_chat import chat_logprob
 from gateway.openai.text import TokenText
-from tests.gateway.tiny_pool import train_tokenizer
 
 
 def test_sse_frame_is_exactly_one_data_line() -> None:
@@ -21,12 +22,12 @@ def test_chat_logprob_shape_and_minus_infinity() -> None:
     assert entry["top_logprobs"][0]["logprob"] == -0.5
 
 
-def stats(drafter: str, accepted: list[int]) -> dict[str, object]:
+def stats(drafter: str, accepted: list[int]) -> StatsSnapshot:
     s = RequestStats(policy="normalhedge", drafter_ids=("a", "b"))
     s.weights = {"a": 0.25, "b": 0.75} if drafter == "a" else {"a": 0.75, "b": 0.25}
     for i, acc in enumerate(accepted):
         s.record_round(RoundStats(i, drafter, 4, acc, acc + 1, 0, 0, 0, 0))
-    return s.to_dict()
+    return s.snapshot()
 
 
 def test_one_choice_reports_its_own_stats() -> None:

@@ -1,21 +1,22 @@
 """Scheduling logic of the engine worker, with a scripted engine double.
 
 The double emits one token per round and records the order in which requests advance; every
-value it returns is a real `core` type (`RoundOutput`, `RequestStats`, `RoundStats`). The real
+value it returns is a real `core` type (`RoundOutput`, `StatsSnapshot`, `RoundStats`). The real
 engine is exercised end to end in test_openai_e2e.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
 import pytest
 
 from core.config import SamplingParams
-from core.engine import ContextLengthError, RoundOutput
-from core.stats import RequestStats, RoundStats
+from core.engine import ContextLengthError, PolicyError, RoundOutput
+from core.stats import RequestStats, RoundStats, StatsSnapshot
 from gateway.http.errors import APIError
 from gateway.http.metrics import GatewayMetrics
 from gateway.live.events import EventBus
@@ -43,12 +44,18 @@ class ScriptedEngine:
     def drafter_ids(self) -> list[str]:
         return ["d1"]
 
+    def check_request(self, prompt: list[int], params: SamplingParams, policy: str = "auto") -> None:
+        if len(prompt) + params.max_new_tokens > self.max_context:
+            raise ContextLengthError(max_context=self.max_context, prompt_tokens=len(prompt),
+                                     max_new_tokens=params.max_new_tokens)
+        if policy not in ("auto", "fixed:d1"):
+            raise PolicyError(f"unknown policy {policy!r}")
+
     def add_request(
         self, rid: str, prompt: list[int], params: SamplingParams, policy: str = "auto",
         session: str | None = None,
     ) -> None:
-        if len(prompt) + params.max_new_tokens > self.max_context:
-            raise ContextLengthError("too long")
+        self.check_request(prompt, params, policy)
         self._reqs[rid] = (params, RequestStats(policy="normalhedge", drafter_ids=("d1",)))
 
     def step(self) -> list[RoundOutput]:
@@ -70,7 +77,7 @@ class ScriptedEngine:
             del self._reqs[rid]
         else:
             self._next += 1
-        return [RoundOutput(rid, [7], None, done, "length" if done else None, rs, stats)]
+        return [RoundOutput(rid, [7], None, done, "length" if done else None, rs, stats.snapshot())]
 
     def abort(self, rid: str) -> None:
         self.aborted.append(rid)
@@ -121,11 +128,11 @@ def test_requests_interleave_round_by_round() -> None:
         runner = make_runner(engine)
         await ready(runner)
         sink: asyncio.Queue[Update] = asyncio.Queue()
-        runner.submit([spec("a"), spec("b"), spec("c")], sink)
+        await runner.submit([spec("a"), spec("b"), spec("c")], sink)
         updates = await drain(sink, 3)
         await runner.stop(1)
         assert all(u.error is None for u in updates)
-        assert [u.stats["completion_tokens"] for u in updates if u.finished] == [3, 3, 3]  # type: ignore[index]
+        assert [u.stats.completion_tokens for u in updates if u.stats] == [3, 3, 3]
         return engine.order
 
     assert asyncio.run(main()) == ["a", "b", "c"] * 3
@@ -136,11 +143,11 @@ def test_full_queue_raises_429_and_counts_capacity() -> None:
         runner = make_runner(ScriptedEngine(round_s=0.01), max_running=1, max_queue=1)
         await ready(runner)
         sink: asyncio.Queue[Update] = asyncio.Queue()
-        runner.submit([spec("a", 5)], sink)
+        await runner.submit([spec("a", 5)], sink)
         with pytest.raises(APIError) as err:
-            runner.submit([spec("b"), spec("c")], sink)  # all-or-nothing for n choices
+            await runner.submit([spec("b"), spec("c")], sink)  # all-or-nothing for n choices
         assert err.value.status == 429 and err.value.headers == {"Retry-After": "1"}
-        runner.submit([spec("b")], sink)  # the one waiting slot is still free
+        await runner.submit([spec("b")], sink)  # the one waiting slot is still free
         updates = await drain(sink, 2)
         assert [u.request_id for u in updates if u.finished] == ["a", "b"]  # FIFO admission
         assert runner.in_flight == 0
@@ -155,7 +162,7 @@ def test_abort_frees_the_engine_request_and_acknowledges() -> None:
         runner = make_runner(engine)
         await ready(runner)
         sink: asyncio.Queue[Update] = asyncio.Queue()
-        runner.submit([spec("long", 1000)], sink)
+        await runner.submit([spec("long", 1000)], sink)
         first = await asyncio.wait_for(sink.get(), 5)
         runner.abort("long")
         ack = await drain(sink, 1)
@@ -175,7 +182,7 @@ def test_deadline_aborts_with_a_timeout_error() -> None:
         runner = make_runner(engine, request_timeout_s=0.1)
         await ready(runner)
         sink: asyncio.Queue[Update] = asyncio.Queue()
-        runner.submit([spec("slow", 10_000)], sink)
+        await runner.submit([spec("slow", 10_000)], sink)
         last = (await drain(sink, 1))[-1]
         assert last.error is not None and last.error.status == 408
         assert last.error.code == "request_timeout" and engine.aborted == ["slow"]
@@ -184,15 +191,36 @@ def test_deadline_aborts_with_a_timeout_error() -> None:
     asyncio.run(main())
 
 
-def test_engine_rejection_becomes_a_400_update() -> None:
+def test_the_engines_refusal_is_raised_by_submit_as_a_400_naming_the_field() -> None:
     async def main() -> None:
-        runner = make_runner(ScriptedEngine())
+        engine = ScriptedEngine()
+        runner = make_runner(engine)
         await ready(runner)
         sink: asyncio.Queue[Update] = asyncio.Queue()
-        runner.submit([spec("huge", 200_000)], sink)
-        (update,) = await drain(sink, 1)
-        assert update.error is not None and update.error.status == 400
-        assert update.error.code == "context_length_exceeded"
+        huge = RequestSpec("huge", [1, 2], SamplingParams(max_new_tokens=200_000), prompt_param="messages")
+        with pytest.raises(APIError) as err:
+            await runner.submit([spec("ok"), huge], sink)  # one refused choice refuses them all
+        assert (err.value.status, err.value.code) == (400, "context_length_exceeded")
+        assert err.value.param == "messages" and "200002 tokens" in err.value.message
+        with pytest.raises(APIError) as err:
+            await runner.submit([RequestSpec("p", [1], SamplingParams(), "fixed:zeta")], sink)
+        assert (err.value.param, err.value.code) == ("hedgespec.policy", "invalid_policy")
+        assert runner.in_flight == 0 and sink.empty() and engine.order == []
+        await runner.stop(1)
+
+    asyncio.run(main())
+
+
+def test_updates_carry_frozen_snapshots_not_the_engines_live_statistics() -> None:
+    async def main() -> None:
+        runner = make_runner(ScriptedEngine(round_s=0.005))
+        await ready(runner)
+        sink: asyncio.Queue[Update] = asyncio.Queue()
+        await runner.submit([spec("a", 3)], sink)
+        (last,) = [u for u in await drain(sink, 1) if u.finished]
+        assert isinstance(last.stats, StatsSnapshot) and last.stats.rounds == 3
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            last.stats.rounds = 4  # type: ignore[misc]
         await runner.stop(1)
 
     asyncio.run(main())
@@ -203,10 +231,10 @@ def test_a_failing_round_fails_running_requests_and_the_worker_survives() -> Non
         runner = make_runner(ScriptedEngine(fail_on_round=2))
         await ready(runner)
         sink: asyncio.Queue[Update] = asyncio.Queue()
-        runner.submit([spec("x", 5)], sink)
+        await runner.submit([spec("x", 5)], sink)
         failed = (await drain(sink, 1))[-1]
         assert failed.error is not None and failed.error.status == 500
-        runner.submit([spec("y", 2)], sink)
+        await runner.submit([spec("y", 2)], sink)
         after = await drain(sink, 1)
         assert after[-1].error is None and after[-1].finish_reason == "length"
         await runner.stop(1)
@@ -219,12 +247,12 @@ def test_stop_drains_then_refuses_new_work() -> None:
         runner = make_runner(ScriptedEngine(round_s=0.01))
         await ready(runner)
         sink: asyncio.Queue[Update] = asyncio.Queue()
-        runner.submit([spec("a", 10)], sink)
+        await runner.submit([spec("a", 10)], sink)
         await runner.stop(5)
         updates = [sink.get_nowait() for _ in range(sink.qsize())]
         assert updates[-1].finished and updates[-1].error is None  # finished, not cut
         with pytest.raises(APIError) as err:
-            runner.submit([spec("b")], sink)
+            await runner.submit([spec("b")], sink)
         assert err.value.status == 503
 
     asyncio.run(main())
@@ -269,7 +297,7 @@ def test_rounds_feed_metrics_and_events() -> None:
         await ready(runner)
         sub = bus.subscribe()
         sink: asyncio.Queue[Update] = asyncio.Queue()
-        runner.submit([spec("a", 2)], sink)
+        await runner.submit([spec("a", 2)], sink)
         await drain(sink, 1)
         kinds = []
         while not kinds or kinds[-1] != "request_finished":

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerFast
 
+from bench.harness.tiny_pool import train_tokenizer
 from gateway.http.errors import APIError
 from gateway.openai.text import (
     IncrementalDetokenizer,
@@ -15,7 +16,6 @@ from gateway.openai.text import (
     encode_prompt,
     render_chat,
 )
-from tests.gateway.tiny_pool import train_tokenizer
 
 
 @pytest.fixture(scope="module")

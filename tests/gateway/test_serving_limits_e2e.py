@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import ServerProcess
+from bench.harness.server import ServerProcess
 from tests.gateway.sse import json_frames, read_frames
 
 pytestmark = pytest.mark.timeout(180)

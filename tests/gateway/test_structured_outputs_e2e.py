@@ -15,7 +15,8 @@ from langchain_openai import ChatOpenAI
 from openai import OpenAI
 from pydantic import BaseModel, Field
 
-from tests.gateway.conftest import API_KEY, ServerProcess
+from bench.harness.server import ServerProcess
+from tests.gateway.conftest import API_KEY
 
 pytestmark = pytest.mark.timeout(180)
 MODEL = "tiny-target"

@@ -10,12 +10,12 @@ import llguidance
 import llguidance.hf
 import pytest
 
+from bench.harness.tiny_pool import train_tokenizer
 from core.grammar import grammar_text
 from gateway.openai.text import IncrementalDetokenizer
 from gateway.openai.tools import formats
 from gateway.openai.tools.grammar import tool_grammar
 from gateway.openai.tools.spec import Tool, ToolChoice, ToolRequest
-from tests.gateway.tiny_pool import train_tokenizer
 
 WEATHER = Tool("get_weather", None, {"type": "object", "properties": {"city": {"type": "string"}},
                                      "required": ["city"], "additionalProperties": False})  # fmt: skip

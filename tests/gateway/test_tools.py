@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from bench.harness.tiny_pool import train_tokenizer
 from gateway.openai.protocol import ChatCompletionRequest
 from gateway.openai.text import render_chat
 from gateway.openai.tools import formats
 from gateway.openai.tools.parse import ToolCall, ToolParser
-from tests.gateway.tiny_pool import train_tokenizer
 from tests.gateway.tool_templates import LLAMA31_STYLE, QWEN3_STYLE
 
 WEATHER = {"type": "function", "function": {

@@ -18,11 +18,12 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from bench.harness.fakehub import FakeHub
+from bench.harness.postgres import POSTGRES_ENV, fresh_postgres_database, url_string
+from bench.harness.server import ServerProcess
+from bench.harness.tiny_pool import AUX_LAYERS, MODEL_NAME, build_drafter, build_pool
 from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping, save_drafter
-from tests.fakehub import FakeHub
-from tests.gateway.conftest import ADMIN_KEY, API_KEY, ServerProcess
-from tests.gateway.tiny_pool import AUX_LAYERS, MODEL_NAME, build_drafter, build_pool
-from tests.postgres import POSTGRES_ENV, fresh_postgres_database, url_string
+from tests.gateway.conftest import ADMIN_KEY, API_KEY
 
 BACKENDS = [
     "sqlite",

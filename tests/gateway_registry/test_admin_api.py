@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakehub import FakeHub
-from tests.gateway.conftest import ServerProcess
-from tests.gateway.tiny_pool import DRAFTER_IDS
+from bench.harness.fakehub import FakeHub
+from bench.harness.server import ServerProcess
+from bench.harness.tiny_pool import DRAFTER_IDS
 from tests.gateway_registry.conftest import (
     ADMIN,
     API_KEY,

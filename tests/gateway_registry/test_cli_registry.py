@@ -12,7 +12,7 @@ import pytest
 
 from drafter_registry import crud
 from drafter_registry.db import make_engine, make_session_factory
-from gateway.cli.commands import main as hedgespec
+from gateway.cli import main as hedgespec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

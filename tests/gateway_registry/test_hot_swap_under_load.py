@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakehub import FakeHub
-from tests.gateway.conftest import ServerProcess
+from bench.harness.fakehub import FakeHub
+from bench.harness.server import ServerProcess
 from tests.gateway_registry.conftest import (
     API_KEY,
     HUB_REPO,

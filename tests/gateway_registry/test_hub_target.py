@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.harness.fakehub import FakeHub
+from bench.harness.tiny_pool import MODEL_NAME
 from drafter_registry.target_hub import TARGET_FILES, download_target, is_hub_id
-from tests.fakehub import FakeHub
-from tests.gateway.tiny_pool import MODEL_NAME
 from tests.gateway_registry.conftest import API_KEY, start_server
 
 TARGET_REPO = "hedgespec-test/tiny-target"

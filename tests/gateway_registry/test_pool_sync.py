@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from bench.harness.tiny_pool import DRAFTER_IDS
 from core.config import EngineConfig, SamplingParams
 from core.engine import SpecEngine
 from drafter_registry import crud
@@ -21,7 +22,6 @@ from drafter_registry.db import make_engine, make_session_factory, upgrade
 from gateway.pool.registry import ServedDrafter, import_served_pool
 from gateway.pool.sync import PoolSync, local_key, plan
 from gateway.runner import EngineRunner
-from tests.gateway.tiny_pool import DRAFTER_IDS
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.commands import main as hedgespec
-from tests.fakehub import FakeHub
-from tests.gateway.tiny_pool import DRAFTER_IDS
+from bench.harness.fakehub import FakeHub
+from bench.harness.tiny_pool import DRAFTER_IDS
+from gateway.cli import main as hedgespec
 from tests.gateway_registry.conftest import HUB_REPO, Admin, chat, start_server, wait_for
 
 pytestmark = pytest.mark.timeout(600)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakehub import CHUNK, FakeHub
-from tests.gateway.tiny_pool import DRAFTER_IDS
+from bench.harness.fakehub import CHUNK, FakeHub
+from bench.harness.tiny_pool import DRAFTER_IDS
 from tests.gateway_registry.conftest import HUB_REPO, Admin, chat, start_server, wait_for
 
 pytestmark = pytest.mark.timeout(600)

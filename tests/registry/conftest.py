@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from bench.harness.fakehub import FakeHub
+from bench.harness.postgres import POSTGRES_ENV, fresh_postgres_database, url_string
 from drafter_registry.db import make_engine, make_session_factory, upgrade
-from tests.fakehub import FakeHub
-from tests.postgres import POSTGRES_ENV, fresh_postgres_database, url_string
 
 BACKENDS = [
     "sqlite",

@@ -13,7 +13,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.hf_api import RepoFile, RepoFolder
 
-from tests.fakehub import FakeHub
+from bench.harness.fakehub import FakeHub
 
 FILES = {"a/config.json": b"{}", "a/model.safetensors": b"weights", "README.md": b"# r"}
 

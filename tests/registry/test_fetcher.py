@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from bench.harness.checkpoints import drafter_files, write_files, write_target_config
+from bench.harness.fakehub import FakeHub
 from drafter_registry import crud
 from drafter_registry.db import pool_version
 from drafter_registry.fetcher import DrafterFetcher, FetchSettings, ensure_local_copy, fetch_drafter
-from tests.fakehub import FakeHub
-from tests.registry.checkpoints import drafter_files, write_files, write_target_config
 
 REPO = "org/drafters"
 

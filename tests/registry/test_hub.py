@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from huggingface_hub import try_to_load_from_cache
 
+from bench.harness.checkpoints import drafter_files
+from bench.harness.fakehub import Blob, FakeHub
 from drafter_registry.errors import DownloadCancelled, HubError
 from drafter_registry.hub import DownloadResult, download_drafter
 from drafter_registry.validation import check_checkpoint
-from tests.fakehub import Blob, FakeHub
-from tests.registry.checkpoints import drafter_files
 
 REPO = "org/drafters"
 

@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench.harness.checkpoints import drafter_files
+from bench.harness.fakehub import Blob, FakeHub
 from drafter_registry.hub import download_drafter
-from tests.fakehub import Blob, FakeHub
-from tests.registry.checkpoints import drafter_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS = "python/model.safetensors"

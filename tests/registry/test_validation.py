@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import save
 
-from drafter_registry.errors import CheckpointError
-from drafter_registry.validation import (
-    check_against_target,
-    check_checkpoint,
-    read_safetensors_header,
-)
-from tests.registry.checkpoints import (
+from bench.harness.checkpoints import (
     drafter_config,
     drafter_files,
     drafter_tensors,
     write_files,
     write_target_config,
+)
+from drafter_registry.errors import CheckpointError
+from drafter_registry.validation import (
+    check_against_target,
+    check_checkpoint,
+    read_safetensors_header,
 )
 
 

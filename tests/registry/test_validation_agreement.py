@@ -15,16 +15,16 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-from core.drafter_check import inspect_drafter
-from drafter_registry.errors import CheckpointError
-from drafter_registry.validation import check_against_target, check_checkpoint
-from tests.registry.checkpoints import (
+from bench.harness.checkpoints import (
     DRAFT_VOCAB,
     VOCAB,
     drafter_config,
     drafter_tensors,
     write_target_config,
 )
+from core.drafter_check import inspect_drafter
+from drafter_registry.errors import CheckpointError
+from drafter_registry.validation import check_against_target, check_checkpoint
 
 Config = dict[str, Any]
 Tensors = dict[str, np.ndarray]

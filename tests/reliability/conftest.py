@@ -1,6 +1,6 @@
 """Fixtures of the reliability and security suites (issue 9): the tiny local pool and the
 `--soak` switch. Servers are real `hedgespec serve` processes on loopback ports, started with
-`bench.reliability.start_server` (tests.gateway.conftest.ServerProcess plus a `.env` for
+`bench.reliability.start_server` (`bench.harness.server.ServerProcess` plus a `.env` for
 settings without a CLI flag, and an offline Hugging Face endpoint).
 
 Every load, storm and fuzz loop here is bounded in count and time. The default run is sized for
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.tiny_pool import build_pool
+from bench.harness.tiny_pool import build_pool
 
 SOAK_ENV = "HEDGESPEC_SOAK"
 

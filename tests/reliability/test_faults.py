@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from bench import reliability as R
-from tests.gateway.conftest import ServerProcess
-from tests.postgres import POSTGRES_ENV
-from tests.reliability import scenarios as S
+from bench import reliability_faults as S
+from bench.harness.postgres import POSTGRES_ENV
+from bench.harness.server import ServerProcess
 from tests.reliability.judge import assert_clean_log
 
 pytestmark = pytest.mark.timeout(300)

@@ -35,8 +35,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench import reliability as R
+from bench.harness.server import ServerProcess
 from core.config import LEARNER_NAMES
-from tests.gateway.conftest import ServerProcess
 from tests.reliability.judge import assert_clean_log, assert_openai_error
 from tests.reliability.routes import RouteInfo, app_routes, build_app
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from bench import reliability as R
-from tests.gateway.conftest import ServerProcess
+from bench.harness.server import ServerProcess
 from tests.reliability.judge import assert_clean_log, assert_storm_left_nothing
 
 pytestmark = pytest.mark.timeout(300)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.http.auth import KeySet
+from gateway.http.errors import rate_limited, to_response
+from gateway.http.keys import KeySet
 from gateway.http.ratelimit import RateLimit, TokenBucket, default_burst
 
 
@@ -87,6 +88,23 @@ def test_identity_is_the_accepted_key_else_the_address() -> None:
     assert limiter.client_id(_scope("made-up-1")) == limiter.client_id(_scope(None)) == "ip:10.0.0.1"
     open_mode = RateLimit(lambda *a: None, rps=1, burst=1, keys=KeySet([]))  # type: ignore[arg-type]
     assert open_mode.client_id(_scope("anything")) == "ip:10.0.0.1"
+
+
+def test_the_429_is_built_by_the_one_error_responder() -> None:
+    """Byte for byte what the app's exception handlers would answer, Retry-After included."""
+    import asyncio
+
+    limiter = RateLimit(lambda *a: None, rps=1, burst=1, keys=KeySet([]))  # type: ignore[arg-type]
+    limiter.buckets.take(limiter.client_id(_scope(None)))  # the one token of the burst
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    asyncio.run(limiter(_scope(None), None, send))  # type: ignore[arg-type]
+    expected = to_response(rate_limited(rps=1, retry_after_s=1))
+    assert sent[0]["status"] == 429 and sent[0]["headers"] == expected.raw_headers
+    assert sent[1]["body"] == expected.body
 
 
 def test_middleware_answers_openai_429_only_on_v1(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from bench import reliability as R
-from tests.gateway.conftest import ServerProcess
+from bench.harness.server import ServerProcess
 from tests.reliability.judge import assert_openai_error
 from tests.reliability.routes import RouteInfo, app_routes, build_app
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import reliability as R
-from tests.gateway.conftest import ServerProcess
+from bench.harness.server import ServerProcess
 from tests.reliability.judge import assert_clean_log, assert_storm_left_nothing
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(7200)]

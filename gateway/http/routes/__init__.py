@@ -1,1 +1,2 @@
-"""Thin HTTP routes: validate (pydantic), fetch the service from `app.state`, call one method."""
+"""Thin HTTP routes: validate (pydantic), take the service as a typed dependency
+(`gateway.http.deps`), call one method."""

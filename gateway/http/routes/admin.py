@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, StrictBool
 from sqlalchemy.exc import SQLAlchemyError
@@ -54,8 +54,10 @@ from drafter_registry.schemas import (
     DrafterUpdate,
 )
 from gateway.http.auth import require_admin_key
+from gateway.http.deps import RegistryServiceDep, RunnerDep
 from gateway.http.errors import APIError
 from gateway.pool.registry import RegistryService
+from gateway.runner import EngineRunner
 
 T = TypeVar("T")
 ACTOR = "admin-api"
@@ -69,15 +71,6 @@ class DrafterPatch(DrafterUpdate):
     model_config = ConfigDict(extra="forbid")
 
     enabled: StrictBool | None = None
-
-
-def _service(request: Request) -> RegistryService:
-    service: RegistryService | None = getattr(request.app.state, "registry_service", None)
-    if service is None or not service.available:
-        error = getattr(request.app.state.registry, "error", None)
-        raise APIError(f"The drafter registry is unavailable: {error or 'not started'}.",
-                       status=503, type="server_error", code="registry_unavailable")
-    return service
 
 
 @contextmanager
@@ -107,8 +100,8 @@ def _public(drafter: Drafter, serving: set[str]) -> dict[str, Any]:
     return body
 
 
-def _serving(request: Request) -> set[str]:
-    info = request.app.state.runner.info
+def _serving(runner: EngineRunner) -> set[str]:
+    info = runner.info
     return set(info.drafter_ids) if info is not None else set()
 
 
@@ -118,40 +111,40 @@ def _one(service: RegistryService, fn: Callable[[Session], T]) -> T:
 
 
 @router.get("/drafters")
-def list_drafters(request: Request) -> JSONResponse:
-    service = _service(request)
+def list_drafters(service: RegistryServiceDep, runner: RunnerDep) -> JSONResponse:
     with _session(service) as session:
         version = pool_version(session)
         rows = crud.list_drafters(session)
-    serving = _serving(request)
+    serving = _serving(runner)
     data = [_public(d, serving) for d in rows]
     return JSONResponse({"data": data, "count": len(data), "pool_version": version})
 
 
 @router.post("/drafters", status_code=202)
-def create_drafter(request: Request, spec: DrafterCreate) -> JSONResponse:
-    service = _service(request)
+def create_drafter(
+    spec: DrafterCreate, service: RegistryServiceDep, runner: RunnerDep
+) -> JSONResponse:
     if spec.path is not None:
         # A path on the server's disk: relative means relative to its working directory, and
         # is stored absolute so other replicas and the CLI read the same directory.
         spec = spec.model_copy(update={"path": str(Path(spec.path).expanduser().resolve())})
     drafter = _one(service, lambda s: crud.create_drafter_from_spec(s, spec=spec, actor=ACTOR))
     service.submit(drafter.id)
-    return JSONResponse(_public(drafter, _serving(request)), status_code=202)
+    return JSONResponse(_public(drafter, _serving(runner)), status_code=202)
 
 
 @router.get("/drafters/{drafter_id}")
-def get_drafter(request: Request, drafter_id: str) -> JSONResponse:
-    service = _service(request)
+def get_drafter(drafter_id: str, service: RegistryServiceDep, runner: RunnerDep) -> JSONResponse:
     drafter = _one(service, lambda s: crud.get_drafter(s, drafter_id=drafter_id))
     if drafter is None:
         raise APIError(f"drafter {drafter_id!r} not found", status=404, code="drafter_not_found")
-    return JSONResponse(_public(drafter, _serving(request)))
+    return JSONResponse(_public(drafter, _serving(runner)))
 
 
 @router.patch("/drafters/{drafter_id}")
-def patch_drafter(request: Request, drafter_id: str, patch: DrafterPatch) -> JSONResponse:
-    service = _service(request)
+def patch_drafter(
+    drafter_id: str, patch: DrafterPatch, service: RegistryServiceDep, runner: RunnerDep
+) -> JSONResponse:
     changes = patch.model_dump(exclude_unset=True, exclude={"enabled"})
     with _session(service) as session:
         drafter = crud.get_drafter(session, drafter_id=drafter_id)
@@ -165,32 +158,29 @@ def patch_drafter(request: Request, drafter_id: str, patch: DrafterPatch) -> JSO
                                        actor=ACTOR)
     if drafter.status == DrafterStatus.PENDING.value:
         service.submit(drafter_id)  # re-enabled before it was ever validated: fetch it now
-    return JSONResponse(_public(drafter, _serving(request)))
+    return JSONResponse(_public(drafter, _serving(runner)))
 
 
 @router.delete("/drafters/{drafter_id}")
-def delete_drafter(request: Request, drafter_id: str) -> JSONResponse:
-    service = _service(request)
+def delete_drafter(drafter_id: str, service: RegistryServiceDep) -> JSONResponse:
     _one(service, lambda s: crud.delete_drafter(s, drafter_id=drafter_id, actor=ACTOR))
     return JSONResponse({"id": drafter_id, "object": "drafter", "deleted": True})
 
 
 @router.post("/drafters/{drafter_id}/retry", status_code=202)
-def retry_drafter(request: Request, drafter_id: str) -> JSONResponse:
-    service = _service(request)
+def retry_drafter(drafter_id: str, service: RegistryServiceDep, runner: RunnerDep) -> JSONResponse:
     drafter = _one(service, lambda s: crud.retry_drafter(s, drafter_id=drafter_id, actor=ACTOR))
     service.submit(drafter_id)
-    return JSONResponse(_public(drafter, _serving(request)), status_code=202)
+    return JSONResponse(_public(drafter, _serving(runner)), status_code=202)
 
 
 @router.get("/events")
 def list_events(
-    request: Request,
+    service: RegistryServiceDep,
     limit: int = Query(default=100, ge=1, le=1000),
     target: str | None = Query(default=None, max_length=64),
     before_id: int | None = Query(default=None, ge=1),
 ) -> JSONResponse:
-    service = _service(request)
     with _session(service) as session:
         events = crud.list_events(session, limit=limit, target=target, before_id=before_id)
     data = [AuditEventPublic.model_validate(e).model_dump(mode="json") for e in events]
@@ -198,9 +188,8 @@ def list_events(
 
 
 @router.get("/pool")
-def pool_state(request: Request) -> JSONResponse:
+def pool_state(service: RegistryServiceDep, runner: RunnerDep) -> JSONResponse:
     """Whether this replica's engine matches the registry (convergence, for operators)."""
-    service = _service(request)
     with _session(service) as session:
         version = pool_version(session)
     sync = service.pool_sync.status if service.pool_sync is not None else None
@@ -212,5 +201,5 @@ def pool_state(request: Request) -> JSONResponse:
         "last_sync_at": sync.last_sync_at if sync else None,
         "last_error": sync.last_error if sync else None,
         "recent_changes": sync.changes if sync else [],
-        "serving": sorted(_serving(request)),
+        "serving": sorted(_serving(runner)),
     })

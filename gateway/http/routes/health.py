@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from gateway.http.deps import MetricsDep, RunnerDep
+from gateway.http.deps import MetricsDep, RegistryLinkDep, RunnerDep
 from gateway.http.errors import APIError, to_response
 from gateway.http.metrics import CONTENT_TYPE
 
@@ -22,7 +22,7 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/ready", response_model=None)
-async def ready(request: Request, runner: RunnerDep) -> JSONResponse:
+async def ready(runner: RunnerDep, registry: RegistryLinkDep) -> JSONResponse:
     """Readiness: the engine is loaded and warmed, so this replica can serve completions.
 
     The registry database is reported, not required: generation never touches it, and every
@@ -34,7 +34,7 @@ async def ready(request: Request, runner: RunnerDep) -> JSONResponse:
         runner.check_ready()
     except APIError as err:
         return to_response(err)
-    db_ok, db_detail = await asyncio.to_thread(request.app.state.registry.check)
+    db_ok, db_detail = await asyncio.to_thread(registry.check)
     assert runner.info is not None
     body: dict[str, Any] = {
         "status": "ready",

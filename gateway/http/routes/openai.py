@@ -1,9 +1,13 @@
-"""OpenAI-compatible routes: `/v1/models`, `/v1/chat/completions`, `/v1/completions`."""
+"""OpenAI-compatible routes: `/v1/models`, `/v1/chat/completions`, `/v1/completions`.
+
+Each generation route makes one call to its serving class, which answers the body or the
+frames to stream (`gateway/openai/serving.py`); a refusal is raised before either."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -11,42 +15,44 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
+from gateway.config import Settings
 from gateway.http.auth import key_scope, require_api_key
-from gateway.http.deps import ServingDep
+from gateway.http.deps import ChatServingDep, CompletionServingDep, ModelsServingDep
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
-from gateway.openai.serving import Job, Serving
+from gateway.openai.serving import JobStream
 
 router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[Depends(require_api_key)])
+Result = dict[str, Any] | JobStream
 
 
 @router.get("/models")
-async def list_models(serving: ServingDep) -> dict[str, Any]:
+async def list_models(models: ModelsServingDep) -> dict[str, Any]:
     """List the served model (drafters are listed under its `spec`, not as models)."""
-    return serving.models()
+    return models.models()
 
 
 @router.get("/models/{model_id:path}")
-async def retrieve_model(model_id: str, serving: ServingDep) -> dict[str, Any]:
+async def retrieve_model(model_id: str, models: ModelsServingDep) -> dict[str, Any]:
     """Describe one model; unknown ids answer 404 `model_not_found`."""
-    return serving.model(model_id)
+    return models.model(model_id)
 
 
 @router.post("/chat/completions", response_model=None)
 async def create_chat_completion(
-    body: ChatCompletionRequest, request: Request, serving: ServingDep
+    body: ChatCompletionRequest, request: Request, serving: ChatServingDep
 ) -> Response:
     """Chat completion, streamed as SSE when `stream` is true."""
-    job = await serving.prepare(body, arrival=_arrival(request), scope=key_scope(request))
-    return await _respond(job, request, serving)
+    work = serving.create(body, arrival=_arrival(request), scope=key_scope(request))
+    return _response(await _unless_disconnected(request, work), serving.settings)
 
 
 @router.post("/completions", response_model=None)
 async def create_completion(
-    body: CompletionRequest, request: Request, serving: ServingDep
+    body: CompletionRequest, request: Request, serving: CompletionServingDep
 ) -> Response:
     """Legacy text completion, streamed as SSE when `stream` is true."""
-    job = await serving.prepare(body, arrival=_arrival(request), scope=key_scope(request))
-    return await _respond(job, request, serving)
+    work = serving.create(body, arrival=_arrival(request), scope=key_scope(request))
+    return _response(await _unless_disconnected(request, work), serving.settings)
 
 
 def _arrival(request: Request) -> float:
@@ -54,27 +60,25 @@ def _arrival(request: Request) -> float:
     return arrival
 
 
-async def _respond(job: Job, request: Request, serving: Serving) -> Response:
-    serving.start(job)
-    if job.stream:
-        settings = serving.settings
-        return EventSourceResponse(
-            serving.stream(job),
-            sep="\n",
-            ping=settings.sse_ping_s,
-            # Graceful shutdown: let in-flight streams finish instead of cutting them.
-            shutdown_grace_period=settings.drain_timeout_s,
-            # Runs even when the client left before the first frame was produced.
-            background=BackgroundTask(serving.release, job),
-        )
-    body = await _unless_disconnected(request, serving.complete(job))
-    if body is None:
+def _response(result: Result | None, settings: Settings) -> Response:
+    if result is None:
         return Response(status_code=499)  # nobody is listening; the job was aborted
-    return JSONResponse(body)
+    if isinstance(result, dict):
+        return JSONResponse(result)
+    return EventSourceResponse(
+        result.frames,
+        sep="\n",
+        ping=settings.sse_ping_s,
+        # Graceful shutdown: let in-flight streams finish instead of cutting them.
+        shutdown_grace_period=settings.drain_timeout_s,
+        # Runs even when the client left before the first frame was produced.
+        background=BackgroundTask(result.release),
+    )
 
 
-async def _unless_disconnected(request: Request, work: Any) -> dict[str, Any] | None:
-    """Race the job against `http.disconnect` (vLLM's `with_cancellation`); cancel on loss."""
+async def _unless_disconnected(request: Request, work: Awaitable[Result]) -> Result | None:
+    """Race the work against `http.disconnect` (vLLM's `with_cancellation`); cancel on loss.
+    A stream is handed over as soon as it is admitted; its response then watches the client."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_wait_disconnect(request))
     try:
@@ -85,8 +89,7 @@ async def _unless_disconnected(request: Request, work: Any) -> dict[str, Any] | 
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return None
-    result: dict[str, Any] = task.result()
-    return result
+    return task.result()
 
 
 async def _wait_disconnect(request: Request) -> None:

@@ -1,0 +1,156 @@
+"""`hedgespec serve`: start the OpenAI-compatible server.
+
+Flags override settings one by one (`SERVE_FLAGS`); a flag left unset falls through to
+`HEDGESPEC_*`, `.env` and the defaults of `gateway.config.Settings`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+# CLI flag -> Settings field. Flags left unset fall through to HEDGESPEC_* / .env / defaults.
+SERVE_FLAGS: dict[str, str] = {
+    "host": "host",
+    "port": "port",
+    "pool": "pool",
+    "target": "target",
+    "seed_pool": "seed_pool",
+    "drafter": "drafters",
+    "model_name": "model_name",
+    "database_url": "database_url",
+    "api_key": "api_keys",
+    "admin_key": "admin_key",
+    "cors_origin": "cors_origins",
+    "policy": "default_policy",
+    "max_sessions": "max_sessions",
+    "device": "device",
+    "device_map": "device_map",
+    "compile": "compile",
+    "dtype": "dtype",
+    "max_context": "max_context",
+    "max_running": "max_running",
+    "max_queue": "max_queue",
+    "rate_limit_rps": "rate_limit_rps",
+    "rate_limit_burst": "rate_limit_burst",
+    "request_timeout": "request_timeout_s",
+    "drain_timeout": "drain_timeout_s",
+    "log_level": "log_level",
+    "torch_threads": "torch_threads",
+}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="start the OpenAI-compatible server")
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--pool", type=Path, help="pool.json (default: the shipped demo pool)")
+    p.add_argument("--target", type=Path, help="a target model directory or Hub repo id (instead of --pool)")
+    p.add_argument("--drafter", action="append", metavar="ID=PATH", help="drafter for --target")
+    p.add_argument("--model-name", help="served model id (default: the target's name)")
+    p.add_argument("--database-url", help="registry database URL (default: var/hedgespec.db)")
+    p.add_argument("--api-key", action="append", help="accepted client key (repeatable)")
+    p.add_argument("--admin-key", help="key for /admin/*")
+    p.add_argument("--cors-origin", action="append", help="allowed CORS origin (repeatable)")
+    p.add_argument("--policy", help="what `auto` means: a learner name, none or fixed:<id>")
+    p.add_argument("--max-sessions", type=int,
+                   help="learner sessions kept between requests (default 4096; 0: off)")
+    p.add_argument("--device", help="torch device (default cpu)")
+    p.add_argument("--dtype", help="auto (default: bf16 where native, else fp32), float32, bfloat16 or float16")
+    p.add_argument("--device-map", help="'auto' spreads a large target over every GPU")
+    p.add_argument("--compile", action="store_true", default=None,
+                   help="torch.compile the target (GPU: 2-3x faster passes; minutes of warm-up)")
+    p.add_argument("--seed-pool", type=Path, help="seed pool JSON imported into the registry on start")
+    p.add_argument("--max-context", type=int, help="context window cap in tokens")
+    p.add_argument("--max-running", type=int, help="requests interleaved at once")
+    p.add_argument("--max-queue", type=int, help="requests waiting before 429")
+    p.add_argument("--rate-limit-rps", type=float, help="per-API-key requests per second (default off)")
+    p.add_argument("--rate-limit-burst", type=int, help="per-API-key burst (default: ceil(rps))")
+    p.add_argument("--request-timeout", type=float, help="per-request deadline, seconds")
+    p.add_argument("--drain-timeout", type=float, help="graceful shutdown budget, seconds")
+    p.add_argument("--log-level", help="debug, info, warning, error")
+    p.add_argument("--torch-threads", type=int, help="torch intra-op threads (default: all)")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
+    p.set_defaults(handler=serve)
+
+
+def serve_settings(args: argparse.Namespace) -> Any:
+    from gateway.config import Settings
+
+    overrides = {
+        field: getattr(args, flag)
+        for flag, field in SERVE_FLAGS.items()
+        if getattr(args, flag, None) is not None
+    }
+    if getattr(args, "no_warmup", False):
+        overrides["warmup"] = False
+    return Settings(**overrides)
+
+
+def serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+    from pydantic import ValidationError
+
+    from gateway.app import create_app
+
+    try:
+        settings = serve_settings(args)
+    except ValidationError as exc:
+        print(f"hedgespec serve: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    problem = _missing_model(settings)
+    if problem:
+        print(f"hedgespec serve: {problem}", file=sys.stderr)
+        return 2
+    problem = _provision_target(settings)
+    if problem:
+        print(f"hedgespec serve: {problem}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=int(settings.drain_timeout_s) + 5,
+        lifespan="on",
+    )
+    uvicorn.Server(config).run()
+    return 0
+
+
+def _missing_model(settings: Any) -> str | None:
+    if settings.target is not None:
+        from drafter_registry.target_hub import is_hub_id
+
+        if not Path(settings.target).is_dir() and not is_hub_id(str(settings.target)):
+            return f"target not found: {settings.target} is neither a directory nor a Hub repo id"
+        return None
+    if settings.pool is None or not Path(settings.pool).is_file():
+        return (
+            f"pool file not found: {settings.pool}. Build the demo pool with "
+            "`hedgespec demo build`, or pass --pool / --target."
+        )
+    return None
+
+
+def _provision_target(settings: Any) -> str | None:
+    """Convert a pool's provisioned target (the demo's SmolLM2) before the server starts, with
+    a progress bar: the first start takes ~30 s and 540 MB in the target cache."""
+    if settings.target is not None or settings.pool is None:
+        return None
+    from demo.pool_target import PoolTargetError, is_provisioned_target, target_dir
+    from demo.smollm2 import ProvisionError
+
+    try:
+        if is_provisioned_target(settings.pool):
+            target_dir(settings.pool, provision=True)
+    except (PoolTargetError, ProvisionError, ValueError) as exc:
+        return str(exc)
+    return None
