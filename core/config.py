@@ -153,3 +153,17 @@ class EngineConfig:
     # With a grammar, draft only tokens it allows (core/drafting.grow_tree). Off only to
     # measure what the masking buys (bench/grammar_bench.py): output is the same either way.
     mask_drafts: bool = True
+    # Batched steps (core/scheduler.py): a step runs one round for each of up to `max_running`
+    # requests, every tree verified in one target pass. False: the round-robin engine, one
+    # request's round per step (kept to measure what batching buys, bench/batching.py).
+    batching: bool = True
+    max_running: int = 16
+    # Tokens a step runs through the target: the trees of the round (so at most
+    # max_step_tokens // (total_tokens + 1) rows), then prompt chunks with what is left, at
+    # least a quarter of it. It bounds a step's latency: a long prompt is prefilled over
+    # several steps instead of freezing the running streams.
+    max_step_tokens: int = 512
+
+    def __post_init__(self) -> None:
+        if self.max_running < 1 or self.max_step_tokens < 1:
+            raise ValueError("max_running and max_step_tokens must be >= 1")

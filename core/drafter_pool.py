@@ -14,12 +14,14 @@ would be pure cost (issue 14, "honest baselines").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from core.eagle3 import Eagle3Drafter, apply_rope, attention, rms_norm, rope_cos_sin
+from core.kv_buffer import KVBuffer
 
 KV = tuple[Tensor, Tensor]
 
@@ -61,10 +63,20 @@ def group_key(d: Eagle3Drafter) -> tuple[object, ...]:
 class CatchUp:
     """Result of one catch-up pass of a group. topk_ids are target-vocab ids."""
 
-    kv: KV  # [n, nkv, S+T, hd]
+    kv: KV  # [n, nkv, S+T, hd] views of the unit's buffer
     h_last: Tensor  # [n, H] pre-norm output of the last pair
     topk_ids: Tensor  # [n, T, k] target-vocab ids of each pair's top-k, best first
     topk_logp: Tensor  # [n, T, k] their log q (log-softmax over the draft vocabulary)
+
+
+@dataclass
+class CatchUpJob:
+    """T new (feature, token) pairs for one cache of the group's drafters (one request's unit)."""
+
+    kv: KVBuffer  # [n, nkv, S, hd]; the T new entries are appended in place
+    features: Tensor  # [T, 3Ht]
+    tokens: Tensor  # [T]
+    positions: Tensor  # [T]
 
 
 class StackedGroup:
@@ -85,22 +97,33 @@ class StackedGroup:
     def __len__(self) -> int:
         return len(self.drafters)
 
-    def empty_kv(self, rows: slice | None = None) -> KV:
+    def empty_kv(self, rows: slice | None = None) -> KVBuffer:
         c, n, w = self.cfg, len(self.drafters), self.w["fc"]
-        shape = (n if rows is None else len(range(n)[rows]), c.num_key_value_heads, 0, c.head_dim)
-        return torch.zeros(shape, dtype=w.dtype, device=w.device), torch.zeros(shape, dtype=w.dtype, device=w.device)
+        count = n if rows is None else len(range(n)[rows])
+        return KVBuffer.empty(count, c.num_key_value_heads, c.head_dim, w.dtype, w.device)
 
     @torch.no_grad()
-    def catch_up(self, kv: KV, features: Tensor, tokens: Tensor, positions: Tensor, top_k: int,
+    def catch_up(self, kv: KV | KVBuffer, features: Tensor, tokens: Tensor, positions: Tensor, top_k: int,
                  rows: slice | None = None) -> CatchUp:
         """Every drafter (or the `rows` slice of the group: a view, no weight copy) consumes the
         same T new (feature, token) pairs. features [T, 3Ht]; kv holds exactly those rows."""
-        c, t = self.cfg, tokens.numel()
+        buf = kv if isinstance(kv, KVBuffer) else KVBuffer.of(kv, tokens.numel())
+        return self.catch_up_many([CatchUpJob(buf, features, tokens, positions)], top_k, rows)[0]
+
+    @torch.no_grad()
+    def catch_up_many(self, jobs: Sequence[CatchUpJob], top_k: int, rows: slice | None = None) -> list[CatchUp]:
+        """Several caches (one per request) catch up in one pass: the dense layers run once over
+        every job's pairs packed side by side (no padding), attention per job over its own
+        cache, whose new entries are written in place."""
+        c = self.cfg
         w = self.w if rows is None else {name: v[rows] for name, v in self.w.items()}
         d2t = self.d2t if rows is None else self.d2t[rows]
-        n = w["fc"].shape[0]
-        tokens, positions = tokens.to(w["fc"].device), positions.to(w["fc"].device)
-        g = torch.einsum("td,nhd->nth", features.to(w["fc"].dtype), w["fc"])  # [n,T,H]
+        n, dev = w["fc"].shape[0], w["fc"].device
+        features = torch.cat([j.features for j in jobs]).to(dev, w["fc"].dtype)
+        tokens = torch.cat([j.tokens for j in jobs]).to(dev)
+        positions = torch.cat([j.positions for j in jobs]).to(dev)
+        t = tokens.numel()
+        g = torch.einsum("td,nhd->nth", features, w["fc"])  # [n,T,H]
         e = self.drafters[0].embed(tokens.view(1, t)).expand(n, t, -1)
         x = torch.cat([rms_norm(e, w["w_input_norm"][:, None], c.rms_norm_eps),
                        rms_norm(g, w["w_hidden_norm"][:, None], c.rms_norm_eps)], dim=-1)
@@ -109,8 +132,7 @@ class StackedGroup:
         v = torch.einsum("ntc,nqc->ntq", x, w["wv"]).view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
         cos, sin = rope_cos_sin(positions.view(1, t), c.head_dim, c.rope, q.dtype)
         q, k = apply_rope(q, cos[:, None], sin[:, None]), apply_rope(k, cos[:, None], sin[:, None])
-        k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)
-        o = attention(q, k, v, None).transpose(1, 2).reshape(n, t, -1)
+        o = _attend_jobs(jobs, q, k, v).transpose(1, 2).reshape(n, t, -1)
         h = g + torch.einsum("ntq,nhq->nth", o, w["wo"])
         y = rms_norm(h, w["w_post_norm"][:, None], c.rms_norm_eps)
         act = torch.nn.functional.silu(torch.einsum("nth,nih->nti", y, w["w_gate"]))
@@ -121,19 +143,46 @@ class StackedGroup:
         logp = top.values.float() - torch.logsumexp(logits.float(), dim=-1, keepdim=True)
         draft_ids = top.indices
         target_ids = draft_ids + torch.gather(d2t, 1, draft_ids.view(n, -1)).view_as(draft_ids)
-        return CatchUp(kv=(k, v), h_last=h[:, -1], topk_ids=target_ids, topk_logp=logp)
+        return _split(jobs, h, target_ids, logp)
+
+
+def _attend_jobs(jobs: Sequence[CatchUpJob], q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """q [n,nh,T,hd], k/v [n,nkv,T,hd] over the packed pairs -> attention output [n,nh,T,hd]:
+    each job's queries see its own cache plus its new pairs, causally."""
+    outs, start = [], 0
+    for job in jobs:
+        end = start + job.tokens.numel()
+        job.kv.append(k[:, :, start:end], v[:, :, start:end])
+        keys, values = job.kv.view()
+        outs.append(attention(q[:, :, start:end], keys, values, None))
+        start = end
+    return torch.cat(outs, dim=2)
+
+
+def _split(jobs: Sequence[CatchUpJob], h: Tensor, ids: Tensor, logp: Tensor) -> list[CatchUp]:
+    out, start = [], 0
+    for job in jobs:
+        end = start + job.tokens.numel()
+        out.append(CatchUp(job.kv.view(), h[:, end - 1], ids[:, start:end], logp[:, start:end]))
+        start = end
+    return out
 
 
 class PoolSnapshot:
-    """An immutable, ordered set of drafters grouped for batched evaluation."""
+    """An immutable, ordered set of drafters grouped for batched evaluation. A snapshot made
+    from another (`with_drafter`, `without`) keeps every group whose members did not change:
+    a pool change restacks only the group it touches, instead of holding a second copy of
+    every drafter's weights while requests on the old snapshot finish."""
 
-    def __init__(self, drafters: dict[str, Eagle3Drafter]) -> None:
+    def __init__(self, drafters: dict[str, Eagle3Drafter], reuse: Sequence[StackedGroup] = ()) -> None:
         self.ids: tuple[str, ...] = tuple(drafters)
         self.drafters = dict(drafters)
         buckets: dict[tuple[object, ...], list[str]] = {}
         for did, d in drafters.items():
             buckets.setdefault(group_key(d), []).append(did)
-        self.groups = [StackedGroup([drafters[i] for i in members]) for members in buckets.values()]
+        prior = {tuple(id(d) for d in g.drafters): g for g in reuse}
+        self.groups = [prior.get(tuple(id(drafters[i]) for i in members))
+                       or StackedGroup([drafters[i] for i in members]) for members in buckets.values()]
         # global index of each group member, in snapshot order
         self.members = [[self.ids.index(i) for i in members] for members in buckets.values()]
         self.locate = {idx: (g, j) for g, mem in enumerate(self.members) for j, idx in enumerate(mem)}
@@ -145,10 +194,10 @@ class PoolSnapshot:
         return self.ids.index(drafter_id)
 
     def with_drafter(self, drafter_id: str, drafter: Eagle3Drafter) -> PoolSnapshot:
-        return PoolSnapshot({**self.drafters, drafter_id: drafter})
+        return PoolSnapshot({**self.drafters, drafter_id: drafter}, self.groups)
 
     def without(self, drafter_id: str) -> PoolSnapshot:
-        return PoolSnapshot({k: v for k, v in self.drafters.items() if k != drafter_id})
+        return PoolSnapshot({k: v for k, v in self.drafters.items() if k != drafter_id}, self.groups)
 
 
 @dataclass
@@ -159,7 +208,7 @@ class _Unit:
     group: int
     rows: slice  # rows of the group's stacked weights
     indices: list[int]  # snapshot index of each row
-    kv: KV  # [rows, nkv, synced, hd]
+    kv: KVBuffer  # [rows, nkv, synced, hd] (+ scratch capacity)
     h_last: Tensor | None  # [rows, H] pre-norm output of the last consumed pair
     synced: int  # pairs consumed = absolute position of the next pair to consume
 
@@ -210,24 +259,44 @@ class DrafterState:
         """Catch the given drafters (all held ones when None) up on every pair they have not
         consumed. Returns their top-k over the pairs just consumed when they all consumed the
         same ones (the full-evaluation case), else None."""
+        return sync_many([(self, snapshot, drafters)], top_k)[0]
+
+    def plan(self, drafters: list[int] | None = None) -> list[tuple[_Unit, CatchUpJob]]:
+        """The catch-ups `sync` would run for these drafters, not run yet."""
         units = self.units if drafters is None else [u for u in self.units
                                                      if any(i in u.indices for i in drafters)]
         end = self._base + self.held_pairs
-        todo = [u for u in units if u.synced < end]
-        outs = [(u, self._catch_up(snapshot, u, end, top_k)) for u in todo]
+        return [(u, self._job(u, end)) for u in units if u.synced < end]
+
+    def finish(self, done: list[tuple[_Unit, CatchUp]]) -> Candidates | None:
+        """Record the catch-ups of `plan` once run (see `sync` for the result)."""
+        for u, out in done:
+            steps = out.topk_ids.shape[1]
+            u.h_last, u.synced = out.h_last, u.synced + steps
+            self.catch_up_pairs += len(u.indices) * steps
         self._trim()
-        if not outs or len({u.synced - o.topk_ids.shape[1] for u, o in outs}) != 1:
+        if not done or len({u.synced - o.topk_ids.shape[1] for u, o in done}) != 1:
             return None
-        indices = [i for u, _ in outs for i in u.indices]
-        order = torch.tensor(sorted(range(len(indices)), key=indices.__getitem__))  # snapshot order
+        indices = [i for u, _ in done for i in u.indices]
+        device = done[0][1].topk_ids.device
+        order = torch.tensor(sorted(range(len(indices)), key=indices.__getitem__), device=device)
         return Candidates(indices=sorted(indices),
-                          topk_ids=torch.cat([o.topk_ids for _, o in outs])[order.to(outs[0][1].topk_ids.device)],
-                          topk_logp=torch.cat([o.topk_logp for _, o in outs])[order.to(outs[0][1].topk_ids.device)])
+                          topk_ids=torch.cat([o.topk_ids for _, o in done])[order],
+                          topk_logp=torch.cat([o.topk_logp for _, o in done])[order])
 
     def drafter_kv(self, index: int) -> KV:
         u = self._unit_of[index]
         j = u.indices.index(index)
-        return u.kv[0][j : j + 1], u.kv[1][j : j + 1]
+        keys, values = u.kv.view()
+        return keys[j : j + 1], values[j : j + 1]
+
+    def draft_cache(self, index: int, scratch: int) -> tuple[Tensor, Tensor, int]:
+        """The drafter's cache row as views [1, nkv, capacity, hd] with at least `scratch`
+        free entries past its length (where a draft tree's K/V go), and that length."""
+        u = self._unit_of[index]
+        j = u.indices.index(index)
+        u.kv.reserve(scratch)
+        return u.kv.keys[j : j + 1], u.kv.values[j : j + 1], u.kv.length
 
     def h_last(self, index: int) -> Tensor:
         u = self._unit_of[index]
@@ -237,16 +306,11 @@ class DrafterState:
     def synced(self, index: int) -> int:
         return self._unit_of[index].synced
 
-    def _catch_up(self, snapshot: PoolSnapshot, u: _Unit, end: int, top_k: int) -> CatchUp:
+    def _job(self, u: _Unit, end: int) -> CatchUpJob:
         assert self._features is not None
         lo = u.synced - self._base
-        group = snapshot.groups[u.group]
-        rows = None if len(u.indices) == len(group) else u.rows
-        out = group.catch_up(u.kv, self._features[lo:], self._tokens[lo:], torch.arange(u.synced, end),
-                             top_k, rows)
-        u.kv, u.h_last, u.synced = out.kv, out.h_last, end
-        self.catch_up_pairs += len(u.indices) * (end - self._base - lo)
-        return out
+        u.kv.length = u.synced  # drops what a failed pass may have appended: a rerun is exact
+        return CatchUpJob(u.kv, self._features[lo:], self._tokens[lo:], torch.arange(u.synced, end))
 
     def _trim(self) -> None:
         """Drop pairs every held drafter has consumed."""
@@ -255,3 +319,25 @@ class DrafterState:
         if drop > 0 and self._features is not None:
             self._features, self._tokens = self._features[drop:], self._tokens[drop:]
             self._base = floor
+
+
+SyncRequest = tuple[DrafterState, PoolSnapshot, "list[int] | None"]
+
+
+def sync_many(requests: Sequence[SyncRequest], top_k: int) -> list[Candidates | None]:
+    """`DrafterState.sync` for several requests at once: catch-ups of the same stacked group
+    and rows (the same drafters, whatever the request) run as one pass (catch_up_many)."""
+    plans = [state.plan(drafters) for state, _, drafters in requests]
+    batches: dict[tuple[int, int, int], tuple[StackedGroup, slice | None, list[tuple[int, int]]]] = {}
+    for r, ((_, snapshot, _), plan) in enumerate(zip(requests, plans, strict=True)):
+        for p, (u, _) in enumerate(plan):
+            group = snapshot.groups[u.group]
+            rows = None if len(u.indices) == len(group) else u.rows
+            key = (id(group), u.rows.start, u.rows.stop)
+            batches.setdefault(key, (group, rows, []))[2].append((r, p))
+    done: list[list[tuple[_Unit, CatchUp]]] = [[] for _ in requests]
+    for group, rows, members in batches.values():
+        outs = group.catch_up_many([plans[r][p][1] for r, p in members], top_k, rows)
+        for (r, p), out in zip(members, outs, strict=True):
+            done[r].append((plans[r][p][0], out))
+    return [state.finish(d) for (state, _, _), d in zip(requests, done, strict=True)]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,8 @@ class _MidLayer(nn.Module):
 
 
 KV = tuple[Tensor, Tensor]
+# attend(q, k, v) -> attention output; see Eagle3Drafter.step
+Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
 class Eagle3Drafter(nn.Module):
@@ -296,6 +299,20 @@ class Eagle3Drafter(nn.Module):
         attn_mask: Tensor | None = None,
     ) -> tuple[Tensor, KV]:
         """hidden [B,T,3Ht] (fc applied) or [B,T,H]; returns pre-norm h [B,T,H] and the full KV."""
+        full: list[KV] = []
+
+        def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            if past_kv is not None:
+                k, v = torch.cat([past_kv[0], k], dim=2), torch.cat([past_kv[1], v], dim=2)
+            full.append((k, v))
+            return attention(q, k, v, attn_mask)
+
+        return self.step(hidden, input_ids, position_ids, attend), full[0]
+
+    def step(self, hidden: Tensor, input_ids: Tensor, position_ids: Tensor, attend: Attend) -> Tensor:
+        """One pass whose attention the caller supplies (it owns the KV cache): `attend` gets
+        the new tokens' q [B,nh,T,hd] and k/v [B,nkv,T,hd], RoPE applied, and returns the
+        attention output [B,nh,T,hd]. Returns the pre-norm h [B,T,H]."""
         cfg, layer = self.cfg, self.midlayer
         if hidden.shape[-1] != cfg.hidden_size:
             hidden = self.fc(hidden)
@@ -306,14 +323,10 @@ class Eagle3Drafter(nn.Module):
             ],
             dim=-1,
         )
-        attn, kv = self._attend(x, position_ids, past_kv, attn_mask)
-        h = hidden + attn
-        h = h + layer.mlp(rms_norm(h, layer.post_attention_layernorm, cfg.rms_norm_eps))
-        return h, kv
+        h = hidden + self._attend(x, position_ids, attend)
+        return h + layer.mlp(rms_norm(h, layer.post_attention_layernorm, cfg.rms_norm_eps))
 
-    def _attend(
-        self, x: Tensor, position_ids: Tensor, past_kv: KV | None, attn_mask: Tensor | None
-    ) -> tuple[Tensor, KV]:
+    def _attend(self, x: Tensor, position_ids: Tensor, attend: Attend) -> Tensor:
         cfg, a = self.cfg, self.midlayer.self_attn
         b, t, _ = x.shape
         q = a.q_proj(x).view(b, t, cfg.num_attention_heads, cfg.head_dim).transpose(1, 2)
@@ -322,12 +335,9 @@ class Eagle3Drafter(nn.Module):
         cos, sin = rope_cos_sin(position_ids, cfg.head_dim, cfg.rope, q.dtype)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [B,1,T,hd]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if past_kv is not None:
-            k = torch.cat([past_kv[0], k], dim=2)
-            v = torch.cat([past_kv[1], v], dim=2)
-        out = attention(q, k, v, attn_mask)
+        out = attend(q, k, v)
         out = out.transpose(1, 2).reshape(b, t, cfg.num_attention_heads * cfg.head_dim)
-        return a.o_proj(out), (k, v)
+        return a.o_proj(out)
 
     def logits(self, h: Tensor) -> Tensor:
         """Draft-vocabulary logits lm_head(norm(h))."""
@@ -336,15 +346,15 @@ class Eagle3Drafter(nn.Module):
 
 def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> Tensor:
     """GQA attention; with no mask the T new queries are causal over themselves and see all of
-    the S past keys. q [B,nh,T,hd], k/v [B,nkv,S+T,hd]."""
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
+    the S past keys. q [B,nh,T,hd], k/v [B,nkv,S+T,hd]; attn_mask additive or bool (True =
+    attend). SDPA's enable_gqa shares each K/V head among its query heads without the copy
+    `repeat_interleave` made of the whole cache at every call."""
     if attn_mask is None:
         t, total = q.shape[2], k.shape[2]
         attn_mask = causal_mask(t, total, q.device, q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype))
+    elif attn_mask.dtype != torch.bool:
+        attn_mask = attn_mask.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1])
 
 
 def causal_mask(t: int, total: int, device: torch.device, dtype: torch.dtype) -> Tensor:

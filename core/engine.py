@@ -10,8 +10,11 @@
      UCBSpec or EXP3Spec the chosen drafter alone catches up, lazily, when it drafts
      (`EngineConfig.evaluate_all` restores full evaluation for their regret statistics).
 
-Requests interleave round by round (`step()` runs one round of the next request), so every
-stream makes progress. The engine is not thread-safe: one worker thread owns it.
+`step()` runs one batched round (EngineConfig.batching, core/scheduler.py): every running
+request (up to `max_running`) gets a round, their trees verified in one target pass, while
+prompts are prefilled in chunks beside them. With batching off, requests interleave round by
+round instead (one round of the next request per step). Either way every stream makes
+progress. The engine is not thread-safe: one worker thread owns it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from core.learner_sessions import LearnerSessions
 from core.request import Policy, RequestState, parse_policy
 from core.rounds import prefill, speculative_round
 from core.router import PromptRouter
+from core.scheduler import BatchScheduler
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
 from core.target import Target
 
@@ -73,6 +77,7 @@ class SpecEngine:
         self.sessions = LearnerSessions(config.selector.max_sessions)
         self._order: list[str] = []
         self._next = 0
+        self._batch = BatchScheduler(target, config)
         self._grammars: GrammarCompiler | None = None
         # The static baseline policy `router` (core/router.py), when the pool ships one.
         self.router: PromptRouter | None = None
@@ -190,6 +195,7 @@ class SpecEngine:
     def abort(self, request_id: str) -> None:
         if self._requests.pop(request_id, None) is not None:
             self._order.remove(request_id)
+        self._batch.release(request_id)
 
     def has_unfinished(self) -> bool:
         return bool(self._requests)
@@ -198,7 +204,10 @@ class SpecEngine:
         return len(self._requests)
 
     def step(self) -> list[RoundOutput]:
-        """Run one round of the next request in round-robin order."""
+        """One batched step over the running requests (the first `max_running` by arrival), or
+        with batching off one round of the next request in round-robin order."""
+        if self.config.batching:
+            return self._step_batched([self._requests[rid] for rid in self._order[: self.config.max_running]])
         if not self._order:
             return []
         self._next %= len(self._order)
@@ -215,6 +224,21 @@ class SpecEngine:
         else:
             self._next += 1
         return [out]
+
+    def _step_batched(self, states: list[RequestState]) -> list[RoundOutput]:
+        outs = []
+        for result in self._batch.step(states):
+            state = result.state
+            if result.error is not None:
+                out = RoundOutput(state.request_id, result.tokens, state.take_logprobs(), True, "error",
+                                  result.round, state.stats.snapshot(),
+                                  f"{type(result.error).__name__}: {result.error}")
+            else:
+                out = self._round_output(state, result.tokens, result.round)
+            if out.finished:
+                self._finish(state, out)
+            outs.append(out)
+        return outs
 
     def _finish(self, state: RequestState, out: RoundOutput) -> None:
         """Drop a finished request; keep its learner for the session's next request unless the
@@ -250,9 +274,12 @@ class SpecEngine:
         self.add_request(rid, prompt_ids, params, policy, session)
         state = self._requests[rid]
         while True:
-            outs = [self._run_round(state)]
-            if outs[0].finished:
-                self._finish(state, outs[0])
+            if self.config.batching:  # a step of this request alone (a prompt chunk yields nothing)
+                outs = self._step_batched([state])
+            else:
+                outs = [self._run_round(state)]
+                if outs[0].finished:
+                    self._finish(state, outs[0])
             yield from outs
             if any(o.finished for o in outs):
                 return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -11,8 +11,8 @@ from torch import Tensor
 
 from core.config import EngineConfig
 from core.counterfactual import evidence_greedy, evidence_sampling
-from core.drafter_pool import DrafterState
-from core.drafting import grow_tree
+from core.drafter_pool import Candidates, DrafterState
+from core.drafting import DraftRow, grow_trees, tree_scratch
 from core.grammar import apply_mask
 from core.penalties import apply_penalties, path_counts, token_counts
 from core.request import RequestState
@@ -31,25 +31,38 @@ def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[i
     state.stats.target_forwards += 1
     if want_prompt:
         state.prompt_logprobs = prompt_logprobs(out.logits, state.token_ids, state.params.prompt_logprobs or 0)
-    raw = out.logits[-1:]
+    tok = first_token(state, out.logits[-1:])
+    committed = commit_first(state, tok, out.logits[-1:])
+    if state.learner is not None and not state.finished:
+        start_drafters(state)
+        state.dstate.record(out.features, torch.cat([ids[1:], torch.tensor([tok])]))  # type: ignore[union-attr]
+        if state.evaluate:  # the first γ (at the first root) needs every drafter's prediction now
+            state.pending = state.dstate.sync(state.snapshot, config.tree.top_k)  # type: ignore[union-attr]
+    return committed
+
+
+def first_token(state: RequestState, raw: Tensor) -> int:
+    """The first generated token from the prompt's last logits raw [1, V]."""
     last = _penalised(raw, state, chain_tree(state.token_ids[-1:]))
     if state.params.greedy:
-        tok = int(last[0].argmax())
-    else:
-        probs = _processed(last, state).cpu()  # the request's generator lives on the CPU
-        tok = int(torch.multinomial(probs[0], 1, generator=state.generator).item())
+        return int(last[0].argmax())
+    probs = _processed(last, state).cpu()  # the request's generator lives on the CPU
+    return int(torch.multinomial(probs[0], 1, generator=state.generator).item())
+
+
+def commit_first(state: RequestState, tok: int, raw: Tensor) -> list[int]:
     state.prefilled = True
     committed = state.commit([tok], _maybe_logprobs(state, raw, [tok]))
     state.stats.prefill_tokens = len(committed)
     state.stats.completion_tokens += len(committed)
-    if state.learner is not None and not state.finished:
-        fixed = state.learner.fixed_index
-        state.dstate = DrafterState(state.snapshot, full=state.evaluate,
-                                    drafters=None if fixed is None else [fixed])
-        state.dstate.record(out.features, torch.cat([ids[1:], torch.tensor([tok])]))
-        if state.evaluate:  # the first γ (at the first root) needs every drafter's prediction now
-            state.pending = state.dstate.sync(state.snapshot, config.tree.top_k)
     return committed
+
+
+def start_drafters(state: RequestState) -> None:
+    """The request's drafter caches: every drafter under full evaluation, else lazily caught up."""
+    assert state.learner is not None
+    fixed = state.learner.fixed_index
+    state.dstate = DrafterState(state.snapshot, full=state.evaluate, drafters=None if fixed is None else [fixed])
 
 
 def speculative_round(target: Target, state: RequestState, config: EngineConfig) -> tuple[list[int], RoundStats]:
@@ -59,32 +72,87 @@ def speculative_round(target: Target, state: RequestState, config: EngineConfig)
     n = len(state.token_ids) - 1  # committed tokens in the target KV cache; the root is next
     tree = _draft(state, chosen, n, config)
     t1 = time.perf_counter()
-    out = target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask)
-    raw = out.logits
-    # From here on (verification and the counterfactual evaluation) out.logits are the
-    # penalised target's: each node scored with its own path's counts.
-    out = replace(out, logits=_penalised(raw, state, tree))
-    probs = None if state.params.greedy else _processed(out.logits, state).cpu()
-    if probs is None:
-        path, bonus = verify_greedy(tree, out.logits)
-    else:
-        path, bonus = verify_sampling(tree, probs, state.generator)
-    compact_cache(state.cache, n, torch.tensor(path))
-    new = [int(t) for t in tree.tokens[path[1:]].tolist()] + [bonus]
-    committed = state.commit(new, _maybe_logprobs(state, raw[path], new))
+    v = verify_tree(state, tree, target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask))
+    compact_cache(state.cache, n, torch.tensor(v.path))
+    committed = commit_verified(state, v)
     t2 = time.perf_counter()
-    if state.dstate is not None and not state.finished:
-        _evaluate(state, out, path, new, probs, chosen, n, config)
+    if record_pairs(state, v):
+        cur = state.dstate.sync(state.snapshot, config.tree.top_k) if state.evaluate else None  # type: ignore[union-attr]
+        learn_from(state, v, chosen, n, config, cur)
     t3 = time.perf_counter()
+    return committed, round_stats(state, v, chosen, weights, len(committed), (t1 - t0, t2 - t1, t3 - t2))
+
+
+@dataclass
+class Verified:
+    """One request's verified tree."""
+
+    tree: DraftTree
+    out: TargetOutput  # logits: the penalised target's (what verification and γ use)
+    raw: Tensor  # [N+1, V] the raw target logits (what `logprobs` report)
+    probs: Tensor | None  # [N+1, V] p̃ at every node when sampling, None under greedy
+    path: list[int]  # accepted nodes, the root first
+    bonus: int
+
+    @property
+    def new(self) -> list[int]:
+        """The accepted draft tokens plus the bonus token."""
+        return [int(t) for t in self.tree.tokens[self.path[1:]].tolist()] + [self.bonus]
+
+
+def verify_tree(state: RequestState, tree: DraftTree, out: TargetOutput) -> Verified:
+    """Lossless acceptance of `tree` against the target pass `out` (core/verify.py). From here
+    on (verification and the counterfactual evaluation) the logits are the penalised target's:
+    each node scored with its own path's counts. p̃ stays on the logits' device: verification
+    reads only the rows of the nodes it visits."""
+    raw = out.logits
+    out = replace(out, logits=_penalised(raw, state, tree))
+    if state.params.greedy:
+        path, bonus = verify_greedy(tree, out.logits)
+        return Verified(tree, out, raw, None, path, bonus)
+    probs = _processed(out.logits, state)
+    path, bonus = verify_sampling(tree, probs, state.generator)
+    return Verified(tree, out, raw, probs, path, bonus)
+
+
+def commit_verified(state: RequestState, v: Verified) -> list[int]:
+    new = v.new
+    return state.commit(new, _maybe_logprobs(state, v.raw[v.path], new))
+
+
+def record_pairs(state: RequestState, v: Verified) -> bool:
+    """Hand the L+1 verified (feature, token) pairs to the drafters (nothing runs yet); False
+    when the request has no drafters to feed (plain decoding, or finished)."""
+    if state.dstate is None or state.finished:
+        return False
+    state.dstate.record(v.out.features[v.path], torch.tensor(v.new))
+    return True
+
+
+def learn_from(state: RequestState, v: Verified, chosen: int | None, n: int, config: EngineConfig,
+               cur: Candidates | None) -> None:
+    """Evaluation phase, no target call. Under full evaluation every drafter has caught up on
+    the recorded pairs (`cur`, one batched pass per group), which yields γ_d(m) for m = n..n+L
+    and the learner update. Bandits and fixed drafters only need the chosen drafter's realised
+    length: their drafters catch up lazily when they draft."""
+    if state.evaluate:
+        _counterfactual(state, v, chosen, n, config, cur)
+    if state.learner is not None and not state.learner.full_information and chosen is not None:
+        state.learner.update_bandit(chosen, float(len(v.new)), config.tree.depth + 1)
+
+
+def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: dict[str, float], committed: int,
+                times: tuple[float, float, float]) -> RoundStats:
+    """Record the round in the request's statistics. times = (draft, verify, evaluate) seconds."""
     drafter = state.snapshot.ids[chosen] if chosen is not None else None
     rs = RoundStats(
-        round_index=state.stats.rounds, drafter=drafter, drafted=tree.num_drafted, accepted=len(path) - 1,
-        committed=len(committed), draft_s=t1 - t0, verify_s=t2 - t1, evaluate_s=t3 - t2,
+        round_index=state.stats.rounds, drafter=drafter, drafted=v.tree.num_drafted, accepted=len(v.path) - 1,
+        committed=committed, draft_s=times[0], verify_s=times[1], evaluate_s=times[2],
         bookkeeping_s=0.0, weights=weights,
     )
     state.stats.record_round(rs)
     state.stats.weights = state.weights()
-    return committed, rs
+    return rs
 
 
 def _draft(state: RequestState, chosen: int | None, n: int, config: EngineConfig) -> DraftTree:
@@ -95,44 +163,34 @@ def _draft(state: RequestState, chosen: int | None, n: int, config: EngineConfig
     # Lazy catch-up: the chosen drafter consumes the pairs it missed (a no-op under full
     # evaluation, where every drafter caught up in the last evaluation phase).
     state.dstate.sync(state.snapshot, config.tree.top_k, [chosen])
-    kv = state.dstate.drafter_kv(chosen)
-    allowed = state.matcher.masks_after if state.matcher is not None and config.mask_drafts else None
-    return grow_tree(drafter, kv, state.dstate.h_last(chosen), root, n, config.tree, allowed)
+    return grow_trees(drafter, [draft_row(state, chosen, n, config)], config.tree)[0]
 
 
-def _evaluate(state: RequestState, out: TargetOutput, path: list[int], new: list[int], probs: Tensor | None,
-              chosen: int | None, n: int, config: EngineConfig) -> None:
-    """Evaluation phase, no target call. The L+1 verified (feature, token) pairs are recorded;
-    under full evaluation every drafter catches up on them (one batched pass per group), which
-    yields γ_d(m) for m = n..n+L and the learner update. Bandits and fixed drafters only need
-    the chosen drafter's realised length: their drafters catch up lazily when they draft."""
+def draft_row(state: RequestState, chosen: int, n: int, config: EngineConfig) -> DraftRow:
+    """The chosen drafter's input for this request's tree (caught up beforehand)."""
     assert state.dstate is not None
-    steps = len(new)
-    state.dstate.record(out.features[path], torch.tensor(new))
-    if state.evaluate:
-        _counterfactual(state, out, path, new, probs, chosen, n, config)
-    if state.learner is not None and not state.learner.full_information and chosen is not None:
-        state.learner.update_bandit(chosen, float(steps), config.tree.depth + 1)
+    keys, values, length = state.dstate.draft_cache(chosen, tree_scratch(config.tree))
+    allowed = state.matcher.masks_after if state.matcher is not None and config.mask_drafts else None
+    return DraftRow(keys, values, length, state.dstate.h_last(chosen), state.token_ids[-1], n, allowed)
 
 
-def _counterfactual(state: RequestState, out: TargetOutput, path: list[int], new: list[int],
-                    probs: Tensor | None, chosen: int | None, n: int, config: EngineConfig) -> None:
-    """Every drafter catches up; the evidence at m = n..n+L (each drafter's top-k at m against
-    the target's p̃_m and the realised x_{m+1}) joins the feedback queue, and the losses that
-    became known update the learner."""
+def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int, config: EngineConfig,
+                    cur: Candidates | None) -> None:
+    """Every drafter has caught up (`cur`); the evidence at m = n..n+L (each drafter's top-k
+    at m against the target's p̃_m and the realised x_{m+1}) joins the feedback queue, and the
+    losses that became known update the learner."""
     assert state.dstate is not None and state.feedback is not None and state.pending is not None
-    steps = len(path)
+    steps = len(v.path)
     prev = state.pending  # top-k at position n, from the previous catch-up
-    cur = state.dstate.sync(state.snapshot, config.tree.top_k)
     assert cur is not None and cur.indices == prev.indices == list(range(len(state.snapshot)))
     state.pending = cur
     # [N, L+1, k]: the distribution at m comes from the pair ending at m (the previous pass for n)
     ids = torch.cat([prev.topk_ids[:, -1:], cur.topk_ids[:, : steps - 1]], dim=1).cpu().numpy()
     logp = torch.cat([prev.topk_logp[:, -1:], cur.topk_logp[:, : steps - 1]], dim=1).cpu().numpy()
-    if probs is None:  # greedy: the realised tokens are the target's argmax
-        evidence = evidence_greedy(out.logits[path].argmax(dim=-1).cpu().numpy(), ids, logp)
+    if v.probs is None:  # greedy: the realised tokens are the target's argmax
+        evidence = evidence_greedy(v.out.logits[v.path].argmax(dim=-1).cpu().numpy(), ids, logp)
     else:
-        evidence = evidence_sampling(probs[path].cpu().numpy().astype(np.float64), ids, logp, np.array(new))
+        evidence = evidence_sampling(v.probs[v.path].cpu().numpy().astype(np.float64), ids, logp, np.array(v.new))
     state.feedback.open_window(n, chosen, steps)
     if config.selector.feedback == "position":
         for m in range(n + 1, n + steps):
@@ -176,14 +234,17 @@ def _maybe_logprobs(state: RequestState, logits: Tensor, tokens: list[int]) -> l
 PROMPT_LOGPROB_ROWS = 256
 
 
-def prompt_logprobs(logits: Tensor, prompt: list[int], k: int) -> list[TokenLogprob | None]:
-    """Raw target log-probabilities of every prompt token (completions `echo`): None for the
-    first, which nothing predicts (as OpenAI reports it); row j of `logits` [P, V] predicts
-    prompt token j + 1."""
-    out: list[TokenLogprob | None] = [None]
-    for start in range(0, len(prompt) - 1, PROMPT_LOGPROB_ROWS):
-        rows = logits[start : min(start + PROMPT_LOGPROB_ROWS, len(prompt) - 1)]
-        out.extend(_token_logprobs(log_probs(rows), prompt[start + 1 : start + 1 + rows.shape[0]], k))
+def prompt_logprobs(logits: Tensor, prompt: list[int], k: int, start: int = 0) -> list[TokenLogprob | None]:
+    """Raw target log-probabilities of the prompt tokens (completions `echo`) that the rows of
+    `logits` [T, V] predict: row j is position start + j and predicts prompt token start + j + 1.
+    From the first chunk (start 0) the list opens with None for the first token, which nothing
+    predicts (as OpenAI reports it)."""
+    out: list[TokenLogprob | None] = [None] if start == 0 else []
+    rows_used = min(logits.shape[0], len(prompt) - 1 - start)
+    for lo in range(0, rows_used, PROMPT_LOGPROB_ROWS):
+        rows = logits[lo : min(lo + PROMPT_LOGPROB_ROWS, rows_used)]
+        first = start + lo + 1
+        out.extend(_token_logprobs(log_probs(rows), prompt[first : first + rows.shape[0]], k))
     return out
 
 

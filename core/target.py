@@ -27,6 +27,7 @@ from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from core.drafter_check import default_aux_layers
+from core.kv_cache import SlotCache
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -169,6 +170,55 @@ class Target:
         captured.clear()  # hold no activations between passes
         return TargetOutput(logits=out.logits[0].to(self.device).float(), features=feats)
 
+    def new_slot_cache(self) -> SlotCache:
+        """The batched cache of core/kv_cache.py (one slot per running request)."""
+        return SlotCache(self.num_layers)
+
+    @torch.no_grad()
+    def forward_rows(
+        self, cache: SlotCache, slots: list[int], tokens: list[Tensor], positions: list[Tensor],
+        tree_masks: list[Tensor | None], *, last_logits_only: bool = False,
+    ) -> list[TargetOutput]:
+        """One forward pass over several requests, row b = slot `slots[b]`: its T_b new tokens
+        (a draft tree, or a causal prompt chunk when its tree mask is None) on top of its
+        committed prefix, padded to the longest row. The new entries are written past each
+        row's length; the caller keeps them (SlotCache.keep / extend). Returns row b's logits
+        and features [T_b, ...]. `last_logits_only` (a single prefill chunk) keeps the last row."""
+        t_max = max(x.numel() for x in tokens)
+        starts = cache.begin(slots, t_max)
+        ids = torch.zeros(len(slots), t_max, dtype=torch.long)
+        pos = torch.empty(len(slots), t_max, dtype=torch.long)
+        masks = []
+        for b, (tok, p, m) in enumerate(zip(tokens, positions, tree_masks, strict=True)):
+            t = tok.numel()
+            ids[b, :t], pos[b, :t], pos[b, t:] = tok.cpu(), p.cpu(), int(p[-1])  # padding repeats the last position
+            masks.append(torch.ones(t, t, dtype=torch.bool).tril() if m is None else m)
+        mask = self._rows_mask(starts, masks, pos, cache)
+        kwargs: dict[str, Any] = {self._cache_kwarg: cache}
+        if last_logits_only:
+            if len(slots) != 1:
+                raise ValueError("last_logits_only is for a single row")
+            kwargs["logits_to_keep"] = 1
+        captured = self._captured
+        captured.clear()
+        out = self.model(input_ids=ids.to(self.device), position_ids=pos.to(self.device), attention_mask=mask,
+                         use_cache=True, **kwargs)
+        self.forward_count += 1
+        feats = torch.cat([captured[i].to(self.device) for i in self.aux_layers], dim=-1)
+        captured.clear()
+        logits = out.logits.to(self.device)
+        return [TargetOutput(logits=logits[b, : (1 if last_logits_only else x.numel())].float(),
+                             features=feats[b, : x.numel()]) for b, x in enumerate(tokens)]
+
+    def _rows_mask(self, starts: list[int], trees: list[Tensor], positions: Tensor,
+                   cache: SlotCache) -> Tensor | dict[str, Tensor]:
+        kv_len = max(starts) + positions.shape[1]
+        full = rows_mask(starts, trees, positions, kv_len, self.dtype, device=self.device)
+        if self.sliding_window is None:
+            return full
+        windowed = rows_mask(starts, trees, positions, kv_len, self.dtype, self.sliding_window, device=self.device)
+        return {"full_attention": full, "sliding_attention": windowed} if self._mixed_windows else windowed
+
     def features_dtype(self) -> torch.dtype:
         return self.dtype
 
@@ -209,6 +259,31 @@ def additive_mask(
         allowed &= k_pos[None, :] > q_pos[:, None] - sliding_window
     mask = torch.zeros(t, past + t, dtype=dtype, device=tree_mask.device)
     return mask.masked_fill(~allowed, torch.finfo(dtype).min if dtype != torch.float32 else -math.inf)[None, None]
+
+
+def rows_mask(starts: list[int], trees: list[Tensor], positions: Tensor, kv_len: int, dtype: torch.dtype,
+              sliding_window: int | None = None, device: torch.device | str = "cpu") -> Tensor:
+    """[B,1,T,kv_len] additive mask of a batched forward (Target.forward_rows): row b's query i
+    (i < T_b) sees the row's committed keys (< starts[b]) and the new keys its tree mask [T_b,
+    T_b] allows, which sit at starts[b]..starts[b]+T_b-1; a padding query sees only its own key
+    (a fully masked row would make SDPA return NaN). positions [B, T]: the new tokens'
+    positions; committed key j sits at position j; with `sliding_window` W a query at p also
+    sees only keys at positions > p - W."""
+    b, t = positions.shape
+    positions = positions.to(device)
+    allowed = torch.zeros(b, t, kv_len, dtype=torch.bool, device=device)
+    k_pos = torch.arange(kv_len, device=device).repeat(b, 1)
+    for row, (start, tree) in enumerate(zip(starts, trees, strict=True)):
+        n = tree.shape[0]
+        allowed[row, :n, :start] = True
+        allowed[row, :n, start : start + n] = tree.to(device)
+        pad = torch.arange(n, t, device=device)
+        allowed[row, pad, start + pad] = True
+        k_pos[row, start : start + t] = positions[row]
+    if sliding_window is not None:
+        allowed &= k_pos[:, None, :] > positions[:, :, None] - sliding_window
+    mask = torch.zeros(b, t, kv_len, dtype=dtype, device=device)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min if dtype != torch.float32 else -math.inf)[:, None]
 
 
 def attention_windows(config: Any) -> tuple[int | None, bool]:

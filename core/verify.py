@@ -32,11 +32,13 @@ def verify_greedy(tree: DraftTree, logits: Tensor) -> tuple[list[int], int]:
 
 
 def verify_sampling(tree: DraftTree, probs: Tensor, generator: torch.Generator | None) -> tuple[list[int], int]:
-    """probs [N+1, V] = p̃ at every node. Returns (accepted node path, bonus token)."""
+    """probs [N+1, V] = p̃ at every node, on any device: only the rows of the nodes visited
+    are copied to the CPU, where the request's generator lives. Returns (accepted node path,
+    bonus token)."""
     tokens = tree.tokens.tolist()
     node, path = 0, [0]
     while True:
-        p = probs[node].clone()
+        p = probs[node].to("cpu", copy=True)
         accepted = None
         for child in tree.children[node]:
             tok = tokens[child]
@@ -50,7 +52,7 @@ def verify_sampling(tree: DraftTree, probs: Tensor, generator: torch.Generator |
             p[tok] = 0.0
         if accepted is None:
             if float(p.sum()) <= 0:  # numerically exhausted: fall back to p̃ itself
-                p = probs[node]
+                p = probs[node].cpu()
             return path, int(torch.multinomial(p / p.sum(), 1, generator=generator).item())
         node = accepted
         path.append(node)

@@ -108,7 +108,12 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(default=None, ge=1)
 
     # --- scheduling ----------------------------------------------------------------------------
-    max_running: int = Field(default=16, ge=1)  # requests interleaved in the engine at once
+    max_running: int = Field(default=16, ge=1)  # requests in the engine at once (one batched step)
+    # Tokens one engine step runs through the target: the round's trees, then prompt chunks
+    # (core/scheduler.py); bounds a step's latency, so a long prompt never freezes the streams.
+    max_step_tokens: int = Field(default=512, ge=16)
+    # Off: the round-robin engine (one request's round per step), to compare (bench/batching.py).
+    batching: bool = True
     max_queue: int = Field(default=64, ge=0)  # admitted requests waiting for a running slot
     max_n: int = Field(default=16, ge=1)
     request_timeout_s: float = Field(default=600.0, gt=0)
@@ -156,5 +161,8 @@ class Settings(BaseSettings):
             dtype=auto_dtype(self.device) if self.dtype == "auto" else self.dtype,
             tree=tree,
             selector=SelectorConfig(policy=self.default_policy, max_sessions=self.max_sessions),
+            batching=self.batching,
+            max_running=self.max_running,
+            max_step_tokens=self.max_step_tokens,
             **extra,
         )

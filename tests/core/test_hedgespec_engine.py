@@ -105,7 +105,9 @@ def test_pool_changes_apply_to_new_requests_only() -> None:
 
 
 def test_a_failing_round_fails_only_its_request(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    target, engine = setup
+    """The round-robin engine (batching off); tests/core/test_batching.py has the batched case."""
+    target, base = setup
+    engine = SpecEngine(base.target, dict(base.snapshot.drafters), replace(base.config, batching=False))
     params = SamplingParams(max_new_tokens=12, ignore_eos=True)
     engine.add_request("bad", [1, 2], params, "normalhedge")
     engine.add_request("good", [3, 4], params, "normalhedge")

@@ -27,17 +27,17 @@ def setup():  # type: ignore[no-untyped-def]
 def work(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """Every drafter catch-up pass as (drafters in the pass, pairs), and a tripwire on γ."""
     calls: list[tuple[int, int]] = []
-    original = StackedGroup.catch_up
+    original = StackedGroup.catch_up_many
 
-    def counted(self, kv, features, tokens, positions, top_k, *args, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append((int(kv[0].shape[0]), int(tokens.numel())))
-        return original(self, kv, features, tokens, positions, top_k, *args, **kwargs)
+    def counted(self, jobs, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.extend((int(j.kv.keys.shape[0]), int(j.tokens.numel())) for j in jobs)
+        return original(self, jobs, *args, **kwargs)
 
     def no_gamma(*_args, **_kwargs):  # type: ignore[no-untyped-def]
         calls.append((-1, -1))  # recorded, so a test can see γ was computed
         raise AssertionError("γ computed")
 
-    monkeypatch.setattr(StackedGroup, "catch_up", counted)
+    monkeypatch.setattr(StackedGroup, "catch_up_many", counted)
     for name in ("gamma_greedy", "gamma_sampling"):
         if hasattr(core.rounds, name):
             monkeypatch.setattr(core.rounds, name, no_gamma)
@@ -64,15 +64,15 @@ def test_baselines_catch_up_only_the_chosen_drafter_and_compute_no_gamma(
 def test_a_fixed_round_does_an_eighth_of_the_catch_up_work(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     _, engine = setup
     counts: dict[str, int] = {}
-    original = StackedGroup.catch_up
+    original = StackedGroup.catch_up_many
     for policy in ("normalhedge", "fixed:copy"):
         calls: list[tuple[int, int]] = []
 
-        def counted(self, kv, features, tokens, *args, _calls=calls, **kwargs):  # type: ignore[no-untyped-def]
-            _calls.append((int(kv[0].shape[0]), int(tokens.numel())))
-            return original(self, kv, features, tokens, *args, **kwargs)
+        def counted(self, jobs, *args, _calls=calls, **kwargs):  # type: ignore[no-untyped-def]
+            _calls.extend((int(j.kv.keys.shape[0]), int(j.tokens.numel())) for j in jobs)
+            return original(self, jobs, *args, **kwargs)
 
-        monkeypatch.setattr(StackedGroup, "catch_up", counted)
+        monkeypatch.setattr(StackedGroup, "catch_up_many", counted)
         _, stats = engine.generate_ids(PROMPT, PARAMS, policy)
         counts[policy] = drafter_pairs(calls) // max(stats.rounds, 1)
     assert counts["fixed:copy"] * 4 <= counts["normalhedge"]  # 8 drafters vs 1

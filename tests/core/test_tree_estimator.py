@@ -7,6 +7,7 @@ unpruned top-k estimator ties."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -43,17 +44,15 @@ class DepthOnlyDrafter:
         self.table, self.position = table, position  # [K, V] logits
 
     def logits(self, h: Tensor) -> Tensor:
-        return self.table[h[:, 0].long()]
+        return self.table[h[..., 0].long()]
 
     def draft_to_target(self, ids: Tensor) -> Tensor:
         return ids
 
-    def __call__(self, h: Tensor, tokens: Tensor, pos: Tensor, past: tuple[Tensor, Tensor],
-                 mask: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        m = tokens.shape[1]
-        level = (pos - self.position + 1).to(torch.float32)  # [1, m]: the children's level - 1
-        new = torch.zeros(1, 1, m, 1)
-        return level[..., None], (torch.cat([past[0], new], 2), torch.cat([past[1], new], 2))
+    def step(self, h: Tensor, tokens: Tensor, pos: Tensor, attend: Callable[..., Tensor]) -> Tensor:
+        b, m = tokens.shape
+        attend(*(torch.zeros(b, 1, m, 1) for _ in range(3)))  # the engine's cache bookkeeping
+        return (pos - self.position + 1).to(torch.float32)[..., None]  # [B, m, 1]: the children's level - 1
 
 
 def real_tree(table: Tensor, cfg: TreeConfig) -> DraftTree:

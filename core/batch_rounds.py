@@ -1,0 +1,226 @@
+"""One batched round: a speculative round for several requests at once (DESIGN.md section 3,
+per request, with the passes shared):
+
+  1. each request's learner picks its drafter                          (per row)
+  2. the requests that chose the same drafter grow their trees together (core/drafting.grow_trees)
+  3. one target forward verifies every tree                            (Target.forward_rows, slot cache)
+  4. lossless acceptance per row; every row's KV compacted at once      (rounds.verify_tree, SlotCache.keep)
+  5. the evaluation phase over requests x drafters: catch-ups of the same drafters batched
+     across requests (drafter_pool.sync_many), then γ and the learner update per row
+
+Each row's arithmetic is the per-request round's (core/rounds.py supplies the per-row steps),
+so greedy output stays plain greedy decoding and sampling stays lossless whatever the batch.
+
+Failures: a shared pass that raises (a drafter's batch, the target pass, a catch-up batch) is
+retried row by row before anything is committed, so only the request that caused it fails;
+per-row steps fail their row only. A row that fails after committing still returns its tokens.
+A row's phase times (RoundStats.draft_s, ...) are the batch's wall times: what the request
+waited for; summed over requests they exceed the step's wall time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from core.config import EngineConfig
+from core.drafter_pool import Candidates, sync_many
+from core.drafting import grow_trees
+from core.kv_cache import SlotCache
+from core.request import RequestState
+from core.rounds import (
+    Verified,
+    commit_verified,
+    draft_row,
+    learn_from,
+    record_pairs,
+    round_stats,
+    verify_tree,
+)
+from core.stats import RoundStats
+from core.target import Target, TargetOutput
+from core.tree import DraftTree, chain_tree
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RowResult:
+    """What a step did for one request: committed tokens, its round, or why it failed."""
+
+    state: RequestState
+    tokens: list[int] = field(default_factory=list)
+    round: RoundStats | None = None
+    error: Exception | None = None
+
+
+@dataclass
+class _Row:
+    state: RequestState
+    slot: int
+    weights: dict[str, float] = field(default_factory=dict)
+    chosen: int | None = None
+    n: int = 0  # committed tokens in the target cache; the root is next
+    tree: DraftTree | None = None
+    out: TargetOutput | None = None
+    v: Verified | None = None
+    committed: list[int] | None = None
+    cur: Candidates | None = None
+    error: Exception | None = None
+
+
+def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestState, int]],
+                  config: EngineConfig) -> list[RowResult]:
+    """One round for each (request, slot) row; the requests must be prefilled and unfinished."""
+    work = [_Row(state, slot) for state, slot in rows]
+    t0 = time.perf_counter()
+    _each(work, lambda r: _select(r, cache, config))
+    _draft(_live(work), config)
+    t1 = time.perf_counter()
+    _batched(_live(work), lambda rs: _forward(target, cache, rs))
+    _each(_live(work), _verify)
+    live = _live(work)
+    cache.keep([r.slot for r in live], [r.v.path for r in live if r.v is not None])
+    _each(live, _commit)
+    t2 = time.perf_counter()
+    _evaluate(_live(work), config)
+    t3 = time.perf_counter()
+    return [_result(r, (t1 - t0, t2 - t1, t3 - t2)) for r in work]
+
+
+def _select(r: _Row, cache: SlotCache, config: EngineConfig) -> None:
+    r.n = len(r.state.token_ids) - 1
+    if cache.lengths[r.slot] != r.n:
+        raise RuntimeError(f"slot {r.slot} holds {cache.lengths[r.slot]} entries, the request {r.n}")
+    r.weights = r.state.weights()
+    r.chosen = r.state.select(argmax=config.selector.select == "argmax")
+
+
+def _draft(rows: list[_Row], config: EngineConfig) -> None:
+    """Plain rows get the chain of their root; the others catch their chosen drafter up (lazy
+    policies; batched) and draft, one batch per drafter."""
+    spec = [r for r in rows if r.chosen is not None and r.state.dstate is not None]
+    for r in rows:
+        if r not in spec:
+            r.tree = chain_tree([r.state.token_ids[-1]])
+    _batched(spec, lambda rs: _sync_chosen(rs, config))
+    by_drafter: dict[int, list[_Row]] = {}
+    for r in _live(spec):
+        by_drafter.setdefault(id(_drafter(r)), []).append(r)
+    for group in by_drafter.values():
+        _batched(group, lambda rs: _grow(rs, config))
+
+
+def _drafter(r: _Row) -> object:
+    assert r.chosen is not None
+    return r.state.snapshot.drafters[r.state.snapshot.ids[r.chosen]]
+
+
+def _sync_chosen(rows: list[_Row], config: EngineConfig) -> None:
+    sync_many([(r.state.dstate, r.state.snapshot, [r.chosen]) for r in rows  # type: ignore[misc]
+               if r.chosen is not None and r.state.dstate is not None], config.tree.top_k)
+
+
+def _grow(rows: list[_Row], config: EngineConfig) -> None:
+    inputs = [draft_row(r.state, r.chosen, r.n, config) for r in rows if r.chosen is not None]
+    trees = grow_trees(_drafter(rows[0]), inputs, config.tree)  # type: ignore[arg-type]
+    for r, tree in zip(rows, trees, strict=True):
+        r.tree = tree
+
+
+def _forward(target: Target, cache: SlotCache, rows: list[_Row]) -> None:
+    trees = [r.tree for r in rows if r.tree is not None]
+    outs = target.forward_rows(cache, [r.slot for r in rows], [t.tokens for t in trees],
+                               [r.n + t.depths for r, t in zip(rows, trees, strict=True)], [t.mask for t in trees])
+    for r, out in zip(rows, outs, strict=True):
+        r.out = out
+
+
+def _verify(r: _Row) -> None:
+    assert r.tree is not None and r.out is not None
+    r.v = verify_tree(r.state, r.tree, r.out)
+
+
+def _commit(r: _Row) -> None:
+    assert r.v is not None
+    r.committed = commit_verified(r.state, r.v)
+
+
+def _evaluate(rows: list[_Row], config: EngineConfig) -> None:
+    """Record every row's verified pairs; catch every drafter of the fully evaluated rows up
+    (batched over requests and drafters); then γ and the learner per row."""
+    feeding: list[_Row] = []
+    for r in rows:
+        try:
+            if r.v is not None and record_pairs(r.state, r.v):
+                feeding.append(r)
+        except Exception as exc:
+            _fail(r, exc)
+    _batched([r for r in feeding if r.state.evaluate], lambda rs: _sync_all(rs, config))
+    _each(_live(feeding), lambda r: _learn(r, config))
+
+
+def _learn(r: _Row, config: EngineConfig) -> None:
+    assert r.v is not None
+    learn_from(r.state, r.v, r.chosen, r.n, config, r.cur)
+
+
+def _sync_all(rows: list[_Row], config: EngineConfig) -> None:
+    curs = sync_many([(r.state.dstate, r.state.snapshot, None) for r in rows], config.tree.top_k)  # type: ignore[misc]
+    for r, cur in zip(rows, curs, strict=True):
+        r.cur = cur
+
+
+def _result(r: _Row, times: tuple[float, float, float]) -> RowResult:
+    if r.committed is None:
+        return RowResult(r.state, [], None, r.error)
+    assert r.v is not None
+    rs = round_stats(r.state, r.v, r.chosen, r.weights, len(r.committed), times)
+    return RowResult(r.state, r.committed, rs, r.error)
+
+
+def with_bookkeeping(result: RowResult, wall_s: float) -> RowResult:
+    """The step's wall time not spent drafting, verifying or evaluating, as the round's
+    bookkeeping (as the round-robin engine reports it)."""
+    rs = result.round
+    if rs is None:
+        return result
+    rest = max(wall_s - rs.draft_s - rs.verify_s - rs.evaluate_s, 0.0)
+    result.state.stats.time_bookkeeping_s += rest
+    return replace(result, round=replace(rs, bookkeeping_s=rest))
+
+
+# -- failure isolation -----------------------------------------------------------------------------
+def _live(rows: list[_Row]) -> list[_Row]:
+    return [r for r in rows if r.error is None]
+
+
+def _fail(r: _Row, exc: Exception) -> None:
+    log.exception("round of request %s failed", r.state.request_id, exc_info=exc)
+    r.error = exc
+
+
+def _each(rows: list[_Row], fn: Callable[[_Row], object]) -> None:
+    """fn on each row; an exception fails that row only."""
+    for r in rows:
+        try:
+            fn(r)
+        except Exception as exc:
+            _fail(r, exc)
+
+
+def _batched(rows: list[_Row], fn: Callable[[list[_Row]], None]) -> None:
+    """fn over every row at once; if it raises, over each row alone, so that the failure lands
+    on the rows that cause it (every shared pass is safe to rerun: nothing is committed yet)."""
+    if not rows:
+        return
+    try:
+        fn(rows)
+    except Exception as exc:
+        if len(rows) == 1:
+            _fail(rows[0], exc)
+            return
+        log.warning("a batched pass over %d requests failed; retrying them one by one", len(rows))
+        _each(rows, lambda r: fn([r]))
