@@ -14,7 +14,8 @@ def register(sub: Any) -> None:
     from bench.hedgespec_run import add_arguments
 
     parser = sub.add_parser("bench", help="run the HedgeSpec benchmark on a drafter pool",
-                            description="HedgeSpec benchmark: every method side by side on held-out prompts")
+                            description="HedgeSpec benchmark: every method side by side on "
+                                        "held-out prompts")
     add_arguments(parser)
     parser.set_defaults(handler=_run)
 

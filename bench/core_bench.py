@@ -24,7 +24,8 @@ from core.stats import StatsSnapshot
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def run(engine, prompt: list[int], policy: str, tokens: int, repeats: int) -> tuple[float, StatsSnapshot]:  # type: ignore[no-untyped-def]
+def run(engine, prompt: list[int], policy: str, tokens: int,  # type: ignore[no-untyped-def]
+        repeats: int) -> tuple[float, StatsSnapshot]:
     params = SamplingParams(max_new_tokens=tokens, ignore_eos=True)
     engine.generate_ids(prompt, params, policy)  # warm-up
     best, stats = 0.0, None
@@ -47,11 +48,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     target, perm = bigram_target(vocab=256, layers=6)
     tree = TreeConfig(top_k=4, depth=5, total_tokens=20)
-    drafters = {"copy": copy_drafter(target, perm), "random": random_drafter(target, draft_vocab=128, seed=5)}
+    drafters = {"copy": copy_drafter(target, perm),
+                "random": random_drafter(target, draft_vocab=128, seed=5)}
     engine = make_engine(target, drafters, tree)
     prompt = [1, 2, 3, 4, 5, 6, 7, 8]
     rows: dict[str, dict[str, Any]] = {}
-    for label, policy in [("plain", "none"), ("copy drafter", "fixed:copy"), ("random drafter", "fixed:random")]:
+    for label, policy in [("plain", "none"), ("copy drafter", "fixed:copy"),
+                          ("random drafter", "fixed:random")]:
         rate, st = run(engine, prompt, policy, args.tokens, args.repeats)
         total = st.time_draft_s + st.time_verify_s + st.time_evaluate_s + st.time_bookkeeping_s
         rows[label] = {
@@ -71,21 +74,25 @@ def write(rows: dict, tree: TreeConfig, args: argparse.Namespace) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {"target": "bigram Llama, vocab 256, hidden 256, 6 layers", "tree": tree.__dict__,
             "tokens": args.tokens, "threads": args.threads, "torch": torch.__version__}
-    (RESULTS / "core_speed.json").write_text(json.dumps({"meta": meta, "methods": rows}, indent=2) + "\n")
+    (RESULTS / "core_speed.json").write_text(json.dumps({"meta": meta, "methods": rows}, indent=2)
+                                             + "\n")
     lines = ["# Core speed: plain vs speculative decoding (one run, side by side)", "",
-             f"Target: {meta['target']}; tree top_k={tree.top_k} depth={tree.depth} total={tree.total_tokens}; "
-             f"{args.tokens} new tokens, best of {args.repeats}; {args.threads} CPU thread(s); torch {torch.__version__}.",
-             "", "| method | tokens/s | x plain | MAT | ms/round | draft | verify | evaluate | bookkeeping |",
+             f"Target: {meta['target']}; tree top_k={tree.top_k} depth={tree.depth} "
+             f"total={tree.total_tokens}; {args.tokens} new tokens, best of {args.repeats}; "
+             f"{args.threads} CPU thread(s); torch {torch.__version__}.",
+             "", "| method | tokens/s | x plain | MAT | ms/round | draft | verify | evaluate | "
+                 "bookkeeping |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         s = r["split"]
-        lines.append(f"| {name} | {r['tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f} | {r['mat']:.2f} | "
-                     f"{r['ms_per_round']:.2f} | {s['draft']:.0%} | {s['verify']:.0%} | {s['evaluate']:.0%} | "
-                     f"{s['bookkeeping']:.0%} |")
-    lines += ["", "The copy drafter predicts this constructed target exactly (every draft token is accepted), "
-              "so its row is the ceiling of the tree config; the random drafter is the floor (its drafts are "
-              "almost never accepted, so each round costs a tree verification for ~1 token). "
-              "Evaluate = the batched catch-up of the pool (2 drafters here)."]
+        lines.append(f"| {name} | {r['tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f} | "
+                     f"{r['mat']:.2f} | {r['ms_per_round']:.2f} | {s['draft']:.0%} | "
+                     f"{s['verify']:.0%} | {s['evaluate']:.0%} | {s['bookkeeping']:.0%} |")
+    lines += ["", "The copy drafter predicts this constructed target exactly (every draft token is "
+              "accepted), so its row is the ceiling of the tree config; the random drafter is the "
+              "floor (its drafts are almost never accepted, so each round costs a tree "
+              "verification for ~1 token). Evaluate = the batched catch-up of the pool (2 drafters "
+              "here)."]
     (RESULTS / "core_speed.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

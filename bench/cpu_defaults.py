@@ -71,7 +71,8 @@ def measure(engine: Any, prompts: list[Prompt], setting: Setting, max_new: int) 
 
 def open_engine(pool: Path, dtype: str, tree: tuple[int, int, int]) -> Any:
     top_k, depth, total = tree
-    config = EngineConfig(dtype=dtype, tree=TreeConfig(top_k=top_k, depth=depth, total_tokens=total),
+    config = EngineConfig(dtype=dtype,
+                          tree=TreeConfig(top_k=top_k, depth=depth, total_tokens=total),
                           max_context=4096)
     return open_pool_engine(pool, config)
 
@@ -84,17 +85,20 @@ def precision_sweep(args: argparse.Namespace, prompts: list[Prompt]) -> list[Mea
         engine = open_engine(args.pool, dtype, tree)
         for threads in (1, 2):
             for policy in ("none", "fixed:generalist"):
-                out.append(measure(engine, prompts, Setting(dtype, threads, tree, policy), args.max_new))
+                out.append(measure(engine, prompts, Setting(dtype, threads, tree, policy),
+                                   args.max_new))
                 print(_line(out[-1]), flush=True)
     return out
 
 
-def tree_sweep(args: argparse.Namespace, prompts: list[Prompt], dtype: str, threads: int) -> list[Measured]:
+def tree_sweep(args: argparse.Namespace, prompts: list[Prompt], dtype: str,
+               threads: int) -> list[Measured]:
     out = []
     trees = TREES[:2] if args.quick else TREES
     for tree in trees:
         engine = open_engine(args.pool, dtype, tree)
-        out.append(measure(engine, prompts, Setting(dtype, threads, tree, "fixed:generalist"), args.max_new))
+        out.append(measure(engine, prompts, Setting(dtype, threads, tree, "fixed:generalist"),
+                           args.max_new))
         print(_line(out[-1]), flush=True)
     return out
 
@@ -121,21 +125,25 @@ def render(first: list[Measured], second: list[Measured], meta: dict[str, Any]) 
         "(SmolLM2-135M-Instruct + generalist). Tokens/s are wall-clock over all prompts, "
         "prefill included, measured side by side in one run.", "",
         "## Precision and threads (default tree)", "",
-        "| dtype | threads | policy | tokens/s | MAT | speed-up over plain |", "|---|---|---|---|---|---|",
+        "| dtype | threads | policy | tokens/s | MAT | speed-up over plain |",
+        "|---|---|---|---|---|---|",
     ]
-    plain = {(r.setting.dtype, r.setting.threads): r.tokens_per_s for r in first if r.setting.policy == "none"}
+    plain = {(r.setting.dtype, r.setting.threads): r.tokens_per_s for r in first
+             if r.setting.policy == "none"}
     for r in first:
         s = r.setting
-        lines.append(f"| {s.dtype} | {s.threads} | {s.policy} | {r.tokens_per_s:.2f} | {r.mat:.2f} | "
-                     f"{r.tokens_per_s / plain[(s.dtype, s.threads)]:.2f}x |")
+        lines.append(f"| {s.dtype} | {s.threads} | {s.policy} | {r.tokens_per_s:.2f} | {r.mat:.2f} "
+                     f"| {r.tokens_per_s / plain[(s.dtype, s.threads)]:.2f}x |")
     lines += ["", f"## Tree sweep ({second[0].setting.dtype}, {second[0].setting.threads} threads, "
-              "generalist)", "", "| top_k | depth | total_tokens | tokens/s | MAT |", "|---|---|---|---|---|"]
+              "generalist)", "", "| top_k | depth | total_tokens | tokens/s | MAT |",
+              "|---|---|---|---|---|"]
     for r in second:
         k, d, n = r.setting.tree
         lines.append(f"| {k} | {d} | {n} | {r.tokens_per_s:.2f} | {r.mat:.2f} |")
     win = best(second, "fixed:generalist")
     lines += ["", f"Chosen: {meta['chosen']}.", ""]
-    lines.append(f"Best tree {win.setting.tree}: {win.tokens_per_s:.2f} tokens/s, MAT {win.mat:.2f}.")
+    lines.append(f"Best tree {win.setting.tree}: {win.tokens_per_s:.2f} tokens/s, MAT "
+                 f"{win.mat:.2f}.")
     return "\n".join(lines) + "\n"
 
 
@@ -180,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = [{**asdict(m.setting), "tokens": m.tokens, "rounds": m.rounds, "wall_s": m.wall_s,
              "tokens_per_s": m.tokens_per_s, "mat": m.mat} for m in first + second]
-    (args.out / "cpu_defaults.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (args.out / "cpu_defaults.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1)
+                                                + "\n")
     (args.out / "cpu_defaults.md").write_text(render(first, second, meta))
     plot(second, args.out / "cpu_defaults.png")
     print(meta["chosen"])

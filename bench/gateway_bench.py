@@ -81,7 +81,7 @@ def run_in_process(engine: Any, prompt_ids: list[int], max_tokens: int, policy: 
     return Run((first or end) - start, end - start, tokens)
 
 
-# ---- through the gateway --------------------------------------------------------------------------
+# ---- through the gateway -------------------------------------------------------------------------
 
 
 def completion_body(
@@ -176,7 +176,8 @@ def free_port() -> int:
         return port
 
 
-def start_server(pool: Path, workdir: Path, threads: int, dtype: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(pool: Path, workdir: Path, threads: int,
+                 dtype: str) -> tuple[subprocess.Popen[bytes], str]:
     log_path = workdir / "server.log"
     url = f"http://127.0.0.1:{free_port()}"
     args = [
@@ -305,13 +306,15 @@ def _per_run_lines(pairs: list[tuple[Run, Run]]) -> list[str]:
         "",
         "## Per-run detail (in-process vs gateway)",
         "",
-        "| run | tokens | in-process tok/s | gateway tok/s | ratio | in-process TTFT ms | gateway TTFT ms |",
+        "| run | tokens | in-process tok/s | gateway tok/s | ratio | in-process TTFT ms | gateway "
+        "TTFT ms |",
         "|---|---|---|---|---|---|---|",
     ]
     for i, (a, b) in enumerate(pairs):
         lines.append(
             f"| {i} | {b.tokens} | {a.tokens_per_s:.1f} | {b.tokens_per_s:.1f} "
-            f"| {b.tokens_per_s / a.tokens_per_s:.3f} | {1e3 * a.ttft_s:.1f} | {1e3 * b.ttft_s:.1f} |"
+            f"| {b.tokens_per_s / a.tokens_per_s:.3f} | {1e3 * a.ttft_s:.1f} | "
+            f"{1e3 * b.ttft_s:.1f} |"
         )
     return lines
 
@@ -322,7 +325,7 @@ def render(summary: dict[str, float], meta: dict[str, Any], pairs: list[tuple[Ru
     return "\n".join(lines) + "\n"
 
 
-# ---- main -----------------------------------------------------------------------------------------
+# ---- main ----------------------------------------------------------------------------------------
 
 
 def resolve_pool(arg: Path | None, workdir: Path) -> Path:
@@ -343,7 +346,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer prompts and tokens")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     parser.add_argument("--policy", default="auto")
-    parser.add_argument("--dtype", default="auto", help="both sides; auto = what `hedgespec serve` picks here")
+    parser.add_argument("--dtype", default="auto",
+                        help="both sides; auto = what `hedgespec serve` picks here")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "gateway.md")
     return parser.parse_args(argv)
 
@@ -365,7 +369,8 @@ def interleaved_pairs(
     http: httpx.Client, engine: Any, prompt_ids: list[list[int]], bodies: list[dict[str, Any]],
     repeats: int, max_tokens: int, policy: str,
 ) -> tuple[list[tuple[Run, Run]], float, float]:
-    """Each prompt in-process then through the gateway, `repeats` times; with each side's CPU seconds."""
+    """Each prompt in-process then through the gateway, `repeats` times; with each side's CPU
+    seconds."""
     pairs = []
     cpu_local = cpu_gateway = 0.0
     for _ in range(repeats):

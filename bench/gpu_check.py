@@ -58,7 +58,8 @@ def timed(fn: Any, device: torch.device, reps: int = 10) -> float:
     return float(np.median(times))
 
 
-def random_models(shape: dict[str, int], device: torch.device, dtype: torch.dtype) -> tuple[Any, Target, Eagle3Drafter]:
+def random_models(shape: dict[str, int], device: torch.device,
+                  dtype: torch.dtype) -> tuple[Any, Target, Eagle3Drafter]:
     """A randomly initialised Llama of `shape` (the HF model and its Target wrapper) and an
     EAGLE-3 drafter shaped for it: timing needs the shapes, not trained weights."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -74,11 +75,13 @@ def random_models(shape: dict[str, int], device: torch.device, dtype: torch.dtyp
     dcfg = Eagle3Config.for_target(cfg, draft_vocab_size=min(32000, shape["vocab_size"]),
                                    aux_layers=target.aux_layers)
     with torch.device(device):
-        drafter = Eagle3Drafter(dcfg, model.get_input_embeddings()).to(dtype).eval().requires_grad_(False)
+        drafter = (Eagle3Drafter(dcfg, model.get_input_embeddings())
+                   .to(dtype).eval().requires_grad_(False))
     return model, target, drafter
 
 
-def component_times(shape: dict[str, int], device: torch.device, dtype: torch.dtype, ctx: int) -> dict[str, float]:
+def component_times(shape: dict[str, int], device: torch.device, dtype: torch.dtype,
+                    ctx: int) -> dict[str, float]:
     _, target, drafter = random_models(shape, device, dtype)
     out = target_times(target, shape["vocab_size"], device, ctx)
     out.update(drafter_times(drafter, shape, device, dtype, ctx))
@@ -90,7 +93,8 @@ def target_times(target: Target, vocab: int, device: torch.device, ctx: int) -> 
     from core.tree import tree_from_parents
 
     prompt = torch.randint(0, vocab, (ctx,))
-    parents = torch.tensor([-1] + [(i - 1) // 10 if i > 10 else 0 for i in range(1, 61)])  # 10 wide, 6 deep
+    # 10 wide, 6 deep
+    parents = torch.tensor([-1] + [(i - 1) // 10 if i > 10 else 0 for i in range(1, 61)])
     tree = tree_from_parents(torch.randint(0, vocab, (61,)), parents)
     cache0 = target.new_cache()
     target.forward(cache0, prompt, torch.arange(ctx))
@@ -104,27 +108,32 @@ def target_times(target: Target, vocab: int, device: torch.device, ctx: int) -> 
 
     return {
         "target_verify_61_tokens_ms": timed(
-            lambda: target.forward(base_cache(), tree.tokens, ctx + tree.depths, tree.mask), device),
+            lambda: target.forward(base_cache(), tree.tokens, ctx + tree.depths, tree.mask),
+            device),
         "target_decode_1_token_ms": timed(
             lambda: target.forward(base_cache(), tree.tokens[:1], torch.tensor([ctx])), device),
     }
 
 
-def drafter_times(drafter: Eagle3Drafter, shape: dict[str, int], device: torch.device, dtype: torch.dtype,
-                  ctx: int) -> dict[str, float]:
+def drafter_times(drafter: Eagle3Drafter, shape: dict[str, int], device: torch.device,
+                  dtype: torch.dtype, ctx: int) -> dict[str, float]:
     c, h = drafter.cfg, shape["hidden_size"]
     kv = (torch.randn(1, c.num_key_value_heads, ctx, c.head_dim, device=device, dtype=dtype),) * 2
     hid = torch.randn(1, 10, h, device=device, dtype=dtype)
     toks = torch.randint(0, shape["vocab_size"], (1, 10), device=device)
     pos = torch.full((1, 10), ctx, device=device)
-    out = {"drafter_tree_step_10_nodes_ms": timed(lambda: drafter.logits(drafter(hid, toks, pos, kv)[0]), device)}
+    out = {"drafter_tree_step_10_nodes_ms":
+           timed(lambda: drafter.logits(drafter(hid, toks, pos, kv)[0]), device)}
     for n in (8, 32):
         group = PoolSnapshot({f"d{i}": drafter for i in range(n)}).groups[0]
-        kvn = (torch.randn(n, c.num_key_value_heads, ctx, c.head_dim, device=device, dtype=dtype),) * 2
+        kvn = (torch.randn(n, c.num_key_value_heads, ctx, c.head_dim, device=device,
+                           dtype=dtype),) * 2
         feats = torch.randn(8, 3 * h, device=device, dtype=dtype)
         toks8 = torch.randint(0, shape["vocab_size"], (8,))
         out[f"batched_eval_{n}_drafters_8_pairs_ms"] = timed(
-            lambda g=group, k=kvn, f=feats, t=toks8: g.catch_up(k, f, t, torch.arange(ctx, ctx + 8), 10), device)
+            lambda g=group, k=kvn, f=feats, t=toks8: g.catch_up(
+                k, f, t, torch.arange(ctx, ctx + 8), 10),
+            device)
     return out
 
 
@@ -135,7 +144,8 @@ def learner_times() -> dict[str, float]:
         losses = np.random.default_rng(0).random((256, n))
         it = iter(range(10**9))
         out[f"normalhedge_update_{n}_ms"] = timed(
-            lambda lr=learner, ls=losses, i=it: lr.update(ls[next(i) % 256]), torch.device("cpu"), 200)
+            lambda lr=learner, ls=losses, i=it: lr.update(ls[next(i) % 256]),
+            torch.device("cpu"), 200)
     return out
 
 
@@ -149,7 +159,8 @@ def engine_tokens_per_s(device: torch.device) -> dict[str, float]:
     drafter.set_shared_embedding(target.get_input_embeddings())
     engine = make_engine(target, {"copy": drafter}, TreeConfig(top_k=4, depth=6, total_tokens=24))
     res = {}
-    for label, policy in (("plain", "none"), ("copy_drafter", "fixed:copy"), ("hedgespec", "normalhedge")):
+    for label, policy in (("plain", "none"), ("copy_drafter", "fixed:copy"),
+                          ("hedgespec", "normalhedge")):
         params = SamplingParams(max_new_tokens=128, ignore_eos=True)
         engine.generate_ids([1, 2, 3], params, policy)
         t0 = time.perf_counter()
@@ -166,11 +177,12 @@ def demo_pool(device: torch.device, results_dir: Path) -> dict[str, Any]:
     from bench.hedgespec_run import main as bench_main
 
     out = results_dir / "gpu_demo"
-    bench_main(["--pool", str(pool), "--quick", "--out", str(out), "--pool-sizes", "8,32", "--threads", "4",
-                "--device", str(device)])
+    bench_main(["--pool", str(pool), "--quick", "--out", str(out), "--pool-sizes", "8,32",
+                "--threads", "4", "--device", str(device)])
     full = json.loads((out / "hedgespec.json").read_text())
     keep = ("mat", "tokens_per_s", "speedup_vs_plain", "eval_share")
-    return {"methods": {m: {k: v for k, v in s.items() if k in keep} for m, s in full["methods"].items()},
+    return {"methods": {m: {k: v for k, v in s.items() if k in keep}
+                        for m, s in full["methods"].items()},
             "pool_size": full["pool_size"], "targets": full["targets"], "config": full["config"]}
 
 
@@ -202,16 +214,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--small", action="store_true")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: " + ",".join(SECTIONS))
-    ap.add_argument("--compile-timeout", type=float, default=240.0, help="seconds for the compile section")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated sections to skip: " + ",".join(SECTIONS))
+    ap.add_argument("--compile-timeout", type=float, default=240.0,
+                    help="seconds for the compile section")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() and not args.small else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    info = {"device": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.processor() or "cpu",
-            "torch": torch.__version__, "dtype": str(dtype), "shape": "small" if args.small else "llama-3.1-8b"}
+    info = {"device": (torch.cuda.get_device_name(0) if device.type == "cuda"
+                       else platform.processor() or "cpu"),
+            "torch": torch.__version__, "dtype": str(dtype),
+            "shape": "small" if args.small else "llama-3.1-8b"}
     results: dict[str, Any] = {"info": info}
-    sections = (("components", lambda: component_times(SMALL if args.small else LLAMA8B, device, dtype,
-                                                       64 if args.small else 512)),
+    sections = (("components",
+                 lambda: component_times(SMALL if args.small else LLAMA8B, device, dtype,
+                                         64 if args.small else 512)),
                 ("engine_constructed", lambda: engine_tokens_per_s(device)),
                 ("demo_pool", lambda: demo_pool(device, args.out)),
                 ("compile", lambda: compile_check(args.small, args.compile_timeout)))

@@ -57,7 +57,8 @@ def measure(name: str, fn: Any, device: torch.device) -> None:
         emit(f"{name}_error", traceback.format_exc(limit=4)[-1500:])
 
 
-def target_calls(model: Any, target: Target, vocab: int, device: torch.device, ctx: int) -> dict[str, Any]:
+def target_calls(model: Any, target: Target, vocab: int, device: torch.device,
+                 ctx: int) -> dict[str, Any]:
     """Zero-argument calls of model.forward for a decode step and a 61-node verification on a
     fresh copy of a ctx-token cache (what Target.forward does, minus the aux-layer hooks)."""
     prompt = torch.randint(0, vocab, (ctx,))
@@ -120,11 +121,13 @@ def demo_engine(device: torch.device) -> None:
     outputs: dict[bool, list[list[int]]] = {}
     for compiled in (False, True):
         tag = "compiled" if compiled else "eager"
-        engine = open_pool_engine(pool, EngineConfig(device=str(device), compile=compiled, max_context=4096))
+        engine = open_pool_engine(pool, EngineConfig(device=str(device), compile=compiled,
+                                                     max_context=4096))
         prompts = load_prompts(pool, engine.tokenizer, 1, 160)
         t0 = time.perf_counter()
         for policy in ("none", "normalhedge"):  # prefill, 1-token and tree shapes all traced
-            engine.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=12, ignore_eos=True), policy)
+            engine.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=12, ignore_eos=True),
+                                policy)
         emit(f"demo_{tag}_warmup_s", round(time.perf_counter() - t0, 2))
         for policy, label in (("none", "plain"), ("normalhedge", "hedgespec")):
             t0, tokens = time.perf_counter(), 0
@@ -141,15 +144,17 @@ def demo_engine(device: torch.device) -> None:
     emit("demo_compiled_same_greedy_outputs", f"{same}/{len(outputs[False])}")
 
 
-def drafter_variants(drafter: Eagle3Drafter, shape: dict[str, int], device: torch.device, dtype: torch.dtype,
-                     ctx: int) -> None:
+def drafter_variants(drafter: Eagle3Drafter, shape: dict[str, int], device: torch.device,
+                     dtype: torch.dtype, ctx: int) -> None:
     step = drafter_step(drafter)
     measure("drafter_step_eager", drafter_call(drafter, step, shape, device, dtype, ctx), device)
     compiled = torch.compile(step, dynamic=True)
-    measure("drafter_step_compiled", drafter_call(drafter, compiled, shape, device, dtype, ctx), device)
+    measure("drafter_step_compiled", drafter_call(drafter, compiled, shape, device, dtype, ctx),
+            device)
     if device.type == "cuda":
         graphed = torch.compile(step, mode="reduce-overhead", dynamic=False)
-        measure("drafter_step_cudagraph", drafter_call(drafter, graphed, shape, device, dtype, ctx), device)
+        measure("drafter_step_cudagraph", drafter_call(drafter, graphed, shape, device, dtype, ctx),
+                device)
 
 
 def layer_variant(model: Any, calls: dict[str, Any], device: torch.device) -> None:
@@ -178,7 +183,8 @@ def whole_variant(model: Any, target: Target, calls: dict[str, Any], other_ctx: 
         for fwd in (model.forward, compiled):
             calls["verify"](fwd)()
             feats.append(torch.cat([target._captured[i].float() for i in target.aux_layers], -1))
-        emit("target_verify_compiled_max_abs_feature_diff", float((feats[0] - feats[1]).abs().max()))
+        emit("target_verify_compiled_max_abs_feature_diff",
+             float((feats[0] - feats[1]).abs().max()))
     except Exception:
         emit("target_verify_features_error", traceback.format_exc(limit=4)[-1500:])
     compare(calls["verify"](model.forward), calls["verify"](compiled), "target_verify_compiled")
@@ -189,7 +195,8 @@ def compare(eager_fn: Any, compiled_fn: Any, name: str) -> None:
     try:
         eager, comp = eager_fn().float(), compiled_fn().float()
         emit(f"{name}_max_abs_logit_diff", float((eager - comp).abs().max()))
-        emit(f"{name}_argmax_agreement", float((eager.argmax(-1) == comp.argmax(-1)).float().mean()))
+        emit(f"{name}_argmax_agreement",
+             float((eager.argmax(-1) == comp.argmax(-1)).float().mean()))
     except Exception:
         emit(f"{name}_compare_error", traceback.format_exc(limit=4)[-1500:])
 

@@ -76,14 +76,15 @@ def load_prompts(pool_json: Path, tokenizer: Any, per_domain: int, max_prompt_to
     for i in range(per_domain):
         for d, rs in picked.items():
             if i < len(rs):
-                out.append(Prompt(rs[i]["id"], d, chat_ids(tokenizer, rs[i]["prompt"], max_prompt_tokens)))
+                out.append(Prompt(rs[i]["id"], d,
+                                  chat_ids(tokenizer, rs[i]["prompt"], max_prompt_tokens)))
     return out
 
 
 def chat_ids(tokenizer: Any, text: str, max_tokens: int) -> list[int]:
     content = tokenizer.decode(tokenizer(text)["input_ids"][:max_tokens])
-    text = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
-                                         tokenize=False)
+    text = tokenizer.apply_chat_template([{"role": "user", "content": content}],
+                                         add_generation_prompt=True, tokenize=False)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -104,10 +105,12 @@ def run_method(engine: SpecEngine, prompts: Iterable[Prompt], method: str, polic
     return runs
 
 
-def variant(engine: SpecEngine, drafters: dict[str, Eagle3Drafter] | None = None, **selector: Any) -> SpecEngine:
+def variant(engine: SpecEngine, drafters: dict[str, Eagle3Drafter] | None = None,
+            **selector: Any) -> SpecEngine:
     """An engine sharing the target (and the drafters) with a different selector or pool."""
     cfg = replace(engine.config, selector=replace(engine.config.selector, **selector))
-    return SpecEngine(engine.target, drafters if drafters is not None else dict(engine.snapshot.drafters), cfg,
+    return SpecEngine(engine.target,
+                      drafters if drafters is not None else dict(engine.snapshot.drafters), cfg,
                       engine.model_name)
 
 
@@ -152,7 +155,8 @@ def summarize(runs: list[Run]) -> dict[str, float]:
 def oracle_runs(fixed: dict[str, list[Run]]) -> list[Run]:
     """Per request, the fixed drafter with the best realised MAT (ties: faster)."""
     per_request = zip(*fixed.values(), strict=True)
-    return [replace(max(rs, key=lambda r: (r.mat, -r.wall_s)), method="oracle") for rs in per_request]
+    return [replace(max(rs, key=lambda r: (r.mat, -r.wall_s)), method="oracle")
+            for rs in per_request]
 
 
 def calibration_error(runs: list[Run]) -> dict[str, float]:
@@ -217,7 +221,8 @@ def estimator_metrics(variant_runs: list[Run], alone: dict[str, list[Run]], orac
     mat = summarize(variant_runs)["mat"]
     oracle_mat = summarize(oracle)["mat"]
     return {**calibration_error(variant_runs),
-            "rank_corr": spearman([means[d] for d in ids], [summarize(alone[d])["mat"] for d in ids]),
+            "rank_corr": spearman([means[d] for d in ids],
+                                  [summarize(alone[d])["mat"] for d in ids]),
             "mat": mat, "mat_vs_oracle": mat / oracle_mat if oracle_mat else 0.0,
             "saturated_share": _saturated_share(variant_runs, depth)}
 

@@ -38,23 +38,27 @@ def where(c: dict[str, Any]) -> str:
 def _mixed_lines(r: dict[str, Any]) -> list[str]:
     c, m = r["config"], r["methods"]
     lines = ["# HedgeSpec benchmark (one run, all methods side by side)", "",
-             f"Pool `{c['pool']}`; {c['prompts']} held-out prompts ({c['per_domain']} per domain, domains "
-             f"interleaved request by request), {c['max_new_tokens']} new tokens each, {c['decoding']} decoding; "
-             f"tree {c['tree']}; {where(c)}; torch {c['torch']}. MAT = tokens committed per "
-             "target verification pass (bonus included). Learners live per request.", "",
-             "## Mixed workload", "", "| method | MAT | tokens/s | x plain | eval share of round time |",
+             f"Pool `{c['pool']}`; {c['prompts']} held-out prompts ({c['per_domain']} per domain, "
+             f"domains interleaved request by request), {c['max_new_tokens']} new tokens each, "
+             f"{c['decoding']} decoding; tree {c['tree']}; {where(c)}; torch {c['torch']}. MAT = "
+             "tokens committed per target verification pass (bonus included). Learners live per "
+             "request.", "",
+             "## Mixed workload", "",
+             "| method | MAT | tokens/s | x plain | eval share of round time |",
              "|---|---|---|---|---|"]
     for name, s in m.items():
-        lines.append(f"| {name} | {s['mat']:.2f} | {s['tokens_per_s']:.1f} | {s['speedup_vs_plain']:.2f} | "
-                     f"{s['eval_share']:.1%} |")
+        lines.append(f"| {name} | {s['mat']:.2f} | {s['tokens_per_s']:.1f} | "
+                     f"{s['speedup_vs_plain']:.2f} | {s['eval_share']:.1%} |")
     return lines
 
 
 def _target_lines(r: dict[str, Any]) -> list[str]:
-    lines = ["", f"Specialists' average MAT (each alone over all domains): {r['specialists_avg_mat']:.2f}.", "",
+    lines = ["", "Specialists' average MAT (each alone over all domains): "
+                 f"{r['specialists_avg_mat']:.2f}.", "",
              "## Targets", "", "| target | measured | threshold | met |", "|---|---|---|---|"]
     for name, t in r["targets"].items():
-        lines.append(f"| {name} | {t['value']:.3f} | {t['threshold']} | {'yes' if t['met'] else '**no**'} |")
+        lines.append(f"| {name} | {t['value']:.3f} | {t['threshold']} | "
+                     f"{'yes' if t['met'] else '**no**'} |")
     return lines
 
 
@@ -65,7 +69,8 @@ def _sampling_lines(r: dict[str, Any]) -> list[str]:
              "| method | MAT | tokens/s | x plain |", "|---|---|---|---|"]
     plain = r["sampling"]["plain"]["tokens_per_s"] or 1.0
     for name, s in r["sampling"].items():
-        lines.append(f"| {name} | {s['mat']:.2f} | {s['tokens_per_s']:.1f} | {s['tokens_per_s'] / plain:.2f} |")
+        lines.append(f"| {name} | {s['mat']:.2f} | {s['tokens_per_s']:.1f} | "
+                     f"{s['tokens_per_s'] / plain:.2f} |")
     return lines
 
 
@@ -73,18 +78,21 @@ def _domain_lines(r: dict[str, Any]) -> list[str]:
     lines = ["", "## MAT per domain", "", "| method | " + " | ".join(r["domains"]) + " |",
              "|---|" + "---|" * len(r["domains"])]
     for name in r["methods"]:
-        lines.append(f"| {name} | " + " | ".join(f"{r['domains'][d][name]['mat']:.2f}" for d in r["domains"]) + " |")
+        lines.append(f"| {name} | " + " | ".join(f"{r['domains'][d][name]['mat']:.2f}"
+                                                 for d in r["domains"]) + " |")
     return lines
 
 
 def _pool_size_lines(r: dict[str, Any]) -> list[str]:
     ps = r["pool_size"]
     sizes = sorted(next(iter(ps["mat"].values())))
-    lines = ["", f"## MAT vs pool size (perturbed copies pad the pool; {ps['requests']} requests)", "",
-             "| method | " + " | ".join(f"N={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    lines = ["", f"## MAT vs pool size (perturbed copies pad the pool; {ps['requests']} requests)",
+             "", "| method | " + " | ".join(f"N={n}" for n in sizes) + " |",
+             "|---|" + "---|" * len(sizes)]
     for name, row in ps["mat"].items():
         lines.append(f"| {name} | " + " | ".join(f"{row[n]:.2f}" for n in sizes) + " |")
-    lines.append("| HedgeSpec eval share | " + " | ".join(f"{ps['eval_share'][n]:.1%}" for n in sizes) + " |")
+    lines.append("| HedgeSpec eval share | "
+                 + " | ".join(f"{ps['eval_share'][n]:.1%}" for n in sizes) + " |")
     return lines
 
 
@@ -92,25 +100,29 @@ def _estimator_lines(r: dict[str, Any]) -> list[str]:
     if "estimators" not in r:
         return []
     lines = ["", "## Estimator variants (HedgeSpec = NormalHedge; issue 14)", "",
-             "Calibration: the chosen drafter's ÂL against the tokens its round realised (mean absolute "
-             "error; slope of realised on ÂL, 1 = calibrated). Ranking: Spearman correlation between each "
-             "drafter's mean ÂL in the run and its MAT when it runs alone on the same prompts. Saturated: "
-             "share of windows at ÂL = K+1.", "",
-             "| variant | estimator | loss | feedback | MAT | x oracle | mean abs(ÂL - realised) | slope | "
-             "rank corr | saturated | windows |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "Calibration: the chosen drafter's ÂL against the tokens its round realised (mean "
+             "absolute error; slope of realised on ÂL, 1 = calibrated). Ranking: Spearman "
+             "correlation between each drafter's mean ÂL in the run and its MAT when it runs alone "
+             "on the same prompts. Saturated: share of windows at ÂL = K+1.", "",
+             "| variant | estimator | loss | feedback | MAT | x oracle | mean abs(ÂL - realised) | "
+             "slope | rank corr | saturated | windows |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, e in r["estimators"].items():
-        lines.append(f"| {name} | {e['estimator']} | {e['loss']} | {e['feedback']} | {e['mat']:.2f} | "
-                     f"{e['mat_vs_oracle']:.2f} | {e['mae']:.2f} | {e['slope']:.2f} | {e['rank_corr']:.2f} | "
-                     f"{e['saturated_share']:.0%} | {e['windows']} |")
+        lines.append(f"| {name} | {e['estimator']} | {e['loss']} | {e['feedback']} | "
+                     f"{e['mat']:.2f} | {e['mat_vs_oracle']:.2f} | {e['mae']:.2f} | "
+                     f"{e['slope']:.2f} | {e['rank_corr']:.2f} | {e['saturated_share']:.0%} | "
+                     f"{e['windows']} |")
     return lines
 
 
 def _calibration_lines(calib: list[tuple[float, float, int]]) -> list[str]:
-    return ["", "## Estimator calibration (HedgeSpec runs: ÂL of the chosen drafter vs realised tokens/round)", "",
+    return ["", "## Estimator calibration (HedgeSpec runs: ÂL of the chosen drafter vs realised "
+                "tokens/round)", "",
             "| ÂL bin | mean realised | windows |", "|---|---|---|",
             *[f"| {lo:.1f} | {mean:.2f} | {n} |" for lo, mean, n in calib],
-            "", "Plots: `hedgespec_regret.png` (mean cumulative regret in tokens vs feedback window), "
-            "`hedgespec_calibration.png`, `hedgespec_pool_size.png`, `hedgespec_domains.png`.", ""]
+            "", "Plots: `hedgespec_regret.png` (mean cumulative regret in tokens vs feedback "
+            "window), `hedgespec_calibration.png`, `hedgespec_pool_size.png`, "
+            "`hedgespec_domains.png`.", ""]
 
 
 def markdown(r: dict[str, Any], calib: list[tuple[float, float, int]]) -> str:
@@ -156,7 +168,8 @@ def plot_calibration(calib: list[tuple[float, float, int]], path: Path) -> None:
     ax.scatter(xs, [m for _, m, _ in calib], s=[max(8, min(200, n)) for _, _, n in calib])
     top = max(xs + [m for _, m, _ in calib] + [2.0])
     ax.plot([1, top], [1, top], "k--", lw=1, label="ideal")
-    ax.set(xlabel="ÂL (estimate, chosen drafter)", ylabel="realised tokens per round", title="Estimator calibration")
+    ax.set(xlabel="ÂL (estimate, chosen drafter)", ylabel="realised tokens per round",
+           title="Estimator calibration")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -182,8 +195,8 @@ def plot_domains(r: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4))
     width = 0.8 / len(names)
     for i, name in enumerate(names):
-        ax.bar([d + i * width for d in range(len(domains))], [r["domains"][d][name]["mat"] for d in domains],
-               width, label=name)
+        ax.bar([d + i * width for d in range(len(domains))],
+               [r["domains"][d][name]["mat"] for d in domains], width, label=name)
     ax.set_xticks([d + 0.4 - width / 2 for d in range(len(domains))], domains)
     ax.set(ylabel="MAT", title="MAT per domain")
     ax.legend(ncol=3, fontsize=8)

@@ -30,7 +30,8 @@ from core.engine import SpecEngine
 from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
-LEARNED = {"ucbspec": "ucbspec", "exp3spec": "exp3spec", "hedgespec": "normalhedge", "hedgespec_ada": "adanormalhedge"}
+LEARNED = {"ucbspec": "ucbspec", "exp3spec": "exp3spec", "hedgespec": "normalhedge",
+           "hedgespec_ada": "adanormalhedge"}
 # HedgeSpec (NormalHedge) with each counterfactual estimator / loss / feedback indexing
 # (core/counterfactual.py, core/feedback.py), measured side by side: issue 14, item 1.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -44,26 +45,31 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="hedgespec bench", description="HedgeSpec benchmark on a drafter pool")
+    ap = argparse.ArgumentParser(prog="hedgespec bench",
+                                 description="HedgeSpec benchmark on a drafter pool")
     add_arguments(ap)
     return finish_args(ap.parse_args(argv))
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--pool", type=Path, default=DEFAULT_POOL)
-    ap.add_argument("--quick", action="store_true", help="fewer prompts and pool sizes (< 5 minutes)")
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer prompts and pool sizes (< 5 minutes)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--per-domain", type=int, default=None, help="held-out prompts per domain")
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--max-prompt-tokens", type=int, default=160)
     ap.add_argument("--pool-sizes", type=str, default=None, help="comma-separated N values")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 = stable timings)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads (1 = stable timings)")
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--depth", type=int, default=None)
     ap.add_argument("--total-tokens", type=int, default=None)
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--device", default="cpu", help="torch device of target and drafters (cuda on a GPU)")
-    ap.add_argument("--dtype", default="float32", help="float32 (the demo pool's training precision), bfloat16, float16")
+    ap.add_argument("--device", default="cpu",
+                    help="torch device of target and drafters (cuda on a GPU)")
+    ap.add_argument("--dtype", default="float32",
+                    help="float32 (the demo pool's training precision), bfloat16, float16")
 
 
 def finish_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -101,9 +107,11 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     def go(name: str, eng: SpecEngine, policy: str) -> None:
         t0 = time.perf_counter()
         runs[name] = run_method(eng, prompts, name, policy, args.max_new_tokens)
-        log(f"  {name:<16} MAT {summarize(runs[name])['mat']:.2f}  ({time.perf_counter() - t0:.0f}s)")
+        log(f"  {name:<16} MAT {summarize(runs[name])['mat']:.2f}  "
+            f"({time.perf_counter() - t0:.0f}s)")
 
-    log(f"{len(prompts)} prompts x {args.max_new_tokens} tokens, pool {ids}, tree {engine.config.tree}")
+    log(f"{len(prompts)} prompts x {args.max_new_tokens} tokens, pool {ids}, tree "
+        f"{engine.config.tree}")
     engine.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=8))  # warm-up
     go("plain", engine, "none")
     for d in ids:
@@ -120,16 +128,19 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
             go(name, variant(engine, **overrides), "normalhedge")
     alone = {d: runs["generalist" if d == gen else d] for d in ids}
     runs["oracle"] = oracle_runs(alone)
-    results = tabulate(runs, prompts_domains=sorted({p.domain for p in prompts}), specialists=[d for d in ids if d != gen])
-    results["estimators"] = {name: {**overrides, **estimator_metrics(runs[name], alone, runs["oracle"],
-                                                                     engine.config.tree.depth)}
+    results = tabulate(runs, prompts_domains=sorted({p.domain for p in prompts}),
+                       specialists=[d for d in ids if d != gen])
+    results["estimators"] = {name: {**overrides,
+                                    **estimator_metrics(runs[name], alone, runs["oracle"],
+                                                        engine.config.tree.depth)}
                              for name, overrides in VARIANTS.items()}
     results["sampling"] = sampling_runs(engine, prompts, gen, args, log)
     results["pool_size"] = pool_size_sweep(engine, prompts, args, log)
-    results["config"] = {"pool": str(args.pool), "tree": engine.config.tree.__dict__, "prompts": len(prompts),
-                         "per_domain": args.per_domain, "max_new_tokens": args.max_new_tokens,
-                         "threads": args.threads, "decoding": "greedy", "torch": torch.__version__,
-                         "device": args.device, "dtype": args.dtype}
+    results["config"] = {"pool": str(args.pool), "tree": engine.config.tree.__dict__,
+                         "prompts": len(prompts), "per_domain": args.per_domain,
+                         "max_new_tokens": args.max_new_tokens, "threads": args.threads,
+                         "decoding": "greedy", "torch": torch.__version__, "device": args.device,
+                         "dtype": args.dtype}
     results["targets"] = check_targets(results)
     results["_runs"] = runs
     return results
@@ -143,27 +154,32 @@ def sampling_runs(engine: SpecEngine, prompts: list[Any], gen: str, args: argpar
                   log: Any) -> dict[str, dict[str, float]]:
     out = {}
     for name, policy in SAMPLED.items():
-        runs = run_method(engine, prompts, f"{name}@T1", policy or f"fixed:{gen}", args.max_new_tokens, 1.0)
+        runs = run_method(engine, prompts, f"{name}@T1", policy or f"fixed:{gen}",
+                          args.max_new_tokens, 1.0)
         out[name] = summarize(runs)
-        log(f"  {name + ' T=1':<16} MAT {out[name]['mat']:.2f}  tok/s {out[name]['tokens_per_s']:.1f}")
+        log(f"  {name + ' T=1':<16} MAT {out[name]['mat']:.2f}  tok/s "
+            f"{out[name]['tokens_per_s']:.1f}")
     return out
 
 
-def tabulate(runs: dict[str, list[Run]], prompts_domains: list[str], specialists: list[str]) -> dict[str, Any]:
+def tabulate(runs: dict[str, list[Run]], prompts_domains: list[str],
+             specialists: list[str]) -> dict[str, Any]:
     plain = summarize(runs["plain"])["tokens_per_s"]
     methods = {}
     for name, rs in runs.items():
         s = summarize(rs)
         s["speedup_vs_plain"] = s["tokens_per_s"] / plain if plain else 0.0
         methods[name] = s
-    domains = {d: {name: summarize([r for r in rs if r.prompt.domain == d]) for name, rs in runs.items()}
+    domains = {d: {name: summarize([r for r in rs if r.prompt.domain == d])
+                   for name, rs in runs.items()}
                for d in prompts_domains}
     spec_avg = sum(methods[s]["mat"] for s in specialists) / max(len(specialists), 1)
     return {"workload": "mixed", "methods": methods, "domains": domains, "specialists": specialists,
             "specialists_avg_mat": spec_avg}
 
 
-def pool_size_sweep(engine: SpecEngine, prompts: list[Any], args: argparse.Namespace, log: Any) -> dict[str, Any]:
+def pool_size_sweep(engine: SpecEngine, prompts: list[Any], args: argparse.Namespace,
+                    log: Any) -> dict[str, Any]:
     base = dict(engine.snapshot.drafters)
     subset = prompts[: max(7, len(prompts) // 2)]
     out: dict[str, dict[int, float]] = {m: {} for m in ("hedgespec", "ucbspec", "exp3spec")}
@@ -209,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
+    log = ((lambda s: print(s, file=sys.stderr, flush=True)) if args.json
+           else (lambda s: print(s, flush=True)))
     results = run_all(args, log)
     from bench.hedgespec_report import write_report
 

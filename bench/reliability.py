@@ -1,6 +1,6 @@
-"""Reliability benchmark (issue 9): load, overload, disconnect storms, hot pool changes, a
-database outage, replica convergence, a crash during a download, corrupt weights and input fuzzing, each against a
-real `hedgespec serve` process on a loopback port, written up in one report.
+"""Reliability benchmark (issue 9): load, overload, disconnect storms, hot pool changes, a database
+outage, replica convergence, a crash during a download, corrupt weights and input fuzzing, each
+against a real `hedgespec serve` process on a loopback port, written up in one report.
 
     python -m bench.reliability [--soak] [--out bench/results/reliability.md]
 
@@ -245,14 +245,17 @@ def _rejection(status: int, body: bytes, headers: httpx.Headers, started: float)
     if problem is None:
         code = json.loads(body)["error"]["code"]
     if status >= 500:
-        return Outcome("server_error", status, latency, code=code, detail=problem or body[:200].decode(errors="replace"))
+        return Outcome("server_error", status, latency, code=code,
+                       detail=problem or body[:200].decode(errors="replace"))
     if problem is not None:
         return Outcome("malformed", status, latency, detail=problem)
     if status == 429:
         if not headers.get("retry-after", "").isdigit():
-            return Outcome("malformed", status, latency, code=code, detail="429 without Retry-After")
+            return Outcome("malformed", status, latency, code=code,
+                           detail="429 without Retry-After")
         return Outcome("rejected", status, latency, code=code)
-    return Outcome("client_error", status, latency, code=code, detail=body[:200].decode(errors="replace"))
+    return Outcome("client_error", status, latency, code=code,
+                   detail=body[:200].decode(errors="replace"))
 
 
 async def stream_request(http: httpx.AsyncClient, body: dict[str, Any], key: str | None,
@@ -329,7 +332,8 @@ class LoadResult:
             "rejected_429": kinds["rejected"],
             "rejected_codes": dict(Counter(o.code for o in self.outcomes if o.kind == "rejected")),
             "errors": len(failures),
-            "status_5xx": sum(1 for o in self.outcomes if o.status >= 500 or o.kind == "server_error"),
+            "status_5xx": sum(1 for o in self.outcomes
+                              if o.status >= 500 or o.kind == "server_error"),
             "lost": sum(1 for o in self.outcomes if o.lost),
             "kinds": dict(kinds),
             "failure_samples": [asdict(o) for o in failures[:5]],
@@ -397,7 +401,8 @@ async def _drop_one(host: str, port: int, mode: str, rng: random.Random, *, key:
     stream = mode != "non_streaming"
     if mode == "admin_live":
         request = (f"GET /admin/api/live HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
-                   f"Authorization: Bearer {admin_key}\r\nAccept: text/event-stream\r\n\r\n").encode()
+                   f"Authorization: Bearer {admin_key}\r\nAccept: "
+                   "text/event-stream\r\n\r\n").encode()
     else:
         payload = json.dumps(chat_body(max_tokens, stream=stream,
                                        policy=rng.choice(["auto", "none", "fixed:alpha"]))).encode()
@@ -471,8 +476,8 @@ def disconnect_storm(base_url: str, pid: int, *, clients: int, waves: int, round
         time.sleep(0.5)  # let sockets finish closing on the server side
         state = admin_live_state(base_url, admin_key) if admin_key else {}
         stats = proc_status(pid)
-        rounds_out.append({"clients": clients * waves, "modes": modes, "settle_s": round(settle_s, 2),
-                           **gauges, **state, **stats})
+        rounds_out.append({"clients": clients * waves, "modes": modes,
+                           "settle_s": round(settle_s, 2), **gauges, **state, **stats})
     return {"before": before, "rounds": rounds_out,
             "dropped_total": sum(r["clients"] for r in rounds_out)}
 
@@ -776,7 +781,8 @@ def scenario(results: dict[str, Any], name: str, fn: Callable[[], Any]) -> None:
 LIMIT_FLAGS = ("--max-running", "2", "--max-queue", "14")  # capacity 16
 
 
-def _limits_scenarios(results: dict[str, Any], pool: Path, root: Path, args: argparse.Namespace) -> None:
+def _limits_scenarios(results: dict[str, Any], pool: Path, root: Path,
+                      args: argparse.Namespace) -> None:
     """On one server at its queue limits: load below and above them, disconnect storms, the
     optional soak, and its memory before and after."""
     limits = start_server(pool, root / "limits", *KEY_FLAGS, *LIMIT_FLAGS,
@@ -826,7 +832,8 @@ def _hot_pool_scenarios(results: dict[str, Any], pool: Path, root: Path, drafter
         results["log_problems"] += server_log_problems(hot.log())
 
 
-def _registry_scenarios(results: dict[str, Any], pool: Path, root: Path, args: argparse.Namespace) -> None:
+def _registry_scenarios(results: dict[str, Any], pool: Path, root: Path,
+                        args: argparse.Namespace) -> None:
     """Servers of their own: the database outage (PostgreSQL only), replica convergence and
     kill -9 during a download."""
     from bench.reliability_faults import database_outage, download_crash, replica_convergence
@@ -863,7 +870,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench.reliability_report import render, totals, verdicts
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--soak", action="store_true", help="add the long soak run (and 10x fuzzing)")
+    parser.add_argument("--soak", action="store_true",
+                        help="add the long soak run (and 10x fuzzing)")
     parser.add_argument("--soak-s", type=float, default=600.0, help="soak duration, seconds")
     parser.add_argument("--load-s", type=float, default=15.0, help="each load run, seconds")
     parser.add_argument("--storm-rounds", type=int, default=3, help="disconnect storm rounds")
@@ -877,7 +885,8 @@ def main(argv: list[str] | None = None) -> int:
     results = run_all(args)
     results["totals"] = totals(results)
     meta = {
-        "command": " ".join(["python -m bench.reliability", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["python -m bench.reliability",
+                             *(argv if argv is not None else sys.argv[1:])]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f})",
         "wall_s": time.monotonic() - started,

@@ -31,7 +31,7 @@ from gateway.config import Settings
 if TYPE_CHECKING:
     from bench.harness.fakehub import FakeHub
 
-# ---- a TCP proxy that can be cut ------------------------------------------------------------------
+# ---- a TCP proxy that can be cut -----------------------------------------------------------------
 
 
 class TcpProxy:
@@ -98,7 +98,8 @@ class TcpProxy:
             self._conns.discard(sock)
         with contextlib.suppress(OSError):
             # SO_LINGER 0: close with a RST, as a vanished host's peer would see
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                            b"\x01\x00\x00\x00\x00\x00\x00\x00")
             sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             sock.close()
@@ -152,9 +153,11 @@ def database_outage(pool: Path, workdir: Path, pg_admin_url: str, *, outage_s: f
     load = out.get("load", {})
     out["held"] = (
         load.get("errors") == 0 and load.get("ok", 0) > 0 and load.get("rejected_429") == 0
-        and set(out["admin_during"]) == {503} and out["admin_codes_during"] == ["registry_unavailable"]
+        and set(out["admin_during"]) == {503}
+        and out["admin_codes_during"] == ["registry_unavailable"]
         and out["health_during"] == 200 and out["generation_during"] == 200
-        and out["ready_during"] == 200 and out["admin_after"] == 200 and out["recovered_drafter"] == "ready+serving"
+        and out["ready_during"] == 200 and out["admin_after"] == 200
+        and out["recovered_drafter"] == "ready+serving"
         and not out["log_problems"]
     )
     return out
@@ -177,8 +180,8 @@ class _BackgroundLoad:
     def _run(self) -> None:
         async def main() -> R.LoadResult:
             stop = asyncio.Event()
-            task = asyncio.create_task(R.run_load(self._base_url, clients=self._clients, duration_s=600,
-                                                  body=R.chat_body(16), stop=stop))
+            task = asyncio.create_task(R.run_load(self._base_url, clients=self._clients,
+                                                  duration_s=600, body=R.chat_body(16), stop=stop))
             while not self._stop_now:
                 await asyncio.sleep(0.05)
             stop.set()
@@ -201,8 +204,9 @@ def _admin_during_outage(admin: httpx.Client, drafter_dir: Path, outage_s: float
         started = time.monotonic()
         for method, path, body in (("GET", "/admin/api/drafters", None),
                                    ("GET", "/admin/api/pool", None),
-                                   ("POST", "/admin/api/drafters", {"name": "during", "source": "local",
-                                                                    "path": str(drafter_dir)})):
+                                   ("POST", "/admin/api/drafters",
+                                    {"name": "during", "source": "local",
+                                     "path": str(drafter_dir)})):
             resp = admin.request(method, path, json=body)
             during.append(resp.status_code)
             if resp.status_code >= 400:
@@ -273,7 +277,7 @@ def _outage_run(base_url: str, proxy: TcpProxy, drafter_dir: Path, outage_s: flo
     return out
 
 
-# ---- replica convergence ---------------------------------------------------------------------------
+# ---- replica convergence -------------------------------------------------------------------------
 
 def _has_status(http: httpx.Client, drafter_id: str, status: str) -> bool:
     return (R.drafter_state(http, drafter_id) or {}).get("status") == status
@@ -351,7 +355,7 @@ def replica_convergence(pool: Path, workdir: Path, database_url: str | None, *,
     }
 
 
-# ---- kill -9 during a download ---------------------------------------------------------------------
+# ---- kill -9 during a download -------------------------------------------------------------------
 
 HUB_REPO = "org/tiny-drafters"
 HUB_SUBFOLDER = "alpha"
@@ -364,7 +368,8 @@ def _kill_mid_download(pool: Path, workdir: Path, hub: FakeHub, environ: dict[st
     out: dict[str, Any] = {}
     server = R.start_server(pool, workdir, *R.KEY_FLAGS, environ=environ)
     try:
-        with httpx.Client(base_url=server.base_url, timeout=30, headers=R.auth(R.ADMIN_KEY)) as admin:
+        with httpx.Client(base_url=server.base_url, timeout=30,
+                          headers=R.auth(R.ADMIN_KEY)) as admin:
             created = admin.post("/admin/api/drafters", json={
                 "id": "remote", "name": "remote", "source": "hf", "repo_id": HUB_REPO,
                 "subfolder": HUB_SUBFOLDER})
@@ -391,14 +396,16 @@ def _resume_after_restart(pool: Path, workdir: Path, hub: FakeHub, environ: dict
     before_restart = hub.bytes_served[weights_path]
     restarted = R.start_server(pool, workdir, *R.KEY_FLAGS, environ=environ)
     try:
-        with httpx.Client(base_url=restarted.base_url, timeout=30, headers=R.auth(R.ADMIN_KEY)) as admin:
+        with httpx.Client(base_url=restarted.base_url, timeout=30,
+                          headers=R.auth(R.ADMIN_KEY)) as admin:
             out["status_after_restart"] = (R.drafter_state(admin, "remote") or {}).get("status")
 
             def done() -> str | None:
                 state = R.drafter_state(admin, "remote") or {}
                 if state.get("status") == "failed":
                     return f"failed: {state.get('error')}"
-                return "ready+serving" if state.get("status") == "ready" and state.get("serving") else None
+                return ("ready+serving" if state.get("status") == "ready" and state.get("serving")
+                        else None)
 
             out["final_status"] = R.wait_for(done, 90, "the resumed drafter")
             reply = httpx.post(f"{restarted.base_url}/v1/chat/completions", timeout=60,
@@ -470,7 +477,7 @@ def _inspect_registry(db_path: Path, drafter_id: str) -> dict[str, Any]:
             "status_on_disk": row[0] if row else None, "audit_statuses_on_disk": statuses}
 
 
-# ---- corrupt drafter files ------------------------------------------------------------------------
+# ---- corrupt drafter files -----------------------------------------------------------------------
 
 
 def make_corrupt_drafters(root: Path, good: Path, marker: Path) -> dict[str, Path]:
@@ -490,7 +497,8 @@ def make_corrupt_drafters(root: Path, good: Path, marker: Path) -> dict[str, Pat
         cases[name] = d
 
     case("garbage-weights", {"config.json": config, "model.safetensors": os.urandom(len(weights))})
-    case("truncated-weights", {"config.json": config, "model.safetensors": weights[: len(weights) // 2]})
+    case("truncated-weights",
+         {"config.json": config, "model.safetensors": weights[: len(weights) // 2]})
     case("huge-header", {"config.json": config,
                          "model.safetensors": (2**40).to_bytes(8, "little") + b"{" * 64})
     case("bad-config", {"config.json": "{not json", "model.safetensors": weights})
@@ -515,7 +523,8 @@ def make_corrupt_drafters(root: Path, good: Path, marker: Path) -> dict[str, Pat
     return cases
 
 
-def corrupt_drafters(base_url: str, workdir: Path, good: Path, *, timeout_s: float = 60) -> dict[str, Any]:
+def corrupt_drafters(base_url: str, workdir: Path, good: Path, *,
+                     timeout_s: float = 60) -> dict[str, Any]:
     """Register each corrupt directory through the admin API on a running server."""
     marker = workdir / "PWNED"
     cases = make_corrupt_drafters(workdir / "cases", good, marker)
@@ -523,8 +532,9 @@ def corrupt_drafters(base_url: str, workdir: Path, good: Path, *, timeout_s: flo
     errors: dict[str, str] = {}
     with httpx.Client(base_url=base_url, timeout=30, headers=R.auth(R.ADMIN_KEY)) as admin:
         for name, path in cases.items():
-            resp = admin.post("/admin/api/drafters", json={"id": f"bad-{name}", "name": f"bad {name}",
-                                                           "source": "local", "path": str(path)})
+            resp = admin.post("/admin/api/drafters",
+                              json={"id": f"bad-{name}", "name": f"bad {name}", "source": "local",
+                                    "path": str(path)})
             assert resp.status_code == 202, resp.text
         for name in cases:
             def final(name: str = name) -> dict[str, Any] | None:

@@ -61,9 +61,10 @@ def _row(name: str, s: dict[str, Any]) -> str:
     if "failed" in s:
         return f"| {name} | FAILED: {s['failed']} |||||||||"
     codes = ", ".join(f"{k}: {v}" for k, v in s.get("rejected_codes", {}).items()) or "-"
-    return (f"| {name} | {s['clients']} | {s['requests']} | {s['ok']} | {s['rejected_429']} ({codes}) "
-            f"| {s['errors']} | {s['status_5xx']} | {_s(s['latency_p50_s'])} / {_s(s['latency_p99_s'])} "
-            f"| {_s(s['ttft_p50_s'])} / {_s(s['ttft_p99_s'])} | {s['tokens_per_s']} |")
+    return (f"| {name} | {s['clients']} | {s['requests']} | {s['ok']} | {s['rejected_429']} "
+            f"({codes}) | {s['errors']} | {s['status_5xx']} | {_s(s['latency_p50_s'])} / "
+            f"{_s(s['latency_p99_s'])} | {_s(s['ttft_p50_s'])} / {_s(s['ttft_p99_s'])} | "
+            f"{s['tokens_per_s']} |")
 
 
 Verdict = tuple[str, bool, str]
@@ -140,8 +141,9 @@ def _corrupt_verdict(r: dict[str, Any]) -> Verdict:
     corrupt = _at(r, "corrupt_drafters")
     return ("corrupt drafter files end in `failed`, payload not executed",
             bool(corrupt.get("held")), corrupt.get("failed") or
-            f"{len(corrupt.get('statuses', {}))} files: {sorted(set(corrupt.get('statuses', {}).values()))}, "
-            f"payload executed: {corrupt.get('payload_executed')}")
+            f"{len(corrupt.get('statuses', {}))} files: "
+            f"{sorted(set(corrupt.get('statuses', {}).values()))}, payload executed: "
+            f"{corrupt.get('payload_executed')}")
 
 
 def _rate_limit_verdict(r: dict[str, Any]) -> Verdict:
@@ -177,7 +179,8 @@ def _memory_verdict(r: dict[str, Any]) -> Verdict:
     rss_growth = (r.get("rss_end") or 0) - (r.get("rss_start") or 0)
     return (f"bounded memory (RSS growth < {_mib(RSS_BOUND)})",
             bool(r.get("rss_end")) and rss_growth < RSS_BOUND,
-            f"{_mib(r.get('rss_start'))} at start -> {_mib(r.get('rss_end'))} after load and storms")
+            f"{_mib(r.get('rss_start'))} at start -> {_mib(r.get('rss_end'))} after load and "
+            "storms")
 
 
 def _soak_verdict(r: dict[str, Any]) -> Verdict | None:
@@ -212,10 +215,10 @@ def _header(r: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     return [
         "# Reliability report (issue 9)",
         "",
-        f"Regenerate with `{meta['command']}` ({meta['wall_s']:.0f} s on this machine; `--soak` adds "
-        "a long constant-load run and a 10x fuzz budget). Every server is a real `hedgespec serve` "
-        "on 127.0.0.1 serving the tiny random test pool (4-layer Llama target, hidden 64, two "
-        "EAGLE-3 drafters) on CPU; clients are closed-loop `httpx` streams (`max_tokens` 16). "
+        f"Regenerate with `{meta['command']}` ({meta['wall_s']:.0f} s on this machine; `--soak` "
+        "adds a long constant-load run and a 10x fuzz budget). Every server is a real `hedgespec "
+        "serve` on 127.0.0.1 serving the tiny random test pool (4-layer Llama target, hidden 64, "
+        "two EAGLE-3 drafters) on CPU; clients are closed-loop `httpx` streams (`max_tokens` 16). "
         f"Generated {meta['date']} on {meta['machine']}. CI runs the same scenarios at smaller "
         "sizes: `pytest tests/reliability` (soak: `--soak`).",
         "",
@@ -245,11 +248,13 @@ def _load_section(r: dict[str, Any]) -> list[str]:
         "queued at any time), 32 exceed it. Latency is end to end (request sent to `[DONE]`), "
         "TTFT to the first content chunk, tokens/s is all completion tokens over the wall time.",
         "",
-        "| run | clients | requests | ok | 429 (codes) | errors | 5xx | latency p50 / p99 | TTFT p50 / p99 | tokens/s |",
+        "| run | clients | requests | ok | 429 (codes) | errors | 5xx | latency p50 / p99 | TTFT "
+        "p50 / p99 | tokens/s |",
         "|---|---|---|---|---|---|---|---|---|---|",
         _row("below capacity", _at(r, "load_below_limit")),
         _row("above capacity", _at(r, "load_above_limit")),
-        _row(f"during {_at(r, 'hot_pool').get('cycles', 0)} hot add/remove cycles", _at(r, "hot_pool", "load")),
+        _row(f"during {_at(r, 'hot_pool').get('cycles', 0)} hot add/remove cycles",
+             _at(r, "hot_pool", "load")),
         _row("during a database outage", _at(r, "database_outage", "load")),
     ]
     if "soak" in r:
@@ -274,18 +279,20 @@ def _storm_section(r: dict[str, Any]) -> list[str]:
         "no open admin stream; threads and open file descriptors must stay at the warmed-up level "
         f"(slack {THREAD_SLACK} threads, {FD_SLACK} fds).",
         "",
-        "| round | dropped clients | settle | in flight | running | waiting | live traces | admin streams | threads | fds | RSS |",
+        "| round | dropped clients | settle | in flight | running | waiting | live traces | admin "
+        "streams | threads | fds | RSS |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     storm = _at(r, "disconnect_storm")
     before = storm.get("before")
     if before:
-        lines.append(f"| warmed up | - | - | - | - | - | - | - | {before['threads']} | {before['fds']} "
-                     f"| {_mib(before['rss_bytes'])} |")
+        lines.append(f"| warmed up | - | - | - | - | - | - | - | {before['threads']} | "
+                     f"{before['fds']} | {_mib(before['rss_bytes'])} |")
     for i, x in enumerate(storm.get("rounds", []), 1):
-        lines.append(f"| {i} | {x['clients']} | {x['settle_s']} s | {x['in_flight']:.0f} | {x['running']:.0f} "
-                     f"| {x['waiting']:.0f} | {x.get('active_traces', '-')} | {x.get('live_streams', '-')} "
-                     f"| {x['threads']} | {x['fds']} | {_mib(x['rss_bytes'])} |")
+        lines.append(f"| {i} | {x['clients']} | {x['settle_s']} s | {x['in_flight']:.0f} | "
+                     f"{x['running']:.0f} | {x['waiting']:.0f} | {x.get('active_traces', '-')} | "
+                     f"{x.get('live_streams', '-')} | {x['threads']} | {x['fds']} | "
+                     f"{_mib(x['rss_bytes'])} |")
     return lines
 
 
@@ -305,9 +312,9 @@ def _database_fault(db: dict[str, Any]) -> str:
         f"{db.get('outage_s', 'n/a')} s: connections reset, new ones refused): admin API "
         f"{db.get('admin_during')} {db.get('admin_codes_during')} (slowest answer "
         f"{db.get('admin_slowest_s')} s), `/health` {db.get('health_during')}, a generation "
-        f"{db.get('generation_during')}, `/ready` {db.get('ready_during')} during the outage; admin "
-        f"back {db.get('admin_recovery_s')} s after the database returned, a drafter registered "
-        f"then {db.get('recovered_drafter')}; request-log rows dropped while down: "
+        f"{db.get('generation_during')}, `/ready` {db.get('ready_during')} during the outage; "
+        f"admin back {db.get('admin_recovery_s')} s after the database returned, a drafter "
+        f"registered then {db.get('recovered_drafter')}; request-log rows dropped while down: "
         f"{db.get('request_logs_dropped')}." + (f" ({db['skipped']})" if "skipped" in db else ""))
 
 

@@ -44,7 +44,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 OOD_FILE = Path(__file__).resolve().parents[1] / "demo" / "data" / "ood" / "humaneval.jsonl"
 # Instructions no training prompt carries (the router's features shift, the text's domain not).
 WRAPPERS = (
-    "You are a careful assistant. Restate the task in one sentence first, then solve it.\n\nTask: {p}",
+    "You are a careful assistant. Restate the task in one sentence first, then solve it.\n\n"
+    "Task: {p}",
     "{p}\n\nKeep the answer short and end with a one-line summary for a busy manager.",
     "A colleague forwarded this and asked for your take, informally:\n---\n{p}\n---",
 )
@@ -53,27 +54,32 @@ METHODS = ("generalist", "router", "hedgespec", "oracle")
 
 def eval_rows(pool_json: Path, per_domain: int) -> list[dict[str, str]]:
     """The pool's first `per_domain` held-out prompts per domain, interleaved."""
-    rows = [json.loads(line) for line in (pool_json.parent / "eval_prompts.jsonl").read_text().splitlines() if line]
+    rows = [json.loads(line)
+            for line in (pool_json.parent / "eval_prompts.jsonl").read_text().splitlines() if line]
     by_domain: dict[str, list[dict[str, str]]] = {}
     for r in rows:
         by_domain.setdefault(r["domain"], []).append(r)
     return [rs[i] for i in range(per_domain) for _, rs in sorted(by_domain.items()) if i < len(rs)]
 
 
-def workloads(pool_json: Path, tokenizer: Any, per_domain: int, ood: int, max_prompt: int) -> dict[str, list[Prompt]]:
+def workloads(pool_json: Path, tokenizer: Any, per_domain: int, ood: int,
+              max_prompt: int) -> dict[str, list[Prompt]]:
     rows = eval_rows(pool_json, per_domain)
-    clean = [Prompt(r["id"], r["domain"], chat_ids(tokenizer, r["prompt"], max_prompt)) for r in rows]
+    clean = [Prompt(r["id"], r["domain"], chat_ids(tokenizer, r["prompt"], max_prompt))
+             for r in rows]
     wrapped = []
     for i, r in enumerate(rows):
         text = tokenizer.decode(tokenizer(r["prompt"])["input_ids"][:max_prompt])
-        wrapped.append(Prompt(r["id"], r["domain"], chat_ids(tokenizer, WRAPPERS[i % len(WRAPPERS)].format(p=text),
+        wrapped.append(Prompt(r["id"], r["domain"],
+                              chat_ids(tokenizer, WRAPPERS[i % len(WRAPPERS)].format(p=text),
                                                               max_prompt + 40)))
     humaneval = [Prompt(r.id, "ood_humaneval", chat_ids(tokenizer, r.prompt, max_prompt))
                  for r in load_records(OOD_FILE, "ood_humaneval")[:ood]]
     return {"clean": clean, "wrapped": wrapped, "ood": humaneval}
 
 
-def measure(engine: SpecEngine, prompts: list[Prompt], gen: str, max_new: int, log: Any) -> dict[str, list[Run]]:
+def measure(engine: SpecEngine, prompts: list[Prompt], gen: str, max_new: int,
+            log: Any) -> dict[str, list[Run]]:
     runs: dict[str, list[Run]] = {}
     fixed = {d: run_method(engine, prompts, d, f"fixed:{d}", max_new) for d in engine.drafter_ids()}
     runs["generalist"] = fixed[gen]
@@ -93,7 +99,8 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     engine = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=args.dtype))
     if engine.router is None:
-        raise SystemExit(f"{args.pool} names no router: run `python -m demo.router --pool {args.pool}`")
+        raise SystemExit(f"{args.pool} names no router: run `python -m demo.router --pool "
+                         f"{args.pool}`")
     gen = generalist_id(args.pool, engine.drafter_ids())
     sets = workloads(args.pool, engine.tokenizer, args.per_domain, args.ood, args.max_prompt_tokens)
     engine.generate_ids(sets["clean"][0].ids, SamplingParams(max_new_tokens=8))  # warm-up
@@ -106,13 +113,15 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
         out["workloads"][name] = {
             "prompts": len(prompts),
             "methods": {m: summarize(runs[m]) for m in METHODS},
-            "router_accuracy": sum(p == q.domain for p, q in zip(picks, prompts, strict=True)) / len(prompts),
+            "router_accuracy": sum(p == q.domain
+                                   for p, q in zip(picks, prompts, strict=True)) / len(prompts),
             "router_picks": {d: picks.count(d) for d in sorted(set(picks))},
             "seconds": time.perf_counter() - t0,
         }
     out["config"] = {"pool": str(args.pool), "per_domain": args.per_domain, "ood": args.ood,
-                     "max_new_tokens": args.max_new_tokens, "threads": args.threads, "dtype": args.dtype,
-                     "tree": engine.config.tree.__dict__, "decoding": "greedy", "torch": torch.__version__}
+                     "max_new_tokens": args.max_new_tokens, "threads": args.threads,
+                     "dtype": args.dtype, "tree": engine.config.tree.__dict__, "decoding": "greedy",
+                     "torch": torch.__version__}
     return out
 
 
@@ -122,21 +131,22 @@ def markdown(r: dict[str, Any]) -> str:
         "# Router robustness: a static prompt router against HedgeSpec",
         "",
         "Generated by `python -m bench.robustness` (see its docstring). Greedy decoding, "
-        f"{cfg['max_new_tokens']} new tokens per prompt, tree {cfg['tree']}, {cfg['threads']} threads, "
-        f"dtype {cfg['dtype']}; pool `{cfg['pool']}`. MAT = tokens committed per target pass; "
-        "tok/s measured in the same run.",
+        f"{cfg['max_new_tokens']} new tokens per prompt, tree {cfg['tree']}, {cfg['threads']} "
+        f"threads, dtype {cfg['dtype']}; pool `{cfg['pool']}`. MAT = tokens committed per target "
+        "pass; tok/s measured in the same run.",
         "",
-        "| workload | prompts | router accuracy | generalist MAT | router MAT | HedgeSpec MAT | oracle MAT "
-        "| HedgeSpec / router | HedgeSpec / oracle | router tok/s | HedgeSpec tok/s |",
+        "| workload | prompts | router accuracy | generalist MAT | router MAT | HedgeSpec MAT | "
+        "oracle MAT | HedgeSpec / router | HedgeSpec / oracle | router tok/s | HedgeSpec tok/s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, w in r["workloads"].items():
         m = w["methods"]
         acc = "n/a (no such drafter)" if name == "ood" else f"{w['router_accuracy']:.0%}"
         lines.append(
-            f"| {name} | {w['prompts']} | {acc} | {m['generalist']['mat']:.2f} | {m['router']['mat']:.2f} | "
-            f"{m['hedgespec']['mat']:.2f} | {m['oracle']['mat']:.2f} | "
-            f"{m['hedgespec']['mat'] / m['router']['mat']:.3f}x | {m['hedgespec']['mat'] / m['oracle']['mat']:.3f}x | "
+            f"| {name} | {w['prompts']} | {acc} | {m['generalist']['mat']:.2f} | "
+            f"{m['router']['mat']:.2f} | {m['hedgespec']['mat']:.2f} | {m['oracle']['mat']:.2f} | "
+            f"{m['hedgespec']['mat'] / m['router']['mat']:.3f}x | "
+            f"{m['hedgespec']['mat'] / m['oracle']['mat']:.3f}x | "
             f"{m['router']['tokens_per_s']:.1f} | {m['hedgespec']['tokens_per_s']:.1f} |"
         )
     lines += ["", "Router picks per workload: " + "; ".join(
@@ -166,7 +176,8 @@ def plot(r: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.robustness", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.robustness",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--pool", type=Path, default=DEFAULT_POOL)
     ap.add_argument("--per-domain", type=int, default=2)
     ap.add_argument("--ood", type=int, default=6)

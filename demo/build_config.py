@@ -36,8 +36,10 @@ class BuildConfig:
     # rollouts but left held-out MAT where it was (generalist 1.83 vs 1.82, oracle 1.08x vs
     # 1.12x; demo/experiments/epochs-20-14.md): the drafters are limited by the 90k generated
     # training tokens, not by steps, so the next lever is more rollouts per domain.
-    generalist: Schedule = field(default_factory=lambda: Schedule(epochs=10.0, lr=2e-3, warmup_steps=20))
-    specialist: Schedule = field(default_factory=lambda: Schedule(epochs=6.0, lr=1e-3, warmup_steps=5))
+    generalist: Schedule = field(default_factory=lambda: Schedule(epochs=10.0, lr=2e-3,
+                                                                  warmup_steps=20))
+    specialist: Schedule = field(default_factory=lambda: Schedule(epochs=6.0, lr=1e-3,
+                                                                  warmup_steps=5))
     report: ReportSpec = field(default_factory=ReportSpec)
     eval_prompts_per_domain: int = 30
     threads: int = 2

@@ -33,14 +33,16 @@ def log_summary(log: TrainLog) -> dict[str, Any]:
     }
 
 
-def rollout_summary(rollouts: Sequence[Rollout], eos_id: int, generalist: Eagle3Drafter) -> dict[str, Any]:
+def rollout_summary(rollouts: Sequence[Rollout], eos_id: int,
+                    generalist: Eagle3Drafter) -> dict[str, Any]:
     temps = sorted({r.temperature for r in rollouts})
     return {
         "sequences": len(rollouts),
         "by_temperature": {str(t): sum(r.temperature == t for r in rollouts) for t in temps},
         "prompt_tokens": sum(len(r.prompt_ids) for r in rollouts),
         "response_tokens": sum(len(r.response_ids) for r in rollouts),
-        "ended_with_eos": sum(bool(r.response_ids) and r.response_ids[-1] == eos_id for r in rollouts),
+        "ended_with_eos": sum(bool(r.response_ids) and r.response_ids[-1] == eos_id
+                              for r in rollouts),
         "draft_vocab_coverage": draft_vocab_coverage(generalist, rollouts),
     }
 

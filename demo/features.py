@@ -43,7 +43,8 @@ class TargetFeatures:
 
     def compute(self, rollouts: Sequence[Rollout], progress: bool = True) -> None:
         missing = sorted({r for r in rollouts if r not in self.views}, key=lambda r: len(r.ids))
-        batches = [missing[i : i + self.batch_size] for i in range(0, len(missing), self.batch_size)]
+        batches = [missing[i : i + self.batch_size]
+                   for i in range(0, len(missing), self.batch_size)]
         for batch in tqdm(batches, desc="target features", unit="batch", disable=not progress):
             self._compute(batch)
 

@@ -29,7 +29,8 @@ class PackedBatch:
     argmax: Tensor  # [B, T] target full-vocabulary argmax
 
 
-def pack_rows(rollouts: Sequence[Rollout], row_tokens: int, order: Sequence[int]) -> list[list[int]]:
+def pack_rows(rollouts: Sequence[Rollout], row_tokens: int,
+              order: Sequence[int]) -> list[list[int]]:
     """Rollout indices per row, filled in `order` (first fit over the open rows)."""
     rows: list[list[int]] = []
     space: list[int] = []
@@ -45,7 +46,8 @@ def pack_rows(rollouts: Sequence[Rollout], row_tokens: int, order: Sequence[int]
     return rows
 
 
-def collate(rows: Sequence[Sequence[Rollout]], features: TargetFeatures, row_tokens: int) -> PackedBatch:
+def collate(rows: Sequence[Sequence[Rollout]], features: TargetFeatures,
+            row_tokens: int) -> PackedBatch:
     """One batch of packed rows, every tensor right-padded to the longest row."""
     width = max(sum(min(len(r.ids), row_tokens) for r in row) for row in rows)
     first = features.views[rows[0][0]]

@@ -49,10 +49,12 @@ from demo.train_drafters import clone_drafter, new_drafter, response_token_count
 
 
 def eagle3_aux_layers(num_layers: int) -> tuple[int, int, int]:
-    """EAGLE-3's feature layers (inputs of decoder layers 2, L//2, L-3): 30 layers -> (2, 15, 27)."""
+    """EAGLE-3's feature layers (inputs of decoder layers 2, L//2, L-3): 30 layers ->
+    (2, 15, 27)."""
     layers = (2, num_layers // 2, num_layers - 3)
     if not 0 < layers[0] < layers[1] < layers[2] < num_layers:
-        raise ValueError(f"a target needs at least 8 layers for EAGLE-3's features, got {num_layers}")
+        raise ValueError("a target needs at least 8 layers for EAGLE-3's features, got "
+                         f"{num_layers}")
     return layers
 
 
@@ -68,9 +70,11 @@ def prompt_jobs(cfg: BuildConfig, seed: int, data_dir: Path) -> list[PromptJob]:
     spec = cfg.rollouts
     jobs: list[PromptJob] = []
     for domain in DOMAINS:
-        picked = pick(load_records(corpus_path(domain, data_dir), domain), spec.greedy_per_domain, seed + 1)
+        picked = pick(load_records(corpus_path(domain, data_dir), domain), spec.greedy_per_domain,
+                      seed + 1)
         jobs += [PromptJob(r, rank, 0.0) for rank, r in enumerate(picked)]
-        jobs += [PromptJob(r, rank, 1.0) for rank, r in enumerate(picked[: spec.sampled_per_domain])]
+        jobs += [PromptJob(r, rank, 1.0)
+                 for rank, r in enumerate(picked[: spec.sampled_per_domain])]
     return jobs
 
 
@@ -196,7 +200,8 @@ def _build(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Build the HedgeSpec demo pool (CPU, deterministic).")
+    parser = argparse.ArgumentParser(description="Build the HedgeSpec demo pool (CPU, "
+                                                 "deterministic).")
     add_build_arguments(parser)
     run_build(parser.parse_args(argv))
 

@@ -34,7 +34,8 @@ def write_pool_files(
         save_drafter(drafter, out_dir / "drafters" / drafter_id, dtype=torch.float16)
         domain = "all" if drafter_id == GENERALIST else drafter_id
         entries.append({"id": drafter_id, "domain": domain, "path": f"drafters/{drafter_id}"})
-    pool_json = {"model_name": MODEL_NAME, "target": {"provision": smollm2.NAME}, "drafters": entries}
+    pool_json = {"model_name": MODEL_NAME, "target": {"provision": smollm2.NAME},
+                 "drafters": entries}
     (out_dir / "pool.json").write_text(json.dumps(pool_json, indent=2) + "\n")
     write_jsonl(out_dir / "eval_prompts.jsonl", eval_prompt_rows(cfg, data_dir))
 

@@ -31,7 +31,8 @@ def _provider(entry: Any) -> str | None:
         return None
     if isinstance(entry, dict) and entry.get("provision") in PROVIDERS:
         return str(entry["provision"])
-    raise PoolTargetError(f"unknown pool target {entry!r}: a path, or {{'provision': one of {PROVIDERS}}}")
+    raise PoolTargetError(f"unknown pool target {entry!r}: a path, or {{'provision': one of "
+                          f"{PROVIDERS}}}")
 
 
 def target_dir(pool_json: Path, *, provision: bool = True, progress: bool = True) -> Path:

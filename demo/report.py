@@ -61,7 +61,8 @@ def open_engine(pool_json: Path, spec: ReportSpec) -> SpecEngine:
 
     dtype = str(target_dtype(spec.dtype)).removeprefix("torch.")
     # evaluate_all=False: a fixed policy needs no counterfactual catch-up of the other drafters.
-    return open_pool_engine(pool_json, EngineConfig(tree=spec.tree, evaluate_all=False, dtype=dtype))
+    return open_pool_engine(pool_json,
+                            EngineConfig(tree=spec.tree, evaluate_all=False, dtype=dtype))
 
 
 def chat_prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
@@ -106,7 +107,8 @@ def measure_cells(
     torch.set_num_threads(1)
     engine = open_engine(pool_json, spec)
     domains = sorted({do for _, do, _ in jobs})
-    prompts = {d: eval_prompt_ids(engine, pool_json.parent, d, spec.prompts_per_domain) for d in domains}
+    prompts = {d: eval_prompt_ids(engine, pool_json.parent, d, spec.prompts_per_domain)
+               for d in domains}
     bar = tqdm(jobs, desc="report (MAT)", unit="cell", disable=not progress)
     return [measure_cell(engine, dr, prompts[do], spec.max_new_tokens, t) for dr, do, t in bar]
 
@@ -132,7 +134,8 @@ def measure_reports(
     """One table per temperature of `spec`, measured together so the workers stay busy."""
     jobs = [(dr, do, t) for t in spec.temperatures for dr in drafters for do in domains]
     cells = measure_jobs(pool_json, jobs, spec, workers)
-    return {t: {(dr, do): c for (dr, do, tt), c in cells.items() if tt == t} for t in spec.temperatures}
+    return {t: {(dr, do): c for (dr, do, tt), c in cells.items() if tt == t}
+            for t in spec.temperatures}
 
 
 def measure_jobs(
@@ -151,10 +154,12 @@ def measure_jobs(
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         futures = [
-            pool.submit(measure_cells, pool_json, shard, spec, i == 0) for i, shard in enumerate(shards)
+            pool.submit(measure_cells, pool_json, shard, spec, i == 0)
+            for i, shard in enumerate(shards)
         ]
         results = [f.result() for f in futures]
-    return {job: cell for shard, res in zip(shards, results, strict=True) for job, cell in zip(shard, res, strict=True)}
+    return {job: cell for shard, res in zip(shards, results, strict=True)
+            for job, cell in zip(shard, res, strict=True)}
 
 
 def report_dict(
@@ -177,7 +182,8 @@ def report_dict(
             "prompts": "the first prompts_per_domain rows of each domain in eval_prompts.jsonl",
         },
         "per_prompt": {
-            dr: {do: {"tokens": list(cells[(dr, do)].tokens), "rounds": list(cells[(dr, do)].rounds)}
+            dr: {do: {"tokens": list(cells[(dr, do)].tokens),
+                      "rounds": list(cells[(dr, do)].rounds)}
                  for do in domains}
             for dr in drafters
         },
@@ -200,7 +206,8 @@ def full_report(
     table under `sampling`, keyed by temperature."""
     greedy = report_dict(tables[0.0], drafters, domains, spec, 0.0)
     greedy["sampling"] = {
-        str(t): report_dict(cells, drafters, domains, spec, t) for t, cells in tables.items() if t > 0
+        str(t): report_dict(cells, drafters, domains, spec, t)
+        for t, cells in tables.items() if t > 0
     }
     return greedy
 

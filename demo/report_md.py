@@ -33,7 +33,7 @@ def checks_text(checks: dict[str, Any]) -> str:
         + (" (all at least 1.2x)" if not short else f" (below 1.2x: {', '.join(short)})"),
         f"- Average over domains: generalist {checks['generalist_average']:.3f}, "
         f"specialists {checks['specialists_average']:.3f} "
-        f"({'generalist ahead' if checks['generalist_beats_specialists_on_average'] else 'generalist NOT ahead'})",
+        f"({'generalist ahead' if checks['generalist_beats_specialists_on_average'] else 'generalist NOT ahead'})",  # noqa: E501, RUF100
         f"- Per-request oracle on the mixed workload: {checks['oracle_over_generalist']:.3f}x the "
         f"generalist's MAT ({'at least' if checks['oracle_at_least_1_25'] else 'below'} 1.25x)",
     ]
@@ -53,7 +53,8 @@ def build_text(build: dict[str, Any]) -> str:
     ]
     return "\n\n".join([
         f"Pool size on disk: {build['pool_bytes'] / 1e6:.1f} MB. Threads: {build['threads']}. "
-        f"Seed: {build['seed']}. Reused from the stage cache: {', '.join(sorted(cached)) or 'nothing'}.",
+        f"Seed: {build['seed']}. Reused from the stage cache: "
+        f"{', '.join(sorted(cached)) or 'nothing'}.",
         "Stage times (seconds):\n\n" + _table(["stage", "seconds"], stage_rows),
         f"Target: {target['name']}, {target['parameters'] / 1e6:.1f} M parameters, "
         f"{target['layers']} layers, from {target['source']}; build passes in {target['dtype']}; "
@@ -115,7 +116,8 @@ def render_report_md(report: dict[str, Any]) -> str:
     parts = [_section("Mean accepted tokens per round, greedy", report)]
     for t, table in report.get("sampling", {}).items():
         parts.append(_section(f"Mean accepted tokens per round, temperature {t}", table))
-    return head + "\n".join(parts) + "\n" + METHOD + "\n## Build\n\n" + build_text(report["build"]) + "\n"
+    return (head + "\n".join(parts) + "\n" + METHOD + "\n## Build\n\n"
+            + build_text(report["build"]) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:

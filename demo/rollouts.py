@@ -97,7 +97,8 @@ def generate_rollouts(
                                    temperature=temperature, eos_id=eos)
             responses.update(zip(part, outs, strict=True))
     return [
-        Rollout(j.record.domain, j.record.id, j.temperature, tuple(encoded[i]), responses[i], j.rank)
+        Rollout(j.record.domain, j.record.id, j.temperature, tuple(encoded[i]), responses[i],
+                j.rank)
         for i, j in enumerate(jobs)
     ]
 
@@ -112,7 +113,8 @@ def save_rollouts(path: Path, rollouts: Sequence[Rollout], key: dict[str, Any]) 
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
-def stored_responses(path: Path | None, key: dict[str, Any]) -> dict[tuple[str, float], tuple[int, ...]]:
+def stored_responses(path: Path | None,
+                     key: dict[str, Any]) -> dict[tuple[str, float], tuple[int, ...]]:
     """The responses stored in `path` by (record id, temperature); empty when the file is
     absent or its key differs (another target, dtype, corpus, seed or generation setting)."""
     if path is None or not path.is_file():
@@ -136,7 +138,8 @@ def load_rollouts(
     stored = stored_responses(path, key)
     if any((j.record.id, j.temperature) not in stored for j in jobs):
         return None
-    return [_rollout(j, stored[(j.record.id, j.temperature)], tokenizer, prompt_chars) for j in jobs]
+    return [_rollout(j, stored[(j.record.id, j.temperature)], tokenizer, prompt_chars)
+            for j in jobs]
 
 
 def _rollout(job: PromptJob, response: tuple[int, ...], tokenizer: PreTrainedTokenizerBase,

@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     router = train_router(tokenizer, args.per_domain, args.seed)
     path = add_to_pool(router, args.pool)
     print(f"router over {len(router.vocab)} token features, {len(router.labels)} labels, "
-          f"trained in {time.perf_counter() - t0:.0f}s -> {path} ({path.stat().st_size / 1e6:.2f} MB)")
+          f"trained in {time.perf_counter() - t0:.0f}s -> {path} "
+          f"({path.stat().st_size / 1e6:.2f} MB)")
 
 
 if __name__ == "__main__":

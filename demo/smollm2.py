@@ -137,7 +137,8 @@ def convert(gguf: Path, out: Path, progress: bool = True) -> None:
         missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
         real_missing = [k for k in missing if k != "lm_head.weight"]  # tied to the embedding
         if real_missing or unexpected:
-            raise ProvisionError(f"conversion mismatch: missing {real_missing}, unexpected {unexpected}")
+            raise ProvisionError(f"conversion mismatch: missing {real_missing}, unexpected "
+                                 f"{unexpected}")
         plain.tie_weights()
         plain.save_pretrained(str(out), safe_serialization=True)
         tokenizer.save_pretrained(str(out))

@@ -64,7 +64,8 @@ def response_token_counts(rollouts: Sequence[Rollout], vocab_size: int) -> Tenso
     """Frequency of every target token over the generated (loss-masked) tokens."""
     counts = torch.zeros(vocab_size, dtype=torch.long)
     for r in rollouts:
-        counts += torch.bincount(torch.tensor(r.response_ids, dtype=torch.long), minlength=vocab_size)
+        counts += torch.bincount(torch.tensor(r.response_ids, dtype=torch.long),
+                                 minlength=vocab_size)
     return counts
 
 
@@ -198,7 +199,8 @@ def train_drafter(
     lm_head = features.lm_head.detach()
     log, window = TrainLog(), []
     drafter.train()
-    bar = tqdm(batches_for(rollouts, spec, schedule.epochs, seed), total=total, desc=desc, unit="step")
+    bar = tqdm(batches_for(rollouts, spec, schedule.epochs, seed), total=total, desc=desc,
+               unit="step")
     for step, rows in enumerate(bar):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, total, schedule)

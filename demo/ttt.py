@@ -30,7 +30,8 @@ def shift_left(x: Tensor, n: int, fill: float | int = 0) -> Tensor:
 def ttt_attention_mask(
     t: int, step: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """Additive mask [1, 1, t, (step + 1) * t] over [step-0 keys | step-1 keys | ... | step keys]."""
+    """Additive mask [1, 1, t, (step + 1) * t] over [step-0 keys | step-1 keys | ... | step
+    keys]."""
     doc = torch.zeros(1, t, dtype=torch.long, device=device)
     return packed_attention_mask(doc, step, dtype)
 

@@ -131,10 +131,12 @@ def create_drafter(
         bytes_done=0,
     )
     chosen_id = validate_drafter_id(drafter_id) if drafter_id else None
-    with _transaction(session, conflict=f"drafter id {drafter_id or name!r} or name {name!r} is already taken"):
+    with _transaction(session, conflict=f"drafter id {drafter_id or name!r} or name {name!r} is "
+                                        "already taken"):
         drafter = Drafter(id=chosen_id or _free_id(session, name), **fields)
         session.add(drafter)
-        _audit(session, actor=actor, action="drafter.create", target=drafter.id, detail=_spec(drafter))
+        _audit(session, actor=actor, action="drafter.create", target=drafter.id,
+               detail=_spec(drafter))
         _bump_pool_version(session)
     return drafter
 
@@ -166,7 +168,8 @@ def update_drafter(
     """Edit descriptive fields (`name`, `domain`, `tags`, `target_model`); the source is fixed."""
     unknown = set(changes) - UPDATABLE_FIELDS
     if unknown:
-        raise InvalidDrafter(f"cannot update {sorted(unknown)}; updatable: {sorted(UPDATABLE_FIELDS)}")
+        raise InvalidDrafter(f"cannot update {sorted(unknown)}; updatable: "
+                             f"{sorted(UPDATABLE_FIELDS)}")
     cleaned = {
         "name": lambda v: _clean_name(v),
         "domain": lambda v: validate_domain(v) if v else None,
@@ -177,7 +180,8 @@ def update_drafter(
         drafter = _load(session, drafter_id)
         for field, value in changes.items():
             setattr(drafter, field, cleaned[field](value))
-        _audit(session, actor=actor, action="drafter.update", target=drafter_id, detail=dict(changes))
+        _audit(session, actor=actor, action="drafter.update", target=drafter_id,
+               detail=dict(changes))
         _bump_pool_version(session)
     return drafter
 
@@ -194,11 +198,13 @@ def set_status(
     """Move a drafter to `status`; with `expected`, only from one of those statuses."""
     with _transaction(session):
         drafter = _load(session, drafter_id)
-        _transition(session, drafter, to=_status(status), actor=actor, expected=expected, error=error)
+        _transition(session, drafter, to=_status(status), actor=actor, expected=expected,
+                    error=error)
     return drafter
 
 
-def set_progress(session: Session, *, drafter_id: str, bytes_done: int, bytes_total: int | None) -> bool:
+def set_progress(session: Session, *, drafter_id: str, bytes_done: int,
+                 bytes_total: int | None) -> bool:
     """Record download progress; `False` if the drafter is no longer `downloading` (or gone),
     which tells the downloader to stop."""
     with _transaction(session):
@@ -219,7 +225,8 @@ def start_download(session: Session, *, drafter_id: str, actor: str) -> Drafter:
         drafter_id,
         to=DrafterStatus.DOWNLOADING,
         actor=actor,
-        expected={DrafterStatus.PENDING.value, DrafterStatus.DOWNLOADING.value, DrafterStatus.VALIDATING.value},
+        expected={DrafterStatus.PENDING.value, DrafterStatus.DOWNLOADING.value,
+                  DrafterStatus.VALIDATING.value},
     )
 
 
@@ -301,7 +308,8 @@ def delete_drafter(session: Session, *, drafter_id: str, actor: str) -> Drafter:
     with _transaction(session):
         drafter = _load(session, drafter_id)
         session.delete(drafter)
-        _audit(session, actor=actor, action="drafter.delete", target=drafter_id, detail=_spec(drafter))
+        _audit(session, actor=actor, action="drafter.delete", target=drafter_id,
+               detail=_spec(drafter))
         _bump_pool_version(session)
     return drafter
 

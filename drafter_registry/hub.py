@@ -62,7 +62,8 @@ from drafter_registry.validation import (
 )
 
 ProgressCallback = Callable[[int, int], None]
-"""`progress(bytes_done, bytes_total)`; may raise (e.g. `DownloadCancelled`) to stop the download."""
+"""`progress(bytes_done, bytes_total)`; may raise (e.g. `DownloadCancelled`) to stop the
+download."""
 
 SHA256_HEX_LEN, GIT_SHA1_HEX_LEN = 64, 40
 MAX_STALLED_ATTEMPTS = 5  # consecutive network failures without a single new byte
@@ -108,7 +109,8 @@ def download_drafter(
         remote = _select_files(api, repo_id=repo_id, commit=commit, subfolder=subfolder,
                                cache=cache, where=where, token=token)
         fetch = _Fetch(repo_id=repo_id, commit=commit, cache=cache, token=token,
-                       endpoint=api.endpoint, tracker=_Tracker(remote, progress, progress_interval_s))
+                       endpoint=api.endpoint,
+                       tracker=_Tracker(remote, progress, progress_interval_s))
         _check_free_space(cache, fetch.missing_bytes(remote))
         for file in remote:
             fetch.file(file)
@@ -153,12 +155,14 @@ def _select_files(
             raise HubError(f"unusable {SAFETENSORS_INDEX_FILE} in {where}: {exc}") from None
         missing = [s for s in shards if s not in files]
         if missing:
-            raise HubError(f"shards {missing} listed in {SAFETENSORS_INDEX_FILE} are missing from {where}")
+            raise HubError(f"shards {missing} listed in {SAFETENSORS_INDEX_FILE} are missing from "
+                           f"{where}")
         return [files[CONFIG_FILE], index, *(files[s] for s in shards)]
     if TORCH_BIN_FILE in files:
         return [files[CONFIG_FILE], files[TORCH_BIN_FILE]]
     raise HubError(
-        f"no weights in {where}: expected {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or {TORCH_BIN_FILE}"
+        f"no weights in {where}: expected {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or "
+        f"{TORCH_BIN_FILE}"
     )
 
 
@@ -223,7 +227,8 @@ class _Fetch:
         try:
             meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint)
         except EntryNotFoundError:
-            raise HubError(f"{remote.path} is listed but cannot be downloaded (not found)") from None
+            raise HubError(f"{remote.path} is listed but cannot be downloaded (not "
+                           "found)") from None
         if not meta.etag:
             raise HubError(f"the hub sent no ETag for {remote.path}")
         blob = self.storage / "blobs" / meta.etag
@@ -349,7 +354,8 @@ def _hub_errors(where: str, *, endpoint: str) -> Iterator[None]:
     except HubError:
         raise
     except GatedRepoError:
-        raise HubError(f"{where}: the repository is gated; accept its terms and set a token") from None
+        raise HubError(f"{where}: the repository is gated; accept its terms and set a "
+                       "token") from None
     except RepositoryNotFoundError:
         raise HubError(
             f"repository {where.split('@')[0]!r} not found on {endpoint} (or private: set a token)"

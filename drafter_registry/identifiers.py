@@ -101,7 +101,8 @@ def validate_local_path(value: str) -> str:
 
 
 def slugify_drafter_id(name: str) -> str:
-    """A valid drafter id derived from a display name (`"Llama 3.1 Python"` -> `llama-3.1-python`)."""
+    """A valid drafter id derived from a display name (`"Llama 3.1 Python"` ->
+    `llama-3.1-python`)."""
     slug = re.sub(r"[^a-z0-9._-]+", "-", name.strip().lower())
     slug = re.sub(r"\.{2,}", ".", slug).strip("-._")[:64].rstrip("-._")
     return slug or "drafter"

@@ -40,7 +40,8 @@ class DrafterCreate(BaseModel):
     name: str = Field(min_length=1, max_length=128)
     source: Literal["hf", "local"]
     repo_id: RepoId | None = None
-    revision: Revision | None = Field(default=None, description="Branch, tag or commit; hf default main")
+    revision: Revision | None = Field(default=None,
+                                      description="Branch, tag or commit; hf default main")
     subfolder: Subfolder = None
     path: LocalPath | None = None
     domain: DomainTag | None = None

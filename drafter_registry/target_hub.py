@@ -37,8 +37,8 @@ def target_config_dir(repo_id: str, *, revision: str | None = None, cache_dir: s
     """The local snapshot folder of the target, holding at least its config.json."""
     repo_id, revision = _checked(repo_id, revision)
     with _hub_errors(f"{repo_id}@{revision}", endpoint=endpoint or "the hub"):
-        path = hf_hub_download(repo_id, "config.json", revision=revision, cache_dir=str(cache_dir), token=token,
-                               endpoint=endpoint)
+        path = hf_hub_download(repo_id, "config.json", revision=revision, cache_dir=str(cache_dir),
+                               token=token, endpoint=endpoint)
     return Path(path).parent
 
 

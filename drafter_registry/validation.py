@@ -34,8 +34,9 @@ from drafter_registry.errors import CheckpointError
 ARCHITECTURES = ("LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 AUX_IDS = "eagle_aux_hidden_state_layer_ids"
 LAYER_KEYS = tuple(f"midlayer.{name}.weight" for name in (
-    "hidden_norm", "input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
-    "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    "hidden_norm", "input_layernorm", "post_attention_layernorm", "self_attn.q_proj",
+    "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+    "mlp.down_proj",
 ))
 REQUIRED_TENSORS = ("fc.weight", *LAYER_KEYS, "norm.weight", "lm_head.weight")
 OPTIONAL_TENSORS = ("d2t", "t2d", "embed_tokens.weight")
@@ -128,7 +129,8 @@ def check_against_target(summary: CheckpointSummary, target_dir: str | Path) -> 
     t_vocab = _positive_int(target, "vocab_size")
     problems = []
     if summary.target_hidden_size != t_hidden:
-        problems.append(f"hidden size {summary.target_hidden_size} != target hidden size {t_hidden}")
+        problems.append(f"hidden size {summary.target_hidden_size} != target hidden size "
+                        f"{t_hidden}")
     if summary.vocab_size != t_vocab:
         problems.append(f"vocab size {summary.vocab_size} != target vocab size {t_vocab}")
     layers = target.get("num_hidden_layers") or 0
@@ -136,7 +138,8 @@ def check_against_target(summary: CheckpointSummary, target_dir: str | Path) -> 
     trained = summary.aux_layers or (2, layers // 2, layers - 3)
     if any(not 0 <= i < max(layers, 1) for i in trained):
         problems.append(f"aux layers {list(trained)} outside the target's {layers} layers")
-    if summary.tensors and "embed_tokens.weight" not in summary.tensors and summary.target_hidden_size != summary.hidden_size:
+    if (summary.tensors and "embed_tokens.weight" not in summary.tensors
+        and summary.target_hidden_size != summary.hidden_size):
         problems.append("drafter width differs from the target but ships no embed_tokens")
     if problems:
         raise CheckpointError("incompatible with target: " + "; ".join(problems))
@@ -150,7 +153,8 @@ def read_drafter_config(path: Path) -> dict[str, Any]:
     ):
         raise CheckpointError(f"{path.name}: 'architectures' must be a list of strings")
     if architectures and not set(architectures) & set(ARCHITECTURES):
-        raise CheckpointError(f"architecture {architectures} is not an EAGLE-3 drafter (expected one of {list(ARCHITECTURES)})")
+        raise CheckpointError(f"architecture {architectures} is not an EAGLE-3 drafter (expected "
+                              f"one of {list(ARCHITECTURES)})")
     return config
 
 
@@ -164,8 +168,9 @@ def aux_layers_from_config(config: dict[str, Any]) -> tuple[int, ...] | None:
     nested = _layer_ids((eagle or {}).get(AUX_IDS), f"eagle_config.{AUX_IDS}", shift=1)
     if top is not None and nested is not None and top != nested:
         raise CheckpointError(
-            f"config.json names two sets of feature layers ({AUX_IDS}: inputs of layers {list(top)} in "
-            f"vLLM, eagle_config: {list(nested)} in SGLang): the engines would run it on different layers"
+            f"config.json names two sets of feature layers ({AUX_IDS}: inputs of layers "
+            f"{list(top)} in vLLM, eagle_config: {list(nested)} in SGLang): the engines would run "
+            "it on different layers"
         )
     return top if top is not None else nested
 
@@ -173,10 +178,12 @@ def aux_layers_from_config(config: dict[str, Any]) -> tuple[int, ...] | None:
 def _layer_ids(value: Any, name: str, *, shift: int) -> tuple[int, ...] | None:
     if value is None or value == []:
         return None
-    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+    if (not isinstance(value, list)
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in value)):
         raise CheckpointError(f"config.json: {name} must be a list of integers, got {value!r}")
     if len(value) != 3:
-        raise CheckpointError(f"config.json: {name} has {len(value)} layers; an EAGLE-3 drafter fuses 3")
+        raise CheckpointError(f"config.json: {name} has {len(value)} layers; an EAGLE-3 drafter "
+                              "fuses 3")
     if min(value) + shift < 0:
         raise CheckpointError(f"config.json: {name} {value} names a layer below the embedding")
     return tuple(i + shift for i in value)
@@ -186,9 +193,11 @@ def _check_drafter_flags(config: dict[str, Any]) -> None:
     eagle = config.get("eagle_config")
     eagle = eagle if isinstance(eagle, dict) else {}
     if eagle.get("use_aux_hidden_state", config.get("use_aux_hidden_state", True)) is False:
-        raise CheckpointError("config.json: use_aux_hidden_state is false; only 3-layer EAGLE-3 features are supported")
+        raise CheckpointError("config.json: use_aux_hidden_state is false; only 3-layer EAGLE-3 "
+                              "features are supported")
     if config.get("norm_before_residual") is True:
-        raise CheckpointError("config.json: norm_before_residual is true; only the EAGLE-3 layer without it is supported")
+        raise CheckpointError("config.json: norm_before_residual is true; only the EAGLE-3 layer "
+                              "without it is supported")
 
 
 def _check_rope(config: dict[str, Any]) -> None:
@@ -198,9 +207,11 @@ def _check_rope(config: dict[str, Any]) -> None:
         raise CheckpointError(f"config.json: rope parameters must be a JSON object, got {params!r}")
     rope_type = str(params.get("rope_type") or params.get("type") or "default")
     if rope_type not in ROPE_TYPES:
-        raise CheckpointError(f"config.json: rope_type {rope_type!r} is not supported (use one of {list(ROPE_TYPES)})")
+        raise CheckpointError(f"config.json: rope_type {rope_type!r} is not supported (use one of "
+                              f"{list(ROPE_TYPES)})")
     if (params.get("partial_rotary_factor") or config.get("partial_rotary_factor") or 1.0) != 1.0:
-        raise CheckpointError("config.json: partial_rotary_factor != 1 is not supported for an EAGLE-3 drafter")
+        raise CheckpointError("config.json: partial_rotary_factor != 1 is not supported for an "
+                              "EAGLE-3 drafter")
     missing = [k for k in ROPE_TYPES[rope_type] if params.get(k) is None]
     if missing:
         raise CheckpointError(f"config.json: rope_type {rope_type!r} needs {missing}")
@@ -216,7 +227,8 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...],
         (header_len,) = struct.unpack("<Q", prefix)
         if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
             raise CheckpointError(
-                f"{path.name} is truncated or corrupt: header of {header_len} bytes in a {size}-byte file"
+                f"{path.name} is truncated or corrupt: header of {header_len} bytes in a "
+                f"{size}-byte file"
             )
         try:
             header = json.loads(f.read(header_len))
@@ -259,7 +271,8 @@ def _check_weights(root: Path) -> tuple[str, tuple[str, ...], dict[str, tuple[in
         tensors: dict[str, tuple[int, ...]] = {}
         for shard in shards:
             if not (root / shard).is_file():
-                raise CheckpointError(f"shard {shard} listed in {SAFETENSORS_INDEX_FILE} is missing")
+                raise CheckpointError(f"shard {shard} listed in {SAFETENSORS_INDEX_FILE} is "
+                                      "missing")
             tensors.update({k: v[1] for k, v in read_safetensors_header(root / shard).items()})
         return "safetensors-sharded", (SAFETENSORS_INDEX_FILE, *shards), tensors
     if (root / TORCH_BIN_FILE).is_file():
@@ -290,7 +303,8 @@ def _tensor_entry(file: str, name: str, spec: Any) -> tuple[str, tuple[int, ...]
     if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
         raise CheckpointError(f"{file}: tensor {name!r} has offsets [{begin}, {end})")
     if end - begin != math.prod(shape) * DTYPE_BYTES[dtype]:
-        raise CheckpointError(f"{file}: tensor {name!r} byte range does not match {dtype}{list(shape)}")
+        raise CheckpointError(f"{file}: tensor {name!r} byte range does not match "
+                              f"{dtype}{list(shape)}")
     return dtype, shape, begin, end
 
 
@@ -307,7 +321,8 @@ def _check_layout(file: str, tensors: dict[str, tuple[str, tuple[int, ...], int,
             f"{file} is truncated: tensors need {position} data bytes, the file has {data_bytes}"
         )
     if position < data_bytes:
-        raise CheckpointError(f"{file} is corrupt: {data_bytes - position} trailing bytes after the tensors")
+        raise CheckpointError(f"{file} is corrupt: {data_bytes - position} trailing bytes after "
+                              "the tensors")
 
 
 def _layer_shapes(config: dict[str, Any], hidden: int) -> dict[str, tuple[int, ...]]:
@@ -331,7 +346,8 @@ def _layer_shapes(config: dict[str, Any], hidden: int) -> dict[str, tuple[int, .
     }
 
 
-def _check_tensor_shapes(summary: CheckpointSummary, layer_shapes: dict[str, tuple[int, ...]]) -> None:
+def _check_tensor_shapes(summary: CheckpointSummary,
+                         layer_shapes: dict[str, tuple[int, ...]]) -> None:
     """Keys and shapes the config implies for the EAGLE-3 tensors (safetensors: names known)."""
     h, th, v, dv = (summary.hidden_size, summary.target_hidden_size,
                     summary.vocab_size, summary.draft_vocab_size)
@@ -348,7 +364,8 @@ def _check_tensor_shapes(summary: CheckpointSummary, layer_shapes: dict[str, tup
     if summary.tensors:
         needed = [*REQUIRED_TENSORS, *(("d2t", "t2d") if dv != v else ())]
         missing = [k for k in needed if k not in summary.tensors]
-        extra = [k for k in summary.tensors if k not in REQUIRED_TENSORS and k not in OPTIONAL_TENSORS]
+        extra = [k for k in summary.tensors
+                 if k not in REQUIRED_TENSORS and k not in OPTIONAL_TENSORS]
         if missing:
             problems.append(f"missing tensors {missing}")
         if extra:
@@ -388,7 +405,8 @@ def read_int_tensor(path: Path, name: str) -> list[int]:
     """The values of one integer/bool tensor of a safetensors file (little-endian, flattened)."""
     dtype, shape, begin, end = read_safetensors_header(path)[name]
     if dtype not in INT_DTYPES:
-        raise CheckpointError(f"{path.name}: tensor {name!r} has dtype {dtype}, expected an integer type")
+        raise CheckpointError(f"{path.name}: tensor {name!r} has dtype {dtype}, expected an "
+                              "integer type")
     with path.open("rb") as f:
         (header_len,) = struct.unpack("<Q", f.read(8))
         f.seek(8 + header_len + begin)

@@ -68,7 +68,8 @@ class Engine(Protocol):
     max_context: int
 
     def drafter_ids(self) -> list[str]: ...
-    def check_request(self, prompt_ids: list[int], params: SamplingParams, policy: str = ...) -> object: ...
+    def check_request(self, prompt_ids: list[int], params: SamplingParams,
+                      policy: str = ...) -> object: ...
     def add_request(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams, policy: str = ...,
         session: str | None = ...,
@@ -223,7 +224,8 @@ class EngineRunner:
                     self.metrics.rejected.labels(reason="overloaded").inc()
                 raise overloaded()
             self._in_flight += len(specs)
-            batch = [_Tracked(spec, sink, loop, now + self.request_timeout_s, now) for spec in specs]
+            batch = [_Tracked(spec, sink, loop, now + self.request_timeout_s, now)
+                     for spec in specs]
             self._commands.append(("add", (batch, checked)))
         self._wakeup.set()
         await checked
@@ -295,7 +297,8 @@ class EngineRunner:
         for lazy setup, nor (with --compile) for compiling the prefill, tree and 1-token shapes."""
         ids = list(engine.tokenizer("Hello")["input_ids"]) or [0]
         for request_id, policy in (("warmup", "auto"), ("warmup-plain", "none")):
-            engine.add_request(request_id, ids, SamplingParams(max_new_tokens=4, ignore_eos=True), policy)
+            engine.add_request(request_id, ids, SamplingParams(max_new_tokens=4, ignore_eos=True),
+                               policy)
             started = time.monotonic()
             while engine.has_unfinished() and time.monotonic() - started < 600:
                 engine.step()
@@ -469,7 +472,8 @@ def _put(tracked: _Tracked, update: Update) -> None:
         tracked.loop.call_soon_threadsafe(tracked.sink.put_nowait, update)
 
 
-def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None], error: APIError | None) -> None:
+def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None],
+            error: APIError | None) -> None:
     """Answer a waiting `submit` from the worker thread."""
 
     def settle() -> None:
@@ -498,4 +502,5 @@ def engine_error(exc: Exception, prompt_param: str) -> APIError:
     if isinstance(exc, ValueError):  # the engine's other RequestErrors, a bad grammar
         return invalid_request(str(exc), code="invalid_value")
     log.error("the engine could not check a request", exc_info=exc)
-    return APIError("The engine failed while checking the request.", status=500, type="server_error")
+    return APIError("The engine failed while checking the request.", status=500,
+                    type="server_error")

@@ -27,14 +27,16 @@ def readme_snippet() -> str:
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     assert DEFAULT_POOL.is_file(), "the shipped demo pool is missing (demo/pool/pool.json)"
-    server = ServerProcess.start(DEFAULT_POOL, tmp_path_factory.mktemp("readme"), "--torch-threads", "1")
+    server = ServerProcess.start(DEFAULT_POOL, tmp_path_factory.mktemp("readme"),
+                                 "--torch-threads", "1")
     yield server
     server.stop()
 
 
 def test_default_settings_serve_the_shipped_demo_pool() -> None:
     assert Settings(_env_file=None).pool == DEFAULT_POOL  # type: ignore[call-arg]
-    assert "make serve" in (ROOT / "README.md").read_text() and "make test" in (ROOT / "README.md").read_text()
+    assert ("make serve" in (ROOT / "README.md").read_text()
+            and "make test" in (ROOT / "README.md").read_text())
 
 
 def test_readme_sdk_example_runs_unchanged(demo_server: ServerProcess) -> None:

@@ -16,7 +16,8 @@ from safetensors.numpy import save
 HIDDEN, HEADS, INTERMEDIATE, VOCAB, DRAFT_VOCAB = 16, 2, 32, 64, 32
 
 
-def drafter_config(*, hidden: int = HIDDEN, vocab: int = VOCAB, draft_vocab: int = DRAFT_VOCAB) -> dict[str, Any]:
+def drafter_config(*, hidden: int = HIDDEN, vocab: int = VOCAB,
+                   draft_vocab: int = DRAFT_VOCAB) -> dict[str, Any]:
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
@@ -30,7 +31,8 @@ def drafter_config(*, hidden: int = HIDDEN, vocab: int = VOCAB, draft_vocab: int
     }
 
 
-def drafter_tensors(config: dict[str, Any], *, seed: int = 0, extra_rows: int = 0) -> dict[str, np.ndarray]:
+def drafter_tensors(config: dict[str, Any], *, seed: int = 0,
+                    extra_rows: int = 0) -> dict[str, np.ndarray]:
     """`extra_rows` > 0 makes lm_head disagree with config.json (a shape mismatch)."""
     rng = np.random.default_rng(seed)
     h, v, dv = config["hidden_size"], config["vocab_size"], config["draft_vocab_size"]
@@ -58,7 +60,8 @@ def drafter_tensors(config: dict[str, Any], *, seed: int = 0, extra_rows: int = 
     }
 
 
-def drafter_files(prefix: str = "", *, seed: int = 0, pad_to: int = 0, **config_kw: Any) -> dict[str, bytes]:
+def drafter_files(prefix: str = "", *, seed: int = 0, pad_to: int = 0,
+                  **config_kw: Any) -> dict[str, bytes]:
     """Hub-layout files of one drafter under `prefix/`; `pad_to` grows the weight file to at
     least that many bytes, for throttled-transfer tests (in the header's free-form metadata, so
     that the tensors stay exactly what the config implies)."""

@@ -103,14 +103,16 @@ class FakeHub:
         repo = self.repos.setdefault(repo_id, Repo(token=token))
         blobs = {path: Blob.of(path, data) for path, data in files.items()}
         manifest = json.dumps({p: b.git_oid for p, b in sorted(blobs.items())}).encode()
-        sha = hashlib.sha1(repo_id.encode() + manifest + str(len(repo.commits)).encode()).hexdigest()
+        sha = hashlib.sha1(repo_id.encode() + manifest
+                           + str(len(repo.commits)).encode()).hexdigest()
         repo.commits[sha] = blobs
         for ref in (branch, *tags):
             repo.refs[ref] = sha
         return sha
 
     def add_directory(self, repo_id: str, root: Path, **kwargs: Any) -> str:
-        files = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+        files = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+                 if p.is_file()}
         return self.add_repo(repo_id, files, **kwargs)
 
     # --- server ----------------------------------------------------------------------------
@@ -188,10 +190,12 @@ def _tree_entries(blobs: dict[str, Blob], folder: str, recursive: bool) -> list[
         levels = rest.split("/")[:-1] if recursive else rest.split("/")[:1] if "/" in rest else []
         for depth in range(1, len(levels) + 1):
             sub = prefix + "/".join(levels[:depth])
-            entries[sub] = {"type": "directory", "oid": hashlib.sha1(sub.encode()).hexdigest(), "path": sub}
+            entries[sub] = {"type": "directory", "oid": hashlib.sha1(sub.encode()).hexdigest(),
+                            "path": sub}
         if "/" in rest and not recursive:
             continue
-        entry: dict[str, Any] = {"type": "file", "oid": blob.git_oid, "size": len(blob.data), "path": path}
+        entry: dict[str, Any] = {"type": "file", "oid": blob.git_oid, "size": len(blob.data),
+                                 "path": path}
         if blob.lfs:
             entry["lfs"] = {"oid": blob.sha256, "size": len(blob.data), "pointerSize": 134}
         entries[path] = entry
@@ -258,7 +262,8 @@ class _HubHandler(BaseHTTPRequestHandler):
             if blobs:
                 sibling.update(size=len(blob.data), blobId=blob.git_oid)
                 if blob.lfs:
-                    sibling["lfs"] = {"size": len(blob.data), "sha256": blob.sha256, "pointerSize": 134}
+                    sibling["lfs"] = {"size": len(blob.data), "sha256": blob.sha256,
+                                      "pointerSize": 134}
             siblings.append(sibling)
         return {"_id": commit[:24], "id": repo_id, "modelId": repo_id, "sha": commit,
                 "private": repo.token is not None, "tags": [], "downloads": 0, "likes": 0,
@@ -276,7 +281,8 @@ class _HubHandler(BaseHTTPRequestHandler):
             raise HubError(int(fault.split(":")[1]), None, "injected failure", commit)
         headers = {"X-Repo-Commit": commit, "ETag": f'"{blob.git_oid}"'}
         if blob.lfs:
-            headers.update({"X-Linked-Etag": f'"{blob.sha256}"', "X-Linked-Size": str(len(blob.data))})
+            headers.update({"X-Linked-Etag": f'"{blob.sha256}"',
+                            "X-Linked-Size": str(len(blob.data))})
         if blob.lfs and self.hub.lfs_redirect:
             location = f"{self.hub.cdn_url}/cdn/{repo_id}/{commit}/{quote(path)}"
             self._send(302, {**headers, "Location": location, "Content-Length": "0"})

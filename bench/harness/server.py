@@ -46,7 +46,8 @@ class ServerProcess:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         # Importable from the temporary working directory even without an editable install.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        env = {k: v for k, v in env.items() if not k.startswith("HEDGESPEC_") or k == "HEDGESPEC_DTYPE"}
+        env = {k: v for k, v in env.items()
+               if not k.startswith("HEDGESPEC_") or k == "HEDGESPEC_DTYPE"}
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env

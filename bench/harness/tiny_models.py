@@ -30,7 +30,8 @@ def tiny_target(family: str = "llama", *, vocab: int = 64, hidden: int = 32, lay
                 seed: int = 0, sliding_window: int = 4096) -> CausalLM:
     """`family`: llama, qwen3 or mistral; `sliding_window` is Mistral's (7B-v0.1 ships 4096)."""
     torch.manual_seed(seed)
-    common: dict[str, Any] = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+    common: dict[str, Any] = dict(vocab_size=vocab, hidden_size=hidden,
+                                  intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                   eos_token_id=None, bos_token_id=None, pad_token_id=None, initializer_range=0.2)
     if family == "qwen3":
@@ -78,7 +79,8 @@ def copy_drafter(target: CausalLM, perm: list[int]) -> Eagle3Drafter:
     perm once more (one SiLU-gated unit per token), so the output encodes perm[perm[x_j]] =
     x_{j+2} at step 0 and advances one token per later step; lm_head reads the one-hot."""
     v = target.config.vocab_size
-    cfg = Eagle3Config.for_target(target.config, draft_vocab_size=v, aux_layers=AUX, intermediate_size=v)
+    cfg = Eagle3Config.for_target(target.config, draft_vocab_size=v, aux_layers=AUX,
+                                  intermediate_size=v)
     d = Eagle3Drafter(cfg, target.get_input_embeddings())
     p = torch.zeros(v, v)
     p[torch.tensor(perm), torch.arange(v)] = 1.0  # p @ onehot(x) = onehot(perm[x])
@@ -103,8 +105,8 @@ def copy_drafter(target: CausalLM, perm: list[int]) -> Eagle3Drafter:
 def make_engine(target: CausalLM, drafters: dict[str, Eagle3Drafter], tree: TreeConfig,
                 policy: str = "normalhedge", aux: tuple[int, int, int] = AUX,
                 selector: SelectorConfig | None = None) -> SpecEngine:
-    cfg = EngineConfig(tree=tree, selector=selector or SelectorConfig(policy=policy), max_context=480,
-                       aux_layers=aux)
+    cfg = EngineConfig(tree=tree, selector=selector or SelectorConfig(policy=policy),
+                       max_context=480, aux_layers=aux)
     return SpecEngine(Target(target, None, aux), drafters, cfg)
 
 
@@ -119,6 +121,6 @@ def bigram_setup(tree: TreeConfig, randoms: int) -> tuple[CausalLM, SpecEngine]:
 
 def hf_greedy(target: CausalLM, prompt: list[int], n: int) -> list[int]:
     ids = torch.tensor([prompt])
-    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                          do_sample=False, eos_token_id=None, pad_token_id=0)
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                          min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt):].tolist()

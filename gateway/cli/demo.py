@@ -23,7 +23,8 @@ def register(sub: Any) -> None:
         "target", help="convert the demo target (SmolLM2-135M-Instruct) from its PyPI wheel"
     )
     target.add_argument("--cache", type=Path, default=None,
-                        help="target cache (default $HEDGESPEC_TARGET_CACHE or ~/.cache/hedgespec/targets)")
+                        help="target cache (default $HEDGESPEC_TARGET_CACHE or "
+                             "~/.cache/hedgespec/targets)")
     target.set_defaults(handler=demo_target)
 
 

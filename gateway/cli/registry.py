@@ -36,12 +36,14 @@ def register(drafter_sub: Any) -> None:
                     "start) downloads and validates it.",
     )
     where = add.add_mutually_exclusive_group(required=True)
-    where.add_argument("--repo-id", help="Hugging Face repo, e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
+    where.add_argument("--repo-id",
+                       help="Hugging Face repo, e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
     where.add_argument("--path", type=Path, help="a local drafter directory")
     add.add_argument("--revision", help="branch, tag or commit (default main)")
     add.add_argument("--subfolder", help="the drafter's sub-folder inside the repo")
     add.add_argument("--name", help="display name (default: from the id, sub-folder or repo)")
-    add.add_argument("--id", dest="drafter_id", help="the id used in fixed:<id> (default: from the name)")
+    add.add_argument("--id", dest="drafter_id",
+                     help="the id used in fixed:<id> (default: from the name)")
     add.add_argument("--domain", help="domain tag, e.g. python")
     add.add_argument("--tag", action="append", default=[], help="extra tag (repeatable)")
     add.set_defaults(handler=add_drafter)

@@ -5,8 +5,8 @@ The aggregator is the event bus's one long-lived subscriber. It folds the per-ro
 requests, 2-second time buckets) and re-publishes every event to the page streams it serves
 (each an `EventBuffer`, drained in batches). Because a page stream registers and takes its
 snapshot in one synchronous step on the event loop, a page sees every event after its snapshot
-exactly once, with no gap. A page stream that falls `LISTENER_BUFFER` events behind is sent a fresh snapshot
-instead of the events it lost.
+exactly once, with no gap. A page stream that falls `LISTENER_BUFFER` events behind is sent a fresh
+snapshot instead of the events it lost.
 
 Queue depth is derived from the runner's public counters: `queued = in_flight - max_running`
 when positive, because admission always fills running slots before anything waits.

@@ -10,11 +10,11 @@ Routes:
     GET /admin/api/overview     load, MAT and tokens/s over time, per-drafter usage (admin key)
     GET /admin/api/requests     recently finished requests, newest first (admin key)
 
-Auth: every `/admin/api/*` route takes the admin key as `Authorization: Bearer <key>`, checked
-in constant time by `gateway.http.auth.require_admin_key`. A wrong or missing key answers 401; a server
-started without an admin key answers 403 `admin_disabled` (the admin API is never open). The
-key never travels in a URL: the page reads the stream with `fetch()` and a `ReadableStream`,
-not `EventSource`, which cannot send headers.
+Auth: every `/admin/api/*` route takes the admin key as `Authorization: Bearer <key>`, checked in
+constant time by `gateway.http.auth.require_admin_key`. A wrong or missing key answers 401; a server
+started without an admin key answers 403 `admin_disabled` (the admin API is never open). The key
+never travels in a URL: the page reads the stream with `fetch()` and a `ReadableStream`, not
+`EventSource`, which cannot send headers.
 
 Live data comes from `gateway.live.aggregator.LiveAggregator`, the event bus's subscriber.
 Each page stream coalesces events for `FLUSH_S` and sends them as one SSE frame, so a hundred

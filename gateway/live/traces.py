@@ -97,7 +97,8 @@ class RequestTrace:
         self.completion_tokens = int(stats.get("completion_tokens") or self.completion_tokens)
         self.prompt_tokens = stats.get("prompt_tokens", self.prompt_tokens)
         self.warm_start_requests = stats.get("warm_start_requests", self.warm_start_requests)
-        self.mean_acceptance_length = stats.get("mean_acceptance_length", self.mean_acceptance_length)
+        self.mean_acceptance_length = stats.get("mean_acceptance_length",
+                                                self.mean_acceptance_length)
         self.regret_tokens = stats.get("regret_tokens", self.regret_tokens)
         self.weights = dict(stats.get("final_weights") or self.weights)
         choices = list(stats.get("drafter_choices") or [])[-MAX_ROUNDS:]

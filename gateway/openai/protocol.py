@@ -138,7 +138,8 @@ def _history_call(call: Any) -> dict[str, Any]:
     one; the OpenAI wire form is a JSON string)."""
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise ValueError('each tool call needs {"type": "function", "function": {"name", "arguments"}}')
+        raise ValueError('each tool call needs {"type": "function", "function": {"name", '
+                         '"arguments"}}')
     args = fn.get("arguments", {})
     if isinstance(args, str):
         try:
@@ -323,7 +324,8 @@ def response_format_grammar(value: dict[str, Any]) -> GrammarSpec | None:
     if kind == "json_object":
         return GrammarSpec("json_schema", json.dumps({"type": "object"}))
     if kind != "json_schema":
-        raise ValueError(f"response_format type must be text, json_object or json_schema, not {kind!r}")
+        raise ValueError("response_format type must be text, json_object or json_schema, not "
+                         f"{kind!r}")
     spec = value.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
         raise ValueError("response_format json_schema needs a json_schema object with a name")

@@ -169,7 +169,8 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
         job.specs.append(RequestSpec(request_id, list(prompt_ids), params, req.policy, prompt_text,
                                      job.session, self.prompt_param))  # fmt: skip
         choice = Choice(
-            index, request_id, IncrementalDetokenizer(self._tokenizer()), StopMatcher(req.stop_strings),
+            index, request_id, IncrementalDetokenizer(self._tokenizer()),
+            StopMatcher(req.stop_strings),
             prefix=prefix, prompt_ids=list(prompt_ids) if job.echo_logprobs else [],
         )  # fmt: skip
         job.choices.append(choice)

@@ -53,7 +53,8 @@ class OpenAIServingChat(OpenAIServing[ChatCompletionRequest]):
             try:
                 grammar_text(grammar)
             except ValueError as e:
-                raise invalid_request(f"cannot enforce a call of these tools: {e}", param="tools") from None
+                raise invalid_request(f"cannot enforce a call of these tools: {e}",
+                                      param="tools") from None
         return grammar
 
     def _parse_tools(self, choice: Choice, fmt: formats.ToolFormat, tools: ToolRequest) -> None:
@@ -93,7 +94,8 @@ class OpenAIServingChat(OpenAIServing[ChatCompletionRequest]):
 
     def _opening_chunks(self, job: Job) -> list[dict[str, Any]]:
         """Each choice opens with the assistant's role."""
-        return [self._delta(job, c.index, {"role": "assistant", "content": ""}) for c in job.choices]
+        return [self._delta(job, c.index, {"role": "assistant", "content": ""})
+                for c in job.choices]
 
     def _delta_chunks(self, job: Job, delta: Delta) -> list[dict[str, Any]]:
         if delta.choice.tools is not None:
@@ -114,10 +116,12 @@ class OpenAIServingChat(OpenAIServing[ChatCompletionRequest]):
         text = "".join(e for e in events if isinstance(e, str))
         chunks = []
         if text or delta.logprobs:
-            chunks.append(self._content_chunk(job, Delta(delta.choice, text, delta.logprobs, [], False)))
+            chunks.append(self._content_chunk(job,
+                                              Delta(delta.choice, text, delta.logprobs, [], False)))
         for call in (e for e in events if isinstance(e, ToolCall)):
             chunks += [self._delta(job, delta.choice.index, d)
-                       for d in tool_call_deltas(parser.calls.index(call), call.openai_dict())]  # fmt: skip
+                       for d in tool_call_deltas(parser.calls.index(call),
+                                                 call.openai_dict())]  # fmt: skip
         return chunks
 
     def _finish_chunk(self, job: Job, c: Choice) -> dict[str, Any]:
@@ -128,7 +132,8 @@ class OpenAIServingChat(OpenAIServing[ChatCompletionRequest]):
         logprobs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A stream chunk of one choice's `delta`."""
-        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        choice = {"index": index, "delta": delta, "logprobs": logprobs,
+                  "finish_reason": finish_reason}
         return self._chunk(job, [choice])
 
 

@@ -39,7 +39,8 @@ class OpenAIServingCompletion(OpenAIServing[CompletionRequest]):
             text = self._logged_prompt(ids)
             for j in range(req.n):
                 self._add_choice(job, ids, max_new, index=p * req.n + j, prefix=prefix,
-                                 prompt_text=text, prompt_logprobs=req.num_prompt_logprobs)  # fmt: skip
+                                 prompt_text=text,
+                                 prompt_logprobs=req.num_prompt_logprobs)  # fmt: skip
             job.prompt_tokens += len(ids)
 
     def _echo_text(self, prompt: str | list[int]) -> str:
@@ -50,7 +51,8 @@ class OpenAIServingCompletion(OpenAIServing[CompletionRequest]):
     # ---- the body ------------------------------------------------------------------------------
 
     def _final_choice(self, job: Job, c: Choice) -> dict[str, Any]:
-        lps = completion_logprobs(job.token_text, c.logprobs, c.offsets) if job.logprobs is not None else None
+        lps = (completion_logprobs(job.token_text, c.logprobs, c.offsets)
+               if job.logprobs is not None else None)
         if lps is not None and job.echo_logprobs:
             lps = join_logprobs(self._echoed_logprobs(job, c), lps)
         return _choice(c.index, c.prefix + "".join(c.text), c.finish_reason, lps)
@@ -58,7 +60,8 @@ class OpenAIServingCompletion(OpenAIServing[CompletionRequest]):
     def _echoed_logprobs(self, job: Job, c: Choice) -> dict[str, Any]:
         """The prompt part of `echo` + `logprobs` (the engine sends it with the prefill)."""
         if c.prompt_logprobs is None:  # an engine that sent none (an aborted prefill)
-            raise APIError("The engine returned no prompt logprobs.", status=500, type="server_error")
+            raise APIError("The engine returned no prompt logprobs.", status=500,
+                           type="server_error")
         return prompt_logprobs(job.token_text, c.prompt_ids, c.prompt_logprobs)
 
     # ---- the stream ----------------------------------------------------------------------------

@@ -143,7 +143,8 @@ def import_served_pool(
         try:
             validate_drafter_id(drafter.id)
         except RegistryError as exc:
-            log.warning("served drafter %r stays unmanaged (not in the registry): %s", drafter.id, exc)
+            log.warning("served drafter %r stays unmanaged (not in the registry): %s", drafter.id,
+                        exc)
             unmanaged.append(drafter.id)
             continue
         with session_factory() as session:

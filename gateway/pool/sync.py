@@ -72,7 +72,8 @@ def plan(
 ) -> tuple[list[str], list[str]]:
     """`(remove, add)` turning the engine's pool `loaded` (id -> key, None if unknown) into
     `wanted`; ids in `keep` are never removed. A changed key is a remove plus an add."""
-    remove = [i for i, key in loaded.items() if i not in keep and (i not in wanted or wanted[i] != key)]
+    remove = [i for i, key in loaded.items()
+              if i not in keep and (i not in wanted or wanted[i] != key)]
     add = [i for i, key in wanted.items() if loaded.get(i) != key]
     return remove, add
 
@@ -199,7 +200,8 @@ class PoolSync:
             return
         with self._lock:
             with self._session_factory() as session:
-                rows = {r.id: r for r in crud.list_drafters(session, statuses=[DrafterStatus.READY])}
+                rows = {r.id: r
+                        for r in crud.list_drafters(session, statuses=[DrafterStatus.READY])}
             engine_ids = self._engine_call(lambda e: list(e.drafter_ids()))
             loaded = {i: self._keys.get(i) for i in engine_ids}
             wanted = {i: drafter_key(r) for i, r in rows.items()}

@@ -217,7 +217,7 @@ def test_json_has_no_nan() -> None:
     assert json.loads(text) == {"x": None, "y": [None, 1.5], "z": "<b>"}
 
 
-# ---- the app in process (no engine: it fails to load fast) ------------------------------------------
+# ---- the app in process (no engine: it fails to load fast) ---------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +291,8 @@ def test_overview_and_requests_answer_with_the_key(app_client: TestClient) -> No
     assert body["load"]["max_running"] == 16 and body["series"]["bucket_s"] == 2.0
     history = app_client.get("/admin/api/requests", headers=ADMIN).json()
     # "database" when the registry's request log is wired, "memory" otherwise: empty either way
-    assert history["data"] == [] and history["count"] == 0 and history["source"] in ("memory", "database")
+    assert (history["data"] == [] and history["count"] == 0
+            and history["source"] in ("memory", "database"))
     assert app_client.get("/admin/api/requests?limit=0", headers=ADMIN).status_code == 400
 
 
@@ -319,7 +320,7 @@ def test_requests_come_from_the_database_when_request_logging_is_on(
     assert row["mean_acceptance_length"] == 2.5 and row["elapsed_s"] == 1.5
 
 
-# ---- the live stream against a real server ----------------------------------------------------------
+# ---- the live stream against a real server -------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -408,7 +409,8 @@ def test_live_stream_sends_a_snapshot_then_every_round(server: ServerProcess) ->
     deadline = time.monotonic() + 15
     while True:
         history = httpx.get(f"{server.base_url}/admin/api/requests", headers=ADMIN).json()
-        if (history["data"] and history["data"][0]["request_id"] == rid) or time.monotonic() > deadline:
+        if ((history["data"] and history["data"][0]["request_id"] == rid)
+            or time.monotonic() > deadline):
             break
         time.sleep(0.2)
     assert history["data"][0]["request_id"] == rid

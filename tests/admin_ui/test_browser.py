@@ -329,7 +329,7 @@ def test_rendering_is_throttled_under_an_event_flood(page: Any, server: ServerPr
             return {renders: admin.renders - r0, elapsed: ingested - t0 + 300, syncRenders,
                     rows: document.querySelectorAll('#live-table tbody tr').length,
                     records: admin.model.records.size};
-        }"""
+        }"""  # noqa: E501, RUF100
     )
     assert result["syncRenders"] == 0, result  # ingest only schedules; a timer renders
     budget = result["elapsed"] / 200 + 3  # one render per 200 ms, plus the edges and the wait
@@ -376,7 +376,7 @@ def test_hostile_drafter_ids_and_request_fields_stay_text(
     assert_inert(page)
 
 
-# ---- pool ------------------------------------------------------------------------------------------
+# ---- pool ----------------------------------------------------------------------------------------
 
 
 def fulfil_json(route: Any, status: int, body: Any) -> None:
@@ -446,7 +446,8 @@ def test_pool_view_shows_progress_states_and_readable_errors(
             posted.append(json.loads(request.post_data))
             fulfil_json(route, 400, {"error": {
                 "message": "Invalid value for 'repo_id': invalid repo id 'not a repo'",
-                "type": "invalid_request_error", "param": "repo_id", "code": "invalid_value"}})  # fmt: skip
+                "type": "invalid_request_error", "param": "repo_id",
+                "code": "invalid_value"}})  # fmt: skip
         else:
             fulfil_json(route, 200, {"data": drafters, "count": 4, "pool_version": 7})
 
@@ -542,7 +543,8 @@ def test_pool_hostile_name_and_error_stay_text(page: Any, server: ServerProcess)
     entry = page.locator("#pool-table tbody tr[data-id=hostile-name]")
     # The API either refuses up front (an error notice) or registers the drafter, which then
     # fails: wait for one of the two outcomes before looking at either.
-    expect(page.locator("#pool-message.error, #pool-table tbody tr[data-id=hostile-name]").first).to_be_visible(
+    expect(page.locator("#pool-message.error, #pool-table tbody "
+                        "tr[data-id=hostile-name]").first).to_be_visible(
         timeout=30_000
     )
     if entry.count():

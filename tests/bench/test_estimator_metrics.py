@@ -18,8 +18,8 @@ from bench.hedgespec_bench import (
 
 def run(name: str, tokens: int, rounds: int, estimates: list[tuple[float, int]] | None = None,
         est: dict[str, float] | None = None, windows: int = 0) -> Run:
-    return Run(name, Prompt("p", "a", [1]), tokens, rounds, 1.0, 0.0, 1.0, regret_curve=[0.0] * windows,
-               estimates=estimates or [], est_len_sum=est or {})
+    return Run(name, Prompt("p", "a", [1]), tokens, rounds, 1.0, 0.0, 1.0,
+               regret_curve=[0.0] * windows, estimates=estimates or [], est_len_sum=est or {})
 
 
 def test_spearman_is_one_for_monotone_minus_one_for_reversed_and_handles_ties() -> None:

@@ -12,25 +12,30 @@ from bench.hedgespec_bench import Prompt, Run, oracle_runs, padded_pool
 from bench.hedgespec_run import main
 
 
-def test_bench_writes_tables_plots_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_writes_tables_plots_and_json(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     pool = build_pool(tmp_path / "pool")
-    rows = [{"id": f"{d}{i}", "domain": d, "prompt": f"question {i} about {d}"} for d in ("a", "b") for i in range(2)]
+    rows = [{"id": f"{d}{i}", "domain": d, "prompt": f"question {i} about {d}"} for d in ("a", "b")
+            for i in range(2)]
     (pool.parent / "eval_prompts.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     out = tmp_path / "out"
-    assert main(["--pool", str(pool), "--quick", "--json", "--out", str(out), "--max-new-tokens", "8",
-                 "--pool-sizes", "2,3"]) == 0
+    assert main(["--pool", str(pool), "--quick", "--json", "--out", str(out), "--max-new-tokens",
+                 "8", "--pool-sizes", "2,3"]) == 0
     printed = json.loads(capsys.readouterr().out)
     for name in ("plain", "generalist", "ucbspec", "exp3spec", "hedgespec", "oracle"):
         assert set(printed["methods"][name]) >= {"mat", "tokens_per_s", "speedup_vs_plain"}
-    assert printed["workload"] == "mixed" and printed["methods"]["plain"]["mat"] == pytest.approx(1.0)
+    assert (printed["workload"] == "mixed"
+            and printed["methods"]["plain"]["mat"] == pytest.approx(1.0))
     from bench.hedgespec_run import VARIANTS
 
     assert set(printed["estimators"]) == set(VARIANTS)
     for e in printed["estimators"].values():
-        assert set(e) >= {"estimator", "loss", "feedback", "mae", "slope", "rank_corr", "mat_vs_oracle"}
+        assert set(e) >= {"estimator", "loss", "feedback", "mae", "slope", "rank_corr",
+                          "mat_vs_oracle"}
         assert e["windows"] > 0 and e["mae"] >= 0
     assert "## Estimator variants" in (out / "hedgespec.md").read_text()
-    assert set(printed["pool_size"]["mat"]["hedgespec"]) == {"2", "3"} or set(printed["pool_size"]["mat"]["hedgespec"]) == {2, 3}
+    assert (set(printed["pool_size"]["mat"]["hedgespec"]) == {"2", "3"}
+            or set(printed["pool_size"]["mat"]["hedgespec"]) == {2, 3})
     for f in ("hedgespec.md", "hedgespec.json", "hedgespec_regret.png", "hedgespec_calibration.png",
               "hedgespec_pool_size.png", "hedgespec_domains.png"):
         assert (out / f).stat().st_size > 0

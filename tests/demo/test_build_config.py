@@ -16,7 +16,8 @@ def test_feature_layers_are_eagle3s_for_smollm2() -> None:
 
 
 def test_overrides_parse_json_and_nest() -> None:
-    cfg = with_overrides(FULL, ["specialist.epochs=7", "report.temperatures=[0.0, 0.7]", "device=cuda"])
+    cfg = with_overrides(FULL,
+                         ["specialist.epochs=7", "report.temperatures=[0.0, 0.7]", "device=cuda"])
     assert cfg.specialist.epochs == 7
     assert cfg.report.temperatures == (0.0, 0.7)
     assert cfg.device == "cuda"

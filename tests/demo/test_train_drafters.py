@@ -26,8 +26,8 @@ from demo.train_drafters import (
 
 V = 64
 AUX = (1, 2, 3)
-SPEC = DrafterSpec(draft_vocab_size=32, intermediate_size=32, ttt_steps=3, batch_rows=2, row_tokens=40,
-                  compute_dtype="float32")
+SPEC = DrafterSpec(draft_vocab_size=32, intermediate_size=32, ttt_steps=3, batch_rows=2,
+                   row_tokens=40, compute_dtype="float32")
 
 
 def tiny_target() -> LlamaForCausalLM:
@@ -77,7 +77,8 @@ def test_compact_features_give_back_the_exact_target_logits() -> None:
         with torch.no_grad():
             out = target(input_ids=torch.tensor([r.ids]), output_hidden_states=True)
         view = features.views[r]
-        torch.testing.assert_close(view.fused, torch.cat([out.hidden_states[i][0] for i in AUX], -1))
+        torch.testing.assert_close(view.fused,
+                                   torch.cat([out.hidden_states[i][0] for i in AUX], -1))
         assert torch.equal(view.argmax.long(), out.logits[0].argmax(-1))
         torch.testing.assert_close(draft_logits(view.hidden, features.lm_head, t2d),
                                    out.logits[0][:, t2d], atol=1e-4, rtol=1e-4)

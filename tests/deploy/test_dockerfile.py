@@ -132,7 +132,8 @@ def test_torch_is_the_pinned_cuda_build(instructions: list[Instruction]) -> None
 def test_the_image_can_compile_with_triton(instructions: list[Instruction]) -> None:
     """HEDGESPEC_COMPILE=true needs Triton to build its CUDA launcher at first use: a C compiler,
     libc headers and Python's headers must be in the image (torch's wheel brings Triton)."""
-    apt = instructions[_first(instructions, lambda i: i.keyword == "RUN" and "apt-get install" in i.args)]
+    apt = instructions[_first(instructions,
+                              lambda i: i.keyword == "RUN" and "apt-get install" in i.args)]
     packages = set(apt.args.split())
     assert {"gcc", "libc6-dev", "python3-dev"} <= packages, apt.args
 

@@ -26,7 +26,8 @@ from tests.deploy.conftest import (
 EAGLE3_TREE = {"top_k": 10, "depth": 8, "total_tokens": 59}
 # What a model variant must set, so that switching blocks leaves nothing of the other model.
 POOL_BLOCK = {
-    "HEDGESPEC_TARGET", "HEDGESPEC_SEED_POOL", "HEDGESPEC_MODEL_NAME", "HEDGESPEC_DEVICE", "HEDGESPEC_DTYPE",
+    "HEDGESPEC_TARGET", "HEDGESPEC_SEED_POOL", "HEDGESPEC_MODEL_NAME", "HEDGESPEC_DEVICE",
+    "HEDGESPEC_DTYPE",
     "HEDGESPEC_TREE_TOP_K", "HEDGESPEC_TREE_DEPTH", "HEDGESPEC_TREE_TOTAL_TOKENS",
     "HEDGESPEC_MAX_CONTEXT",
 }  # fmt: skip

@@ -101,7 +101,8 @@ def _prefix(tmp_path: Path, upstreams: list[str], port: int) -> Path:
     (tmp_path / "conf.d").mkdir()
     (tmp_path / "conf.d" / "default.conf").write_text(conf)
     temp = " ".join(
-        f"{kind}_temp_path {tmp_path / kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        f"{kind}_temp_path {tmp_path / kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )  # fmt: skip
     (tmp_path / "nginx.conf").write_text(
         f"pid {tmp_path / 'nginx.pid'};\nerror_log {tmp_path / 'error.log'};\n"

@@ -51,7 +51,8 @@ def test_cli_flags_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_rate_limit_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEDGESPEC_RATE_LIMIT_RPS", "1")
-    s = serve_settings(build_parser().parse_args(["serve", "--rate-limit-rps", "2.5", "--rate-limit-burst", "7"]))
+    s = serve_settings(build_parser().parse_args(["serve", "--rate-limit-rps", "2.5",
+                                                  "--rate-limit-burst", "7"]))
     assert s.rate_limit_rps == 2.5 and s.rate_limit_burst == 7
     with pytest.raises(ValidationError):
         serve_settings(build_parser().parse_args(["serve", "--rate-limit-rps", "0"]))

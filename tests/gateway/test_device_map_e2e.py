@@ -15,7 +15,8 @@ from tests.gateway.conftest import API_KEY
 
 
 @pytest.fixture(scope="module")
-def mapped_server(pool_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def mapped_server(pool_file: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess.start(pool_file, tmp_path_factory.mktemp("device-map"),
                                "--device-map", "auto", "--api-key", API_KEY)
     yield proc

@@ -83,7 +83,8 @@ def test_penalised_sampling_runs_with_n_and_streaming(client: OpenAI) -> None:
     assert [c.text for c in plain.choices] != [c.text for c in full.choices]
     chunks = list(client.completions.create(**body, stream=True))
     for index in (0, 1):
-        text = "".join(c.choices[0].text for c in chunks if c.choices and c.choices[0].index == index)
+        text = "".join(c.choices[0].text for c in chunks
+                       if c.choices and c.choices[0].index == index)
         assert text == full.choices[index].text  # the same seed: the same penalised sample
 
 
@@ -113,7 +114,8 @@ def test_bad_values_get_an_openai_400(
                 extra_body={field: value},
             )  # fmt: skip
         else:
-            client.completions.create(model=MODEL, prompt="hi", max_tokens=2, extra_body={field: value})
+            client.completions.create(model=MODEL, prompt="hi", max_tokens=2,
+                                      extra_body={field: value})
     error = err.value.body
     assert isinstance(error, dict) and error["type"] == "invalid_request_error"
     assert error["param"] == field and field in error["message"]
@@ -128,7 +130,8 @@ def test_suffix_is_refused_clearly(client: OpenAI) -> None:
 
 
 def test_echo_with_logprobs_reports_the_prompt_tokens(client: OpenAI) -> None:
-    kwargs: dict[str, Any] = dict(model=MODEL, prompt="The quick brown", max_tokens=4, temperature=0)
+    kwargs: dict[str, Any] = dict(model=MODEL, prompt="The quick brown", max_tokens=4,
+                                  temperature=0)
     plain = client.completions.create(**kwargs, logprobs=2)
     resp = client.completions.create(**kwargs, logprobs=2, echo=True)
     # The SDK types token_logprobs as floats, but OpenAI sends null for the first prompt token
@@ -184,5 +187,6 @@ def test_echo_with_logprobs_streams_the_prompt_first(client: OpenAI) -> None:
     assert first is not None and first.token_logprobs is not None
     assert first.token_logprobs[0] is None
     assert "".join(c.choices[0].text for c in chunks) == full.choices[0].text
-    tokens = [t for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.tokens or []]
+    tokens = [t for c in chunks if c.choices[0].logprobs
+              for t in c.choices[0].logprobs.tokens or []]
     assert full.choices[0].logprobs is not None and tokens == full.choices[0].logprobs.tokens

@@ -44,7 +44,8 @@ class ScriptedEngine:
     def drafter_ids(self) -> list[str]:
         return ["d1"]
 
-    def check_request(self, prompt: list[int], params: SamplingParams, policy: str = "auto") -> None:
+    def check_request(self, prompt: list[int], params: SamplingParams,
+                      policy: str = "auto") -> None:
         if len(prompt) + params.max_new_tokens > self.max_context:
             raise ContextLengthError(max_context=self.max_context, prompt_tokens=len(prompt),
                                      max_new_tokens=params.max_new_tokens)
@@ -197,7 +198,8 @@ def test_the_engines_refusal_is_raised_by_submit_as_a_400_naming_the_field() -> 
         runner = make_runner(engine)
         await ready(runner)
         sink: asyncio.Queue[Update] = asyncio.Queue()
-        huge = RequestSpec("huge", [1, 2], SamplingParams(max_new_tokens=200_000), prompt_param="messages")
+        huge = RequestSpec("huge", [1, 2], SamplingParams(max_new_tokens=200_000),
+                           prompt_param="messages")
         with pytest.raises(APIError) as err:
             await runner.submit([spec("ok"), huge], sink)  # one refused choice refuses them all
         assert (err.value.status, err.value.code) == (400, "context_length_exceeded")

@@ -46,7 +46,8 @@ def client(server: ServerProcess) -> OpenAI:
 
 
 def schema_format(schema: dict[str, Any] = SCHEMA) -> dict[str, Any]:
-    return {"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}}
+    return {"type": "json_schema",
+            "json_schema": {"name": "city", "schema": schema, "strict": True}}
 
 
 def greedy_json(client: OpenAI, policy: str, **fields: Any) -> tuple[str, str | None]:
@@ -64,7 +65,8 @@ def test_json_schema_output_validates_and_speculation_does_not_change_it(client:
     free, _ = greedy_json(client, "none")
     assert free != plain, "the random target does not write this JSON unconstrained"
     for policy in ("auto", "fixed:alpha", "exp3spec"):
-        assert greedy_json(client, policy, response_format=schema_format()) == (plain, "stop"), policy
+        assert (greedy_json(client, policy, response_format=schema_format())
+                == (plain, "stop")), policy
 
 
 def test_sampled_outputs_validate_under_every_seed(client: OpenAI) -> None:
@@ -118,11 +120,14 @@ def test_langchain_with_structured_output(server: ServerProcess) -> None:
     [
         ({"type": "xml"}, "must be text, json_object or json_schema"),
         ({"type": "json_schema"}, "needs a json_schema object with a name"),
-        ({"type": "json_schema", "json_schema": {"name": "x", "schema": []}}, "must be a JSON Schema object"),
-        (schema_format({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}), "unsupported json schema"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": []}},
+         "must be a JSON Schema object"),
+        (schema_format({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}),
+         "unsupported json schema"),
     ],
 )
-def test_bad_response_formats_are_400s(client: OpenAI, response_format: dict[str, Any], message: str) -> None:
+def test_bad_response_formats_are_400s(client: OpenAI, response_format: dict[str, Any],
+                                       message: str) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8,  # type: ignore[arg-type]
                                        response_format=response_format)

@@ -65,7 +65,8 @@ def assert_valid_calls(calls: list[tuple[str, str]]) -> None:
 
 
 @pytest.mark.parametrize("parallel", [False, True])
-def test_required_calls_validate_and_speculation_does_not_change_them(client: OpenAI, parallel: bool) -> None:
+def test_required_calls_validate_and_speculation_does_not_change_them(client: OpenAI,
+                                                                      parallel: bool) -> None:
     plain = greedy(client, tool_choice="required", parallel_tool_calls=parallel)
     assert plain.finish_reason == "tool_calls"
     calls = calls_of(plain.message)
@@ -121,7 +122,8 @@ def test_streamed_calls_add_up_to_the_same_calls(client: OpenAI, tool_choice: An
                 if tc.function and tc.function.arguments:
                     entry["arguments"] += tc.function.arguments
     streamed = [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)]
-    assert sorted(calls) == list(range(len(calls))) and all(c["id"].startswith("call_") for c in calls.values())
+    assert (sorted(calls) == list(range(len(calls)))
+            and all(c["id"].startswith("call_") for c in calls.values()))
     assert reasons[-1] == "tool_calls" and "".join(content) == ""
     assert streamed == calls_of(greedy(client, "auto", tool_choice=tool_choice).message)
 
@@ -133,14 +135,18 @@ def test_history_with_calls_and_results_is_accepted(client: OpenAI) -> None:
          "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
     ]  # fmt: skip
-    resp = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS[:1], max_tokens=8)  # type: ignore[arg-type]
+    resp = client.chat.completions.create(
+        model=MODEL, messages=history, tools=TOOLS[:1], max_tokens=8)  # type: ignore[arg-type]
     assert resp.choices[0].finish_reason in ("stop", "length", "tool_calls")
-    assert resp.usage is not None and resp.usage.prompt_tokens > 100  # the tools and history rendered
+    # the tools and history rendered
+    assert resp.usage is not None and resp.usage.prompt_tokens > 100
 
 
 def test_model_card_names_the_tool_format(server: ServerProcess) -> None:
-    card = httpx.get(f"{server.base_url}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}).json()
-    assert card["data"][0]["capabilities"] == {"tool_calling": "generic", "structured_outputs": True}
+    card = httpx.get(f"{server.base_url}/v1/models",
+                     headers={"Authorization": f"Bearer {API_KEY}"}).json()
+    assert card["data"][0]["capabilities"] == {"tool_calling": "generic",
+                                               "structured_outputs": True}
 
 
 class Weather(BaseModel):
@@ -166,15 +172,19 @@ def test_langchain_bind_tools_and_structured_output(server: ServerProcess) -> No
     ("fields", "param", "message"),
     [
         ({"tools": [{"type": "function"}]}, "tools", "tools[0].function must be an object"),
-        ({"tools": [{"type": "function", "function": {"name": "x", "parameters": BAD_SCHEMA}}]}, "tools", "parameters"),
+        ({"tools": [{"type": "function", "function": {"name": "x", "parameters": BAD_SCHEMA}}]},
+         "tools", "parameters"),
         ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "must be"),
-        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "not in tools"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+         "tool_choice", "not in tools"),
         ({"tool_choice": "required"}, "tool_choice", "needs tools"),
-        ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format", "cannot be used together"),
+        ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format",
+         "cannot be used together"),
         ({"functions": [{"name": "f"}]}, "functions", "deprecated"),
     ],
 )
-def test_bad_tool_fields_are_400s(client: OpenAI, fields: dict[str, Any], param: str, message: str) -> None:
+def test_bad_tool_fields_are_400s(client: OpenAI, fields: dict[str, Any], param: str,
+                                  message: str) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, **fields)  # type: ignore[call-overload]
     body = err.value.body

@@ -25,7 +25,8 @@ TEMPLATES = {"hermes": QWEN3_STYLE, "llama3_json": LLAMA31_STYLE}
 
 
 @pytest.fixture(scope="module", params=sorted(TEMPLATES))
-def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, OpenAI]]:
+def served(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, OpenAI]]:
     fmt = request.param
     root = tmp_path_factory.mktemp(f"pool-{fmt}")
     pool = build_pool(root)
@@ -37,13 +38,16 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     server.stop()
 
 
-def forced(client: OpenAI, policy: str, tool_choice: object) -> tuple[list[tuple[str, str]], str | None]:
+def forced(client: OpenAI, policy: str,
+           tool_choice: object) -> tuple[list[tuple[str, str]], str | None]:
     resp = client.chat.completions.create(
         model=MODEL_NAME, messages=MESSAGES, tools=ONE_TOOL, tool_choice=tool_choice,  # type: ignore[arg-type]
-        max_tokens=120, temperature=0, parallel_tool_calls=False, extra_body={"hedgespec": {"policy": policy}},
+        max_tokens=120, temperature=0, parallel_tool_calls=False,
+        extra_body={"hedgespec": {"policy": policy}},
     )  # fmt: skip
     choice = resp.choices[0]
-    return [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []], choice.finish_reason
+    return [(c.function.name, c.function.arguments)
+            for c in choice.message.tool_calls or []], choice.finish_reason
 
 
 @pytest.mark.parametrize("tool_choice", ["required", NAMED], ids=["required", "named"])

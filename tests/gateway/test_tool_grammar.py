@@ -18,7 +18,8 @@ from gateway.openai.tools.grammar import tool_grammar
 from gateway.openai.tools.spec import Tool, ToolChoice, ToolRequest
 
 WEATHER = Tool("get_weather", None, {"type": "object", "properties": {"city": {"type": "string"}},
-                                     "required": ["city"], "additionalProperties": False})  # fmt: skip
+                                     "required": ["city"],
+                                     "additionalProperties": False})  # fmt: skip
 TIME = Tool("get_time", None, None)
 A = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 B = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
@@ -53,9 +54,12 @@ def test_required_accepts_calls_of_any_tool(tokenizer: Any, fmt: formats.ToolFor
     assert accepts(tokenizer, fmt, req, A) and accepts(tokenizer, fmt, req, B)
     assert accepts(tokenizer, fmt, req, A + "\n" + B)
     assert not accepts(tokenizer, fmt, req, "Sure, " + A)  # no free text
-    assert not accepts(tokenizer, fmt, req, A.replace("get_weather", "get_wether"))  # no unknown tool
-    assert not accepts(tokenizer, fmt, req, A.replace('"Paris"', "7"))  # arguments follow the schema
-    assert not accepts(tokenizer, fmt, req, A.replace('{"city": "Paris"}', "{}"))  # required argument
+    # no unknown tool
+    assert not accepts(tokenizer, fmt, req, A.replace("get_weather", "get_wether"))
+    # arguments follow the schema
+    assert not accepts(tokenizer, fmt, req, A.replace('"Paris"', "7"))
+    # required argument
+    assert not accepts(tokenizer, fmt, req, A.replace('{"city": "Paris"}', "{}"))
     assert not accepts(tokenizer, fmt, req, A.replace('": ', '":'))  # our JSON style only
     assert not accepts(tokenizer, fmt, req, "")
 
@@ -85,13 +89,18 @@ def test_llama3_json_calls(tokenizer: Any) -> None:
 def test_arguments_are_an_object_even_when_the_schema_leaves_the_type_open(tokenizer: Any) -> None:
     loose = Tool("f", None, {"properties": {"a": {"type": "integer"}}})
     req = ToolRequest((loose,), ToolChoice("required"), True)
-    assert accepts(tokenizer, formats.HERMES, req, '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>')
-    assert not accepts(tokenizer, formats.HERMES, req, '<tool_call>\n{"name": "f", "arguments": true}\n</tool_call>')
+    assert accepts(tokenizer, formats.HERMES, req,
+                   '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>')
+    assert not accepts(tokenizer, formats.HERMES, req,
+                       '<tool_call>\n{"name": "f", "arguments": true}\n</tool_call>')
     # only the declared properties, unless the schema allows more
-    assert not accepts(tokenizer, formats.HERMES, req, '<tool_call>\n{"name": "f", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
-    open_ = Tool("f", None, {"properties": {"a": {"type": "integer"}}, "additionalProperties": True})
+    assert not accepts(tokenizer, formats.HERMES, req,
+                       '<tool_call>\n{"name": "f", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
+    open_ = Tool("f", None,
+                 {"properties": {"a": {"type": "integer"}}, "additionalProperties": True})
     assert accepts(tokenizer, formats.HERMES, ToolRequest((open_,), ToolChoice("required"), True),
-                   '<tool_call>\n{"name": "f", "arguments": {"a": 1, "b": 2}}\n</tool_call>')  # fmt: skip
+                   '<tool_call>\n{"name": "f", "arguments": {"a": 1, "b": 2}}\n'
+                   '</tool_call>')  # fmt: skip
 
 
 def test_no_grammar_for_auto(tokenizer: Any) -> None:
@@ -110,4 +119,5 @@ def test_special_token_tags_are_the_tokens(tokenizer: Any) -> None:
     detok = IncrementalDetokenizer(special, frozenset({open_id, close_id}))
     ids = special(B + "<|end|>", add_special_tokens=False)["input_ids"]
     assert "".join(detok.push(i) for i in ids) + detok.flush() == B
-    assert '"<tool_call>"' in (tool_grammar(formats.HERMES, tools("named"), tokenizer) or spec).source
+    assert ('"<tool_call>"'
+            in (tool_grammar(formats.HERMES, tools("named"), tokenizer) or spec).source)

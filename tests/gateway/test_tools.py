@@ -19,20 +19,23 @@ from tests.gateway.tool_templates import LLAMA31_STYLE, QWEN3_STYLE
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather now",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}  # fmt: skip
 TIME = {"type": "function", "function": {"name": "get_time"}}
 HISTORY = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather in Paris?"},
     {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
     {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
 ]  # fmt: skip
 NAMES = frozenset({"get_weather", "get_time"})
 
 
 def request(**fields: Any) -> ChatCompletionRequest:
-    return ChatCompletionRequest.model_validate({"model": "m", "messages": HISTORY, "tools": [WEATHER, TIME], **fields})
+    return ChatCompletionRequest.model_validate({"model": "m", "messages": HISTORY,
+                                                 "tools": [WEATHER, TIME], **fields})
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,8 @@ def tokenizer() -> Any:
 def prompt(tokenizer: Any, template: str | None, req: ChatCompletionRequest) -> tuple[str, str]:
     tok = tokenizer if template is None else _with_template(tokenizer, template)
     fmt = formats.detect(tok.chat_template)
-    messages, listed = formats.render(fmt, [m.template_dict() for m in req.messages], req.tool_request)
+    messages, listed = formats.render(fmt, [m.template_dict() for m in req.messages],
+                                      req.tool_request)
     return fmt.name, tok.decode(render_chat(tok, messages, listed))
 
 
@@ -61,8 +65,10 @@ def _with_template(tokenizer: Any, template: str) -> Any:
 def test_tool_request_modes() -> None:
     assert request().tool_request.choice.mode == "auto"  # type: ignore[union-attr]
     assert request(tool_choice="none").tool_request is None
-    forced = request(tool_choice={"type": "function", "function": {"name": "get_time"}}).tool_request
-    assert forced is not None and [t.name for t in forced.forced] == ["get_time"] and forced.single_call
+    forced = request(tool_choice={"type": "function",
+                                  "function": {"name": "get_time"}}).tool_request
+    assert (forced is not None and [t.name for t in forced.forced] == ["get_time"]
+            and forced.single_call)
     required = request(tool_choice="required", parallel_tool_calls=False).tool_request
     assert required is not None and len(required.forced) == 2 and required.single_call
 
@@ -74,7 +80,8 @@ def test_tool_request_modes() -> None:
         ({"tools": [{"type": "retrieval", "function": {"name": "x"}}]}, '"type": "function"'),
         ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "function.name must be"),
         ({"tools": [TIME, TIME]}, "must be unique"),
-        ({"tools": [{"type": "function", "function": {"name": "x", "parameters": []}}]}, "JSON Schema object"),
+        ({"tools": [{"type": "function", "function": {"name": "x", "parameters": []}}]},
+         "JSON Schema object"),
         ({"tool_choice": "sometimes"}, 'must be "none", "auto", "required"'),
         ({"functions": [{"name": "x"}]}, "deprecated"),
     ],
@@ -98,7 +105,8 @@ def test_cross_field_rules_name_their_param() -> None:
 
 
 def test_history_arguments_must_be_a_json_object() -> None:
-    bad = [*HISTORY[:2], {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1"}}]}]
+    bad = [*HISTORY[:2],
+           {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1"}}]}]
     with pytest.raises(ValidationError, match="JSON object"):
         ChatCompletionRequest.model_validate({"model": "m", "messages": bad})
 
@@ -117,7 +125,8 @@ def test_hermes_template_gets_tools_and_dict_arguments(tokenizer: Any) -> None:
     name, text = prompt(tokenizer, QWEN3_STYLE, request())
     assert name == "hermes"
     assert json.dumps(WEATHER) in text and '"name": "get_time"' in text
-    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+            in text)
     assert "<tool_response>\n18 C\n</tool_response>" in text
 
 
@@ -133,15 +142,18 @@ def test_generic_format_describes_tools_in_the_system_message(tokenizer: Any) ->
     name, text = prompt(tokenizer, None, request())
     assert name == "generic"
     system = text.split("<|end|>")[0]
-    assert system.startswith("<|system|>\nBe brief.\n\n") and json.dumps(WEATHER["function"]) in system
+    assert (system.startswith("<|system|>\nBe brief.\n\n")
+            and json.dumps(WEATHER["function"]) in system)
     assert '<tool_call>\n{"name": <name>, "arguments": <object>}\n</tool_call>' in system
-    assert '<|assistant|>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert ('<|assistant|>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+            '"Paris"}}\n</tool_call>') in text
     assert "<|user|>\n<tool_response>\n18 C\n</tool_response>" in text
     assert "<|tool|>" not in text
 
 
 def test_generic_prepends_a_system_message_and_none_shows_no_tools(tokenizer: Any) -> None:
-    req = ChatCompletionRequest.model_validate({"model": "m", "messages": HISTORY[1:], "tools": [TIME]})
+    req = ChatCompletionRequest.model_validate({"model": "m", "messages": HISTORY[1:],
+                                                "tools": [TIME]})
     assert prompt(tokenizer, None, req)[1].startswith("<|system|>\nTools (JSON Schema):\n<tools>")
     _, none = prompt(tokenizer, None, request(tool_choice="none"))
     assert "<tools>" not in none and "<tool_response>" in none  # the history still renders
@@ -155,13 +167,16 @@ CALL_A = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n
 CALL_B = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
 
 
-def parse_whole(fmt: formats.ToolFormat, text: str, parallel: bool = True) -> tuple[str, list[tuple[str, str]]]:
+def parse_whole(fmt: formats.ToolFormat, text: str,
+                parallel: bool = True) -> tuple[str, list[tuple[str, str]]]:
     p = ToolParser(fmt, NAMES, parallel)
     events = p.feed(text) + p.finish()
-    return "".join(e for e in events if isinstance(e, str)), [(c.name, c.arguments) for c in p.calls]
+    return ("".join(e for e in events if isinstance(e, str)),
+            [(c.name, c.arguments) for c in p.calls])
 
 
-def parse_streamed(fmt: formats.ToolFormat, text: str, step: int) -> tuple[str, list[tuple[str, str]]]:
+def parse_streamed(fmt: formats.ToolFormat, text: str,
+                   step: int) -> tuple[str, list[tuple[str, str]]]:
     p = ToolParser(fmt, NAMES)
     events = [e for i in range(0, len(text), step) for e in p.feed(text[i : i + step])] + p.finish()
     calls = [e for e in events if isinstance(e, ToolCall)]
@@ -185,9 +200,12 @@ def test_tagged_edge_cases() -> None:
     assert parse_whole(h, bad) == (bad, [])  # unparsable stays content, verbatim
     unknown = '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>'
     assert parse_whole(h, unknown) == (unknown, [])
-    assert parse_whole(h, CALL_A.removesuffix("</tool_call>")) == ("", [("get_weather", '{"city": "Paris"}')])
-    assert parse_whole(h, CALL_A + "\n" + CALL_B, parallel=False) == ("", [("get_weather", '{"city": "Paris"}')])
-    string_args = '<tool_call>\n{"name": "get_time", "arguments": "{\\"tz\\": \\"UTC\\"}"}\n</tool_call>'
+    assert (parse_whole(h, CALL_A.removesuffix("</tool_call>"))
+            == ("", [("get_weather", '{"city": "Paris"}')]))
+    assert (parse_whole(h, CALL_A + "\n" + CALL_B, parallel=False)
+            == ("", [("get_weather", '{"city": "Paris"}')]))
+    string_args = ('<tool_call>\n{"name": "get_time", "arguments": "{\\"tz\\": '
+                   '\\"UTC\\"}"}\n</tool_call>')
     assert parse_whole(h, string_args) == ("", [("get_time", '{"tz": "UTC"}')])
 
 
@@ -200,7 +218,8 @@ def test_stream_holds_back_only_a_possible_tag() -> None:
 
 def test_llama3_json_calls() -> None:
     f = formats.LLAMA3_JSON
-    two = '{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", "parameters": {}}'
+    two = ('{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", '
+           '"parameters": {}}')
     expected = ("", [("get_weather", '{"city": "Paris"}'), ("get_time", "{}")])
     assert parse_whole(f, two) == expected
     assert parse_streamed(f, two, 3) == expected
@@ -213,4 +232,5 @@ def test_llama3_json_calls() -> None:
 
 def test_call_ids_are_openai_shaped() -> None:
     call = ToolCall("f", "{}").openai_dict()
-    assert call["type"] == "function" and str(call["id"]).startswith("call_") and len(str(call["id"])) == 29
+    assert (call["type"] == "function" and str(call["id"]).startswith("call_")
+            and len(str(call["id"])) == 29)

@@ -43,9 +43,12 @@ Environment: ipython
 Answer a function call as JSON {"name": <function name>, "parameters": <arguments>}.
 {% for t in tools %}{{ t | tojson }}
 {% endfor %}<|eot_id|>{% endif %}
-{%- for m in messages %}<|start_header_id|>{{ 'ipython' if m.role == 'tool' else m.role }}<|end_header_id|>
+{%- for m in messages %}<|start_header_id|>\
+{{ 'ipython' if m.role == 'tool' else m.role }}<|end_header_id|>
 
-{% if m.tool_calls %}{% for c in m.tool_calls %}{{ {"name": c.function.name, "parameters": c.function.arguments} | tojson }}{% if not loop.last %}; {% endif %}{% endfor %}{% else %}{{ m.content }}{% endif %}<|eot_id|>
+{% if m.tool_calls %}{% for c in m.tool_calls %}\
+{{ {"name": c.function.name, "parameters": c.function.arguments} | tojson }}\
+{% if not loop.last %}; {% endif %}{% endfor %}{% else %}{{ m.content }}{% endif %}<|eot_id|>
 {%- endfor %}
 {%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>
 

@@ -182,12 +182,16 @@ def test_a_relative_local_path_is_stored_absolute(admin: Admin, server: ServerPr
 
 def test_bad_requests_get_openai_shaped_errors(admin: Admin) -> None:
     cases = [
-        ("POST", "/drafters", {"name": "x", "source": "hf", "repo_id": "not a repo"}, 400, "repo_id"),
+        ("POST", "/drafters", {"name": "x", "source": "hf", "repo_id": "not a repo"}, 400,
+         "repo_id"),
         ("POST", "/drafters", {"name": "x", "source": "hf"}, 400, None),
         ("POST", "/drafters", {"name": "x", "source": "ftp", "repo_id": "a/b"}, 400, "source"),
-        ("POST", "/drafters", {"name": "x", "source": "hf", "repo_id": "a/b", "mystery": 1}, 400, "mystery"),
-        ("POST", "/drafters", {"name": "x", "source": "hf", "repo_id": "a/b", "subfolder": "../up"}, 400, "subfolder"),
-        ("POST", "/drafters", {"id": "alpha", "name": "Other", "source": "local", "path": "/x"}, 409, None),
+        ("POST", "/drafters", {"name": "x", "source": "hf", "repo_id": "a/b", "mystery": 1}, 400,
+         "mystery"),
+        ("POST", "/drafters", {"name": "x", "source": "hf", "repo_id": "a/b", "subfolder": "../up"},
+         400, "subfolder"),
+        ("POST", "/drafters", {"id": "alpha", "name": "Other", "source": "local", "path": "/x"},
+         409, None),
         ("PATCH", "/drafters/alpha", {"enabled": "no"}, 400, "enabled"),
         ("PATCH", "/drafters/alpha", {"status": "ready"}, 400, "status"),
         ("PATCH", "/drafters/missing", {"enabled": False}, 404, None),
@@ -313,7 +317,8 @@ def test_finished_requests_land_in_the_request_log(server: ServerProcess) -> Non
 
 
 def test_prompt_text_is_logged_when_the_operator_opts_in(pool_file: Path, tmp_path: Path) -> None:
-    server = start_server(pool_file, tmp_path / "srv", database_url=f"sqlite:///{tmp_path / 'r.db'}",
+    server = start_server(pool_file, tmp_path / "srv",
+                          database_url=f"sqlite:///{tmp_path / 'r.db'}",
                           env={"HEDGESPEC_LOG_PROMPTS": "true"})
     try:
         marker = f"prompt-{uuid.uuid4().hex[:8]}"

@@ -63,7 +63,8 @@ def test_a_registry_that_comes_up_after_start_is_picked_up(tmp_path: Path) -> No
     in the way); once that is fixed the gateway opens it on a retry, without a restart."""
     blocker = tmp_path / "dbdir"
     blocker.write_text("not a directory")
-    with client(tmp_path, admin_key=ADMIN_KEY, database_url=f"sqlite:///{blocker / 'r.db'}") as http:
+    with client(tmp_path, admin_key=ADMIN_KEY,
+                database_url=f"sqlite:///{blocker / 'r.db'}") as http:
         resp = http.get("/admin/api/drafters", headers=ADMIN)
         assert resp.status_code == 503 and resp.json()["error"]["code"] == "registry_unavailable"
         blocker.unlink()

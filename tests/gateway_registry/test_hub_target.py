@@ -29,10 +29,12 @@ def target_hub(pool_file: Path) -> Iterator[FakeHub]:
 
 def test_hub_ids_and_local_paths_are_told_apart(tmp_path: Path) -> None:
     assert is_hub_id("meta-llama/Llama-3.1-8B-Instruct")
-    assert not is_hub_id(str(tmp_path)) and not is_hub_id("../etc/passwd") and not is_hub_id("plain")
+    assert (not is_hub_id(str(tmp_path)) and not is_hub_id("../etc/passwd")
+            and not is_hub_id("plain"))
 
 
-def test_download_fetches_weights_and_tokenizer_but_no_code(target_hub: FakeHub, tmp_path: Path) -> None:
+def test_download_fetches_weights_and_tokenizer_but_no_code(target_hub: FakeHub,
+                                                            tmp_path: Path) -> None:
     path = download_target(TARGET_REPO, cache_dir=tmp_path, endpoint=target_hub.url)
     names = {p.name for p in path.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= names
@@ -40,7 +42,8 @@ def test_download_fetches_weights_and_tokenizer_but_no_code(target_hub: FakeHub,
 
 
 def test_server_serves_a_target_named_by_repo_id(target_hub: FakeHub, tmp_path: Path) -> None:
-    server = start_server(tmp_path / "unused-pool.json", tmp_path, database_url=f"sqlite:///{tmp_path / 'r.db'}",
+    server = start_server(tmp_path / "unused-pool.json", tmp_path,
+                          database_url=f"sqlite:///{tmp_path / 'r.db'}",
                           hub=target_hub, env={"HEDGESPEC_TARGET": TARGET_REPO})
     try:
         headers = {"Authorization": f"Bearer {API_KEY}"}

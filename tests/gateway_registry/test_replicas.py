@@ -1,6 +1,6 @@
-"""Two gateway replicas sharing one registry database (SQLite file, or PostgreSQL): a fresh database converges on the served pool, and a
-change through one replica, or through the CLI with no server involved, reaches both within a
-few seconds (polling of `pool_version`)."""
+"""Two gateway replicas sharing one registry database (SQLite file, or PostgreSQL): a fresh database
+converges on the served pool, and a change through one replica, or through the CLI with no server
+involved, reaches both within a few seconds (polling of `pool_version`)."""
 
 from __future__ import annotations
 

@@ -38,10 +38,12 @@ def test_create_writes_the_row_an_audit_event_and_bumps_the_pool_version(session
     assert row is not None and row.id == drafter.id
     assert (row.status, row.revision, row.subfolder, row.domain, row.tags) == (
         "pending", "main", "python", "python", ["code", "python"])
-    assert row.created_at.tzinfo is not None and row.updated_at - row.created_at < timedelta(seconds=1)
+    assert (row.created_at.tzinfo is not None
+            and row.updated_at - row.created_at < timedelta(seconds=1))
     [event] = crud.list_events(session, target=row.id)
     assert event.detail is not None
-    assert (event.actor, event.action, event.detail["repo_id"]) == ("admin", "drafter.create", "org/drafters")
+    assert (event.actor, event.action, event.detail["repo_id"]) == ("admin", "drafter.create",
+                                                                    "org/drafters")
     assert pool_version(session) == before + 1
 
 
@@ -63,7 +65,8 @@ def test_ids_derive_from_names_and_stay_unique(session: Session) -> None:
     ({"source": "hf", "repo_id": "a/b", "revision": "../main"}, InvalidIdentifier),
     ({"source": "hf", "repo_id": "a/b", "drafter_id": "Bad Id"}, InvalidIdentifier),
 ])
-def test_invalid_specs_write_nothing(session: Session, fields: dict[str, str], error: type[Exception]) -> None:
+def test_invalid_specs_write_nothing(session: Session, fields: dict[str, str],
+                                     error: type[Exception]) -> None:
     with pytest.raises(error):
         crud.create_drafter(session, name="x", actor="admin", **fields)  # type: ignore[arg-type]
     assert crud.list_drafters(session) == [] and crud.list_events(session) == []
@@ -75,8 +78,10 @@ def test_lifecycle_to_ready_records_every_step(session: Session) -> None:
     crud.start_download(session, drafter_id=d.id, actor="system")
     assert crud.set_progress(session, drafter_id=d.id, bytes_done=50, bytes_total=100)
     version = pool_version(session)
-    crud.finish_download(session, drafter_id=d.id, local_path="/cache/x", commit_sha="a" * 40, actor="system")
-    ready = crud.mark_ready(session, drafter_id=d.id, inspection={"compatible": True}, actor="system")
+    crud.finish_download(session, drafter_id=d.id, local_path="/cache/x", commit_sha="a" * 40,
+                         actor="system")
+    ready = crud.mark_ready(session, drafter_id=d.id, inspection={"compatible": True},
+                            actor="system")
     assert (ready.status, ready.local_path, ready.commit_sha, ready.inspection) == (
         "ready", "/cache/x", "a" * 40, {"compatible": True})
     assert ready.ready_at is not None and ready.error is None
@@ -125,7 +130,8 @@ def test_failure_then_retry(session: Session) -> None:
     failed = crud.mark_failed(session, drafter_id=d.id, error="revision not found", actor="system")
     assert (failed.status, failed.error) == ("failed", "revision not found")
     retried = crud.retry_drafter(session, drafter_id=d.id, actor="admin")
-    assert (retried.status, retried.error, retried.bytes_done, retried.bytes_total) == ("pending", None, 0, None)
+    assert ((retried.status, retried.error, retried.bytes_done, retried.bytes_total)
+            == ("pending", None, 0, None))
     with pytest.raises(StatusConflict):
         crud.retry_drafter(session, drafter_id=d.id, actor="admin")
 
@@ -133,13 +139,16 @@ def test_failure_then_retry(session: Session) -> None:
 def test_enable_returns_to_ready_only_if_validated_before(session: Session) -> None:
     ready = add_hf(session, name="A")
     crud.start_download(session, drafter_id=ready.id, actor="system")
-    crud.finish_download(session, drafter_id=ready.id, local_path="/p", commit_sha=None, actor="system")
+    crud.finish_download(session, drafter_id=ready.id, local_path="/p", commit_sha=None,
+                         actor="system")
     crud.mark_ready(session, drafter_id=ready.id, inspection=None, actor="system")
     fresh = add_hf(session, name="B")
     for drafter_id, back_to in ((ready.id, "ready"), (fresh.id, "pending")):
-        assert crud.set_enabled(session, drafter_id=drafter_id, enabled=False, actor="admin").status == "disabled"
+        assert crud.set_enabled(session, drafter_id=drafter_id, enabled=False,
+                                actor="admin").status == "disabled"
         version = pool_version(session)
-        assert crud.set_enabled(session, drafter_id=drafter_id, enabled=True, actor="admin").status == back_to
+        assert (crud.set_enabled(session, drafter_id=drafter_id, enabled=True, actor="admin").status
+                == back_to)
         assert pool_version(session) == version + 1
     version = pool_version(session)
     crud.set_enabled(session, drafter_id=ready.id, enabled=True, actor="admin")  # already enabled
@@ -208,6 +217,7 @@ def test_an_open_reading_session_blocks_no_writer(session_factory: sessionmaker[
         with session_factory() as writer:
             started = time.monotonic()
             add_hf(writer, name="B")
-            assert time.monotonic() - started < 10.0  # blocked, it would wait out the 30 s busy timeout
+            # blocked, it would wait out the 30 s busy timeout
+            assert time.monotonic() - started < 10.0
         add_hf(reader, name="C")  # the reader's next write starts a fresh transaction
         assert pool_version(reader) == seen + 2

@@ -28,12 +28,14 @@ def test_model_info_and_tree(fake_hub: FakeHub) -> None:
     top = list(api.list_repo_tree("org/r"))
     assert {(type(e), e.path) for e in top} == {(RepoFolder, "a"), (RepoFile, "README.md")}
     assert {e.path for e in api.list_repo_tree("org/r", recursive=True)} == {*FILES, "a"}
-    assert [e.size for e in api.list_repo_tree("org/r", path_in_repo="a") if isinstance(e, RepoFile)] == [2, 7]
+    assert [e.size for e in api.list_repo_tree("org/r", path_in_repo="a")
+            if isinstance(e, RepoFile)] == [2, 7]
 
 
 def test_downloads_through_the_cdn_redirect(fake_hub: FakeHub, tmp_path: Path) -> None:
     sha = fake_hub.add_repo("org/r", FILES)
-    path = hf_hub_download("org/r", "a/model.safetensors", cache_dir=tmp_path, endpoint=fake_hub.url)
+    path = hf_hub_download("org/r", "a/model.safetensors", cache_dir=tmp_path,
+                           endpoint=fake_hub.url)
     assert Path(path).read_bytes() == b"weights" and sha in path
     assert ("GET", f"/cdn/org/r/{sha}/a/model.safetensors") in fake_hub.requests
 

@@ -23,8 +23,10 @@ REPO = "org/drafters"
 @pytest.fixture
 def settings(fake_hub: FakeHub, hub_cache: Path, tmp_path: Path) -> FetchSettings:
     fake_hub.add_repo(REPO, {**drafter_files("python", seed=1), **drafter_files("wide", hidden=32),
-                             "broken/config.json": b"{}", "broken/model.safetensors": b"\x08" + b"\0" * 7})
-    return FetchSettings(cache_dir=hub_cache, endpoint=fake_hub.url, target_dir=write_target_config(tmp_path / "target"),
+                             "broken/config.json": b"{}",
+                             "broken/model.safetensors": b"\x08" + b"\0" * 7})
+    return FetchSettings(cache_dir=hub_cache, endpoint=fake_hub.url,
+                         target_dir=write_target_config(tmp_path / "target"),
                          progress_interval_s=0.0)
 
 
@@ -38,8 +40,8 @@ def row(factory: sessionmaker[Session], drafter_id: str) -> Any:
         return crud.get_drafter(s, drafter_id=drafter_id)
 
 
-def test_an_hf_drafter_goes_to_ready(session_factory: sessionmaker[Session], settings: FetchSettings,
-                                     fake_hub: FakeHub) -> None:
+def test_an_hf_drafter_goes_to_ready(session_factory: sessionmaker[Session],
+                                     settings: FetchSettings, fake_hub: FakeHub) -> None:
     with session_factory() as s:
         drafter_id = add(s, "Python", subfolder="python")
         before = pool_version(s)
@@ -49,23 +51,26 @@ def test_an_hf_drafter_goes_to_ready(session_factory: sessionmaker[Session], set
         calls.append(path)
         return {"compatible": True, "reason": None, "num_parameters": 123}
 
-    assert fetch_drafter(session_factory, drafter_id=drafter_id, settings=settings, validator=validator) == "ready"
+    assert fetch_drafter(session_factory, drafter_id=drafter_id, settings=settings,
+                         validator=validator) == "ready"
     d = row(session_factory, drafter_id)
     assert d.status == "ready" and d.error is None and d.bytes_done == d.bytes_total > 0
     assert d.commit_sha == fake_hub.repos[REPO].refs["main"]
     assert calls == [Path(d.local_path)] and (Path(d.local_path) / "model.safetensors").is_file()
     assert d.inspection["num_parameters"] == 123 and d.inspection["hidden_size"] == 16
     with session_factory() as s:
-        steps = [(e.detail or {}).get("to") for e in reversed(crud.list_events(s, target=drafter_id))]
+        steps = [(e.detail or {}).get("to")
+                 for e in reversed(crud.list_events(s, target=drafter_id))]
         assert steps == [None, "downloading", "validating", "ready"]
         assert pool_version(s) == before + 3
 
 
-def test_a_local_drafter_is_validated_in_place(session_factory: sessionmaker[Session], settings: FetchSettings,
-                                               tmp_path: Path) -> None:
+def test_a_local_drafter_is_validated_in_place(session_factory: sessionmaker[Session],
+                                               settings: FetchSettings, tmp_path: Path) -> None:
     path = write_files(tmp_path / "local", drafter_files())
     with session_factory() as s:
-        drafter_id = crud.create_drafter(s, name="Local", source="local", path=str(path), actor="cli").id
+        drafter_id = crud.create_drafter(s, name="Local", source="local", path=str(path),
+                                         actor="cli").id
     assert fetch_drafter(session_factory, drafter_id=drafter_id, settings=settings) == "ready"
     d = row(session_factory, drafter_id)
     assert (d.local_path, d.commit_sha, d.bytes_total) == (str(path), None, None)
@@ -77,7 +82,8 @@ def test_a_local_drafter_is_validated_in_place(session_factory: sessionmaker[Ses
     ({"subfolder": "chemistry"}, "not found in the repository"),
     ({"subfolder": "broken"}, "model.safetensors is truncated"),
     ({"subfolder": "wide"}, "incompatible with target: hidden size 32 != target hidden size 16"),
-    ({"source": "local", "repo_id": None, "path": "/nonexistent/drafter"}, "drafter directory not found"),
+    ({"source": "local", "repo_id": None, "path": "/nonexistent/drafter"},
+     "drafter directory not found"),
 ])
 def test_failures_are_contained(session_factory: sessionmaker[Session], settings: FetchSettings,
                                 fields: dict[str, Any], error: str) -> None:
@@ -94,11 +100,12 @@ def test_failures_are_contained(session_factory: sessionmaker[Session], settings
 
 
 @pytest.mark.parametrize(("verdict", "error"), [
-    ({"compatible": False, "reason": "vocab size 64 != target vocab size 128"}, "vocab size 64 != target"),
+    ({"compatible": False, "reason": "vocab size 64 != target vocab size 128"},
+     "vocab size 64 != target"),
     (RuntimeError("CUDA out of memory"), "RuntimeError: CUDA out of memory"),
 ])
-def test_the_injected_validator_decides(session_factory: sessionmaker[Session], settings: FetchSettings,
-                                        verdict: Any, error: str) -> None:
+def test_the_injected_validator_decides(session_factory: sessionmaker[Session],
+                                        settings: FetchSettings, verdict: Any, error: str) -> None:
     def validator(path: Path) -> dict[str, Any]:
         if isinstance(verdict, Exception):
             raise verdict
@@ -106,12 +113,13 @@ def test_the_injected_validator_decides(session_factory: sessionmaker[Session], 
 
     with session_factory() as s:
         drafter_id = add(s, "Python", subfolder="python")
-    assert fetch_drafter(session_factory, drafter_id=drafter_id, settings=settings, validator=validator) == "failed"
+    assert fetch_drafter(session_factory, drafter_id=drafter_id, settings=settings,
+                         validator=validator) == "failed"
     assert error in row(session_factory, drafter_id).error
 
 
-def test_disabling_during_a_download_stops_it(session_factory: sessionmaker[Session], settings: FetchSettings,
-                                              fake_hub: FakeHub) -> None:
+def test_disabling_during_a_download_stops_it(session_factory: sessionmaker[Session],
+                                              settings: FetchSettings, fake_hub: FakeHub) -> None:
     fake_hub.add_repo("org/big", drafter_files("python", pad_to=400_000))
     fake_hub.throttle_bps = 100_000  # 4 s for the whole file: an uninterrupted fetch would finish
     with session_factory() as s:
@@ -155,7 +163,8 @@ def test_the_fetcher_resumes_unfinished_drafters(session_factory: sessionmaker[S
 
 
 def test_a_replica_without_the_files_gets_its_own_copy(session_factory: sessionmaker[Session],
-                                                       settings: FetchSettings, tmp_path: Path) -> None:
+                                                       settings: FetchSettings,
+                                                       tmp_path: Path) -> None:
     with session_factory() as s:
         drafter_id = add(s, "Python", subfolder="python")
     fetch_drafter(session_factory, drafter_id=drafter_id, settings=settings)
@@ -182,7 +191,8 @@ def test_shutdown_interrupts_a_download_that_the_next_start_resumes(
     fetcher.shutdown(wait=True)
     assert time.monotonic() - started < 10.0 and future.result() is None
     interrupted = row(session_factory, drafter_id)
-    assert interrupted.status == "downloading" and 0 < interrupted.bytes_done < interrupted.bytes_total
+    assert (interrupted.status == "downloading"
+            and 0 < interrupted.bytes_done < interrupted.bytes_total)
 
     fake_hub.throttle_bps = None
     served = sum(fake_hub.bytes_served.values())

@@ -28,7 +28,8 @@ def fetch(hub: FakeHub, cache: Path, *, repo: str = REPO, revision: str | None =
 @pytest.fixture
 def repo_files() -> dict[str, bytes]:
     files = {**drafter_files("python", seed=1), **drafter_files("math", seed=2)}
-    files.update({"python/modeling_eagle.py": b"import os; os.system('echo pwned')", "README.md": b"# drafters"})
+    files.update({"python/modeling_eagle.py": b"import os; os.system('echo pwned')",
+                  "README.md": b"# drafters"})
     return files
 
 
@@ -37,16 +38,20 @@ def test_downloads_one_subfolder_into_the_hf_cache(fake_hub: FakeHub, hub_cache:
     sha = fake_hub.add_repo(REPO, repo_files)
     result = fetch(fake_hub, hub_cache)
     assert result.commit_sha == sha
-    assert result.local_path == hub_cache.resolve() / "models--org--drafters" / "snapshots" / sha / "python"
-    assert sorted(p.name for p in result.local_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert (result.local_path == hub_cache.resolve() / "models--org--drafters" / "snapshots" / sha
+            / "python")
+    assert (sorted(p.name for p in result.local_path.iterdir())
+            == ["config.json", "model.safetensors"])
     for name in ("config.json", "model.safetensors"):
         assert (result.local_path / name).read_bytes() == repo_files[f"python/{name}"]
     assert result.bytes_total == result.bytes_transferred == sum(
         len(repo_files[f"python/{n}"]) for n in ("config.json", "model.safetensors"))
     # No remote code, nothing outside the sub-folder was requested.
-    assert not any(".py" in path or "math/" in path or "README" in path for _, path in fake_hub.requests)
+    assert not any(".py" in path or "math/" in path or "README" in path
+                   for _, path in fake_hub.requests)
     # The standard cache API sees the files: other HF tools can reuse this cache.
-    cached = try_to_load_from_cache(REPO, "python/model.safetensors", cache_dir=hub_cache, revision=sha)
+    cached = try_to_load_from_cache(REPO, "python/model.safetensors", cache_dir=hub_cache,
+                                    revision=sha)
     assert cached == str(result.local_path / "model.safetensors")
     check_checkpoint(result.local_path)
 
@@ -77,12 +82,16 @@ def test_repo_root_sharded_and_bin_layouts(fake_hub: FakeHub, hub_cache: Path) -
     fake_hub.add_repo("org/root", root_files)
     assert fetch(fake_hub, hub_cache, repo="org/root", subfolder=None).files == (
         "config.json", "model.safetensors")
-    bin_files = {"d/config.json": root_files["config.json"], "d/pytorch_model.bin": b"PK-not-checked-here"}
+    bin_files = {"d/config.json": root_files["config.json"],
+                 "d/pytorch_model.bin": b"PK-not-checked-here"}
     fake_hub.add_repo("org/bin", bin_files)
-    assert fetch(fake_hub, hub_cache, repo="org/bin", subfolder="d").files == ("d/config.json", "d/pytorch_model.bin")
-    index = b'{"weight_map": {"fc.weight": "model-1.safetensors", "norm.weight": "model-2.safetensors"}}'
+    assert (fetch(fake_hub, hub_cache, repo="org/bin", subfolder="d").files
+            == ("d/config.json", "d/pytorch_model.bin"))
+    index = (b'{"weight_map": {"fc.weight": "model-1.safetensors", "norm.weight": '
+             b'"model-2.safetensors"}}')
     sharded = {"s/config.json": b"{}", "s/model.safetensors.index.json": index,
-               "s/model-1.safetensors": b"one", "s/model-2.safetensors": b"two", "s/model-3.safetensors": b"x"}
+               "s/model-1.safetensors": b"one", "s/model-2.safetensors": b"two",
+               "s/model-3.safetensors": b"x"}
     fake_hub.add_repo("org/sharded", sharded)
     result = fetch(fake_hub, hub_cache, repo="org/sharded", subfolder="s")
     assert result.files == ("s/config.json", "s/model.safetensors.index.json",
@@ -117,13 +126,15 @@ def test_a_progress_callback_can_cancel(fake_hub: FakeHub, hub_cache: Path) -> N
     assert 0 < resumed.bytes_transferred < resumed.bytes_total
 
 
-def test_an_interrupted_transfer_resumes_with_a_range_request(fake_hub: FakeHub, hub_cache: Path) -> None:
+def test_an_interrupted_transfer_resumes_with_a_range_request(fake_hub: FakeHub,
+                                                              hub_cache: Path) -> None:
     files = drafter_files("python", pad_to=100_000)
     fake_hub.add_repo(REPO, files)
     fake_hub.faults["python/model.safetensors"] = "truncate_once"
     result = fetch(fake_hub, hub_cache)
     size = len(files["python/model.safetensors"])
-    assert (result.local_path / "model.safetensors").read_bytes() == files["python/model.safetensors"]
+    assert ((result.local_path / "model.safetensors").read_bytes()
+            == files["python/model.safetensors"])
     assert fake_hub.bytes_served["python/model.safetensors"] == size  # half, then the other half
 
 
@@ -163,9 +174,12 @@ def test_disk_errors_fail_readably(fake_hub: FakeHub, hub_cache: Path) -> None:
     ({"subfolder": "../python"}, None, "invalid subfolder"),
     ({"revision": "main; rm -rf /"}, None, "invalid revision"),
 ])
-def test_failures_become_one_readable_hub_error(fake_hub: FakeHub, hub_cache: Path, kwargs: dict[str, str],
-                                                fault: tuple[str, str] | None, message: str) -> None:
-    files = {**drafter_files("python"), "onlyconfig/config.json": b"{}", "noconfig/model.safetensors": b"x"}
+def test_failures_become_one_readable_hub_error(fake_hub: FakeHub, hub_cache: Path,
+                                                kwargs: dict[str, str],
+                                                fault: tuple[str, str] | None,
+                                                message: str) -> None:
+    files = {**drafter_files("python"), "onlyconfig/config.json": b"{}",
+             "noconfig/model.safetensors": b"x"}
     fake_hub.add_repo(REPO, files)
     fake_hub.add_repo("org/private", drafter_files("python"), token="secret")
     if fault:
@@ -173,7 +187,8 @@ def test_failures_become_one_readable_hub_error(fake_hub: FakeHub, hub_cache: Pa
     with pytest.raises(HubError, match=message):
         fetch(fake_hub, hub_cache, **kwargs)
     snapshots = hub_cache / "models--org--drafters" / "snapshots"
-    assert not any(p.name == "model.safetensors" for p in snapshots.rglob("*")) if snapshots.exists() else True
+    assert (not any(p.name == "model.safetensors" for p in snapshots.rglob("*"))
+            if snapshots.exists() else True)
 
 
 def test_a_token_opens_a_private_repo(fake_hub: FakeHub, hub_cache: Path) -> None:

@@ -48,7 +48,8 @@ def wait_for_bytes(worker: subprocess.Popen[str], threshold: int, timeout_s: flo
         done, _total = json.loads(line)
         if done >= threshold:
             return int(done)
-    raise AssertionError(f"worker never reached {threshold} bytes: {worker.stderr.read() if worker.stderr else ''}")
+    raise AssertionError(f"worker never reached {threshold} bytes: "
+                         f"{worker.stderr.read() if worker.stderr else ''}")
 
 
 def settled_count(hub: FakeHub, path: str, quiet_s: float = 0.3) -> int:

@@ -19,7 +19,8 @@ from drafter_registry.identifiers import (
 
 
 @pytest.mark.parametrize("repo_id", [
-    "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "aladinggit/hedgespec_eagle_drafters", "a/b", "Org.x/m_1",
+    "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "aladinggit/hedgespec_eagle_drafters", "a/b",
+    "Org.x/m_1",
 ])
 def test_accepts_hub_repo_ids(repo_id: str) -> None:
     assert validate_repo_id(repo_id) == repo_id
@@ -40,7 +41,8 @@ def test_accepts_branches_tags_and_shas(revision: str) -> None:
 
 
 @pytest.mark.parametrize("revision", [
-    "", "../main", "main/..", "/main", "-rf", "a b", "main//x", "main/", "x.lock", "ma:in", "main\n",
+    "", "../main", "main/..", "/main", "-rf", "a b", "main//x", "main/", "x.lock", "ma:in",
+    "main\n",
 ])
 def test_rejects_bad_revisions(revision: str) -> None:
     with pytest.raises(InvalidIdentifier):
@@ -76,7 +78,8 @@ def test_accepts_drafter_ids(drafter_id: str) -> None:
     assert validate_drafter_id(drafter_id) == drafter_id
 
 
-@pytest.mark.parametrize("drafter_id", ["", "Python", "-x", ".x", "a..b", "a/b", "a b", "a" * 65, "fixed:x"])
+@pytest.mark.parametrize("drafter_id",
+                         ["", "Python", "-x", ".x", "a..b", "a/b", "a b", "a" * 65, "fixed:x"])
 def test_rejects_drafter_ids(drafter_id: str) -> None:
     with pytest.raises(InvalidIdentifier):
         validate_drafter_id(drafter_id)

@@ -14,8 +14,9 @@ from drafter_registry.models import RequestLog
 from drafter_registry.request_log import RequestLogWriter, purge_older_than, recent_requests, to_row
 
 RECORD = {"request_id": "req-1", "model": "demo", "policy": "auto", "prompt_tokens": 12,
-          "completion_tokens": 40, "rounds": 9, "mat": 4.4, "regret_tokens": 1.5, "latency_ms": 812.0,
-          "drafter_choices": ["python", "python", "math"], "prompt": "def fib(n):", "user": "alice"}
+          "completion_tokens": 40, "rounds": 9, "mat": 4.4, "regret_tokens": 1.5,
+          "latency_ms": 812.0, "drafter_choices": ["python", "python", "math"],
+          "prompt": "def fib(n):", "user": "alice"}
 
 
 def count(factory: sessionmaker[Session]) -> int:
@@ -28,7 +29,8 @@ def test_rows_map_known_fields_and_keep_the_rest_in_extra() -> None:
     assert "prompt" not in row and row["extra"] == {"user": "alice"}
     assert row["status"] == "ok" and row["created_at"].tzinfo is not None
     assert to_row(RECORD, store_prompts=True)["prompt"] == "def fib(n):"
-    assert to_row({"created_at": 0}, store_prompts=False)["created_at"] == datetime(1970, 1, 1, tzinfo=timezone.utc)
+    assert (to_row({"created_at": 0}, store_prompts=False)["created_at"]
+            == datetime(1970, 1, 1, tzinfo=timezone.utc))
     assert len(to_row({}, store_prompts=False)["request_id"]) == 32
 
 

@@ -20,14 +20,16 @@ DOMAINS = ["generalist", "python", "math", "biology", "chemistry", "medical", "n
 def test_the_demo_pool_lists_the_local_demo_drafters() -> None:
     pool = load_seed_pool(POOLS / "demo.json")
     assert [d.id for d in pool.drafters] == DOMAINS
-    assert all(d.source == "local" and d.path == f"demo/pool/drafters/{d.id}" for d in pool.drafters)
+    assert all(d.source == "local" and d.path == f"demo/pool/drafters/{d.id}"
+               for d in pool.drafters)
 
 
 def test_the_llama_pool_lists_the_published_drafters() -> None:
     pool = load_seed_pool(POOLS / "llama31_8b_hedgespec.json")
     assert pool.target == "meta-llama/Llama-3.1-8B-Instruct"
     generalist, *experts = pool.drafters
-    assert (generalist.repo_id, generalist.subfolder) == ("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", None)
+    assert (generalist.repo_id, generalist.subfolder) == ("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                                                          None)
     assert [d.id for d in experts] == DOMAINS[1:]
     assert {d.repo_id for d in experts} == {"aladinggit/hedgespec_eagle_drafters"}
     assert len({d.subfolder for d in experts}) == 7
@@ -62,7 +64,8 @@ def test_import_reports_conflicts_and_leaves_them_alone(session: Session, tmp_pa
 
 @pytest.mark.parametrize(("content", "message"), [
     ("{", "cannot read seed pool"),
-    ({"target": "t", "drafters": [{"id": "a", "name": "A", "source": "hf", "repo_id": "o/r"}] * 2}, "duplicate"),
+    ({"target": "t", "drafters": [{"id": "a", "name": "A", "source": "hf", "repo_id": "o/r"}] * 2},
+     "duplicate"),
     ({"target": "t", "drafters": [{"id": "a", "name": "A", "source": "hf", "repo_id": "o/r",
                                    "subfolder": "../x"}]}, "invalid subfolder"),
     ({"target": "t", "drafters": [{"name": "A", "source": "hf", "repo_id": "o/r"}]}, "id"),

@@ -1,4 +1,5 @@
-"""Torch-free checkpoint checks: good files pass, truncated/corrupt/mismatched ones fail readably."""
+"""Torch-free checkpoint checks: good files pass, truncated/corrupt/mismatched ones fail
+readably."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def drafter_dir(tmp_path: Path) -> Path:
 
 def test_a_well_formed_drafter_passes(drafter_dir: Path, tmp_path: Path) -> None:
     summary = check_checkpoint(drafter_dir)
-    assert (summary.weights_format, summary.hidden_size, summary.vocab_size, summary.draft_vocab_size) == (
-        "safetensors", 16, 64, 32)
+    assert (summary.weights_format, summary.hidden_size, summary.vocab_size,
+            summary.draft_vocab_size) == ("safetensors", 16, 64, 32)
     assert summary.tensors["fc.weight"] == (16, 48)
     check_against_target(summary, write_target_config(tmp_path / "target"))
 
@@ -41,7 +42,8 @@ def test_header_offsets_are_read_like_the_safetensors_library(drafter_dir: Path)
     header = read_safetensors_header(drafter_dir / "model.safetensors")
     tensors = drafter_tensors(drafter_config())
     assert {k: (v[0], v[1]) for k, v in header.items()} == {
-        k: ({"float32": "F32", "int64": "I64", "bool": "BOOL"}[str(t.dtype)], t.shape) for k, t in tensors.items()}
+        k: ({"float32": "F32", "int64": "I64", "bool": "BOOL"}[str(t.dtype)], t.shape)
+        for k, t in tensors.items()}
 
 
 @pytest.mark.parametrize("keep", [4, 100, -1])
@@ -96,8 +98,9 @@ def test_missing_files(tmp_path: Path, drafter_dir: Path) -> None:
 
 def test_lm_head_rows_must_match_the_draft_vocabulary(tmp_path: Path) -> None:
     config = drafter_config()
-    root = write_files(tmp_path / "d", {"config.json": json.dumps(config).encode(),
-                                         "model.safetensors": save(drafter_tensors(config, extra_rows=3))})
+    root = write_files(tmp_path / "d", {
+        "config.json": json.dumps(config).encode(),
+        "model.safetensors": save(drafter_tensors(config, extra_rows=3))})
     with pytest.raises(CheckpointError, match=r"lm_head.weight is \[35, 16\]"):
         check_checkpoint(root)
 
@@ -106,7 +109,8 @@ def test_lm_head_rows_must_match_the_draft_vocabulary(tmp_path: Path) -> None:
     ({"hidden": 32}, "hidden size 16 != target hidden size 32"),
     ({"vocab": 128}, "vocab size 64 != target vocab size 128"),
 ])
-def test_incompatible_targets(drafter_dir: Path, tmp_path: Path, target: dict[str, int], message: str) -> None:
+def test_incompatible_targets(drafter_dir: Path, tmp_path: Path, target: dict[str, int],
+                              message: str) -> None:
     summary = check_checkpoint(drafter_dir)
     with pytest.raises(CheckpointError, match=message):
         check_against_target(summary, write_target_config(tmp_path / "target", **target))
@@ -116,7 +120,8 @@ def test_sharded_safetensors(tmp_path: Path) -> None:
     config = drafter_config()
     tensors = drafter_tensors(config)
     names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[:5], "model-00002-of-00002.safetensors": names[5:]}
+    shards = {"model-00001-of-00002.safetensors": names[:5],
+              "model-00002-of-00002.safetensors": names[5:]}
     files = {"config.json": json.dumps(config).encode(),
              "model.safetensors.index.json": json.dumps(
                  {"weight_map": {n: s for s, ns in shards.items() for n in ns}}).encode()}
@@ -140,6 +145,7 @@ def test_pytorch_bin_archives(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"not a torch\.save zip archive"):
         check_checkpoint(root)
     middle = len(data) // 2  # inside a stored tensor: only the CRC check can see it
-    (root / "pytorch_model.bin").write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:])
+    (root / "pytorch_model.bin").write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF])
+                                             + data[middle + 1:])
     with pytest.raises(CheckpointError, match=r"CRC|corrupt"):
         check_checkpoint(root)

@@ -49,28 +49,39 @@ CASES: dict[str, tuple[Callable[[Config, Tensors], None], bool, bool]] = {
     "null draft_vocab_size": (_full_vocab, True, False),
     "both layer-id forms, agreeing": (
         lambda c, t: c.update(eagle_aux_hidden_state_layer_ids=[1, 3, 4],
-                              eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}), True, False),
+                              eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}),
+        True, False),
     "rope_parameters with yarn": (
-        lambda c, t: c.update(rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}), True, False),
+        lambda c, t: c.update(rope_parameters={"rope_type": "yarn", "rope_theta": 1e6,
+                                               "factor": 4.0}), True, False),
     "layer-id forms disagree": (
         lambda c, t: c.update(eagle_aux_hidden_state_layer_ids=[1, 3, 4],
-                              eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}), False, False),
-    "two layer ids": (lambda c, t: c.update(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2]}), False, False),
-    "layers beyond the target": (lambda c, t: c.update(eagle_aux_hidden_state_layer_ids=[1, 3, 9]), False, False),
+                              eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}),
+        False, False),
+    "two layer ids": (
+        lambda c, t: c.update(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2]}),
+        False, False),
+    "layers beyond the target": (lambda c, t: c.update(eagle_aux_hidden_state_layer_ids=[1, 3, 9]),
+                                 False, False),
     "use_aux_hidden_state false": (
         lambda c, t: c.update(eagle_config={"use_aux_hidden_state": False}), False, False),
     "norm_before_residual true": (lambda c, t: c.update(norm_before_residual=True), False, False),
-    "longrope": (lambda c, t: c.update(rope_scaling={"rope_type": "longrope", "factor": 2.0}), False, False),
-    "not an EAGLE-3 architecture": (lambda c, t: c.update(architectures=["Qwen2ForCausalLM"]), False, False),
+    "longrope": (lambda c, t: c.update(rope_scaling={"rope_type": "longrope", "factor": 2.0}),
+                 False, False),
+    "not an EAGLE-3 architecture": (lambda c, t: c.update(architectures=["Qwen2ForCausalLM"]),
+                                    False, False),
     "zero draft_vocab_size": (lambda c, t: c.update(draft_vocab_size=0), False, False),
     "no intermediate_size": (lambda c, t: c.pop("intermediate_size"), False, False),
     "t2d disagrees with d2t": (lambda c, t: _swap_t2d(t), False, True),
-    "d2t outside the vocabulary": (lambda c, t: t.update(d2t=np.full(DRAFT_VOCAB, VOCAB, np.int64)), False, True),
-    "two draft ids on one target id": (lambda c, t: t.update(d2t=-np.arange(DRAFT_VOCAB)), False, True),
+    "d2t outside the vocabulary": (lambda c, t: t.update(d2t=np.full(DRAFT_VOCAB, VOCAB, np.int64)),
+                                   False, True),
+    "two draft ids on one target id": (lambda c, t: t.update(d2t=-np.arange(DRAFT_VOCAB)),
+                                       False, True),
     "missing fc.weight": (lambda c, t: t.pop("fc.weight"), False, True),
     "unexpected tensor": (lambda c, t: t.update(extra=np.zeros(1, np.float32)), False, True),
     "q_proj of the wrong shape": (
-        lambda c, t: t.update({"midlayer.self_attn.q_proj.weight": np.zeros((8, 32), np.float32)}), False, True),
+        lambda c, t: t.update({"midlayer.self_attn.q_proj.weight": np.zeros((8, 32), np.float32)}),
+        False, True),
     "t2d without d2t": (lambda c, t: (_full_vocab(c, t), t.pop("d2t")), False, True),
 }
 
@@ -82,14 +93,16 @@ def write_checkpoint(root: Path, config: Config, tensors: Tensors, fmt: str) -> 
         (root / "model.safetensors").write_bytes(save(tensors))
     elif fmt == "safetensors-sharded":
         names = sorted(tensors)
-        shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+        shards = {"model-00001-of-00002.safetensors": names[::2],
+                  "model-00002-of-00002.safetensors": names[1::2]}
         for shard, keys in shards.items():
             (root / shard).write_bytes(save({k: tensors[k] for k in keys}))
         index = {"weight_map": {k: shard for shard, keys in shards.items() for k in keys}}
         (root / "model.safetensors.index.json").write_text(json.dumps(index))
     else:
         torch = pytest.importorskip("torch")
-        torch.save({k: torch.from_numpy(v.copy()) for k, v in tensors.items()}, root / "pytorch_model.bin")
+        torch.save({k: torch.from_numpy(v.copy()) for k, v in tensors.items()},
+                   root / "pytorch_model.bin")
     return root
 
 

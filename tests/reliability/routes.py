@@ -39,7 +39,8 @@ def app_routes(app: FastAPI) -> list[RouteInfo]:
     except ImportError:  # older FastAPI: app.routes is already flat
         routes = [(getattr(r, "path", None), getattr(r, "methods", None), r) for r in app.routes]
     else:
-        routes = [(rc.path, rc.methods, rc.original_route) for rc in iter_route_contexts(app.routes)]
+        routes = [(rc.path, rc.methods, rc.original_route)
+                  for rc in iter_route_contexts(app.routes)]
     out = []
     for path, methods, route in routes:
         if path is None or not methods:

@@ -32,7 +32,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
-def hot_server(pool_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def hot_server(pool_file: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = R.start_server(pool_file, tmp_path_factory.mktemp("hot"), *R.KEY_FLAGS,
                           "--max-running", "8", settings={"HEDGESPEC_POOL_SYNC_INTERVAL_S": "0.1"})
     yield proc
@@ -54,7 +55,8 @@ def test_fifty_hot_add_remove_cycles_under_load(hot_server: ServerProcess, pool_
 
 def test_corrupt_drafter_files_end_in_failed(hot_server: ServerProcess, pool_file: Path,
                                              tmp_path: Path) -> None:
-    result = S.corrupt_drafters(hot_server.base_url, tmp_path, pool_file.parent / "drafters" / "alpha")
+    result = S.corrupt_drafters(hot_server.base_url, tmp_path,
+                                pool_file.parent / "drafters" / "alpha")
     assert set(result["statuses"].values()) == {"failed"}, result
     assert all(result["errors"].values())
     assert not result["payload_executed"]
@@ -79,7 +81,8 @@ def test_kill_9_during_a_download_leaves_it_consistent_and_resumable(
 def test_database_outage_keeps_serving_and_recovers(pool_file: Path, tmp_path: Path) -> None:
     result = S.database_outage(pool_file, tmp_path / "db", os.environ[POSTGRES_ENV], outage_s=3)
     assert result["admin_before"] == 200
-    assert result["admin_during"] == [503] and result["admin_codes_during"] == ["registry_unavailable"]
+    assert (result["admin_during"] == [503]
+            and result["admin_codes_during"] == ["registry_unavailable"])
     assert result["admin_slowest_s"] < 10  # answered, not hung
     assert result["health_during"] == 200 and result["generation_during"] == 200
     assert result["ready_during"] == 200  # readiness reports the registry, never fails on it
@@ -154,7 +157,8 @@ def test_a_fetch_that_finishes_at_once_does_not_deadlock_the_fetcher(tmp_path: P
     fetcher._pool = DoneAtOnce()  # type: ignore[assignment]
     results: list[str | None] = []
     worker = threading.Thread(
-        target=lambda: results.extend(fetcher.submit(f"d{i}").result() for i in range(3)), daemon=True
+        target=lambda: results.extend(fetcher.submit(f"d{i}").result() for i in range(3)),
+        daemon=True
     )
     worker.start()
     worker.join(5)

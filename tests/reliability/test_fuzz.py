@@ -83,7 +83,8 @@ any_json = st.recursive(
 )
 
 
-def either(valid: st.SearchStrategy[Any], *invalid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+def either(valid: st.SearchStrategy[Any],
+           *invalid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """Valid values twice as often as invalid ones."""
     return st.one_of(valid, valid, st.one_of(any_json, *invalid))
 
@@ -106,24 +107,28 @@ tool = st.one_of(
     st.fixed_dictionaries(
         {"type": st.just("function"),
          "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g", "bad name", ""])},
-                                           optional={"parameters": tool_params, "description": texts})}),
+                                           optional={"parameters": tool_params,
+                                                     "description": texts})}),
     any_json,
 )  # fmt: skip
 tool_choices = st.one_of(
     st.sampled_from(["none", "auto", "required", "sometimes"]),
     st.fixed_dictionaries({"type": st.just("function"),
-                           "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g", "h"])})}),
+                           "function": st.fixed_dictionaries(
+                               {"name": st.sampled_from(["f", "g", "h"])})}),
     any_json,
 )  # fmt: skip
 history_call = st.fixed_dictionaries(
     {"id": texts, "type": st.just("function"),
      "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g"]),
-                                        "arguments": st.sampled_from(['{"x": "a"}', "", "[1", "{}", "7"])})},
+                                        "arguments": st.sampled_from(
+                                            ['{"x": "a"}', "", "[1", "{}", "7"])})},
 )  # fmt: skip
 message = st.fixed_dictionaries(
     {"role": either(st.sampled_from(["system", "developer", "user", "assistant", "tool"]), texts)},
     optional={"content": either(st.one_of(texts, long_texts), content_parts), "name": texts,
-              "tool_calls": either(st.lists(history_call, max_size=2), st.lists(any_json, max_size=1)),
+              "tool_calls": either(st.lists(history_call, max_size=2),
+                                   st.lists(any_json, max_size=1)),
               "tool_call_id": either(texts)},
 )  # fmt: skip
 small_tokens = either(st.integers(1, 8), st.integers(-5, 0), st.integers(10**5, 10**30),
@@ -138,8 +143,10 @@ sampling = {
     "seed": either(st.integers(-(2**63), 2**63 - 1), st.integers(2**63, 2**90)),
     "stop": either(texts, st.lists(texts, max_size=6)),
     "stream": either(st.booleans()),
-    "stream_options": either(st.fixed_dictionaries({}, optional={"include_usage": either(st.booleans())})),
-    "hedgespec": either(st.fixed_dictionaries({}, optional={"policy": either(st.sampled_from(POLICIES), texts)})),
+    "stream_options": either(st.fixed_dictionaries(
+        {}, optional={"include_usage": either(st.booleans())})),
+    "hedgespec": either(st.fixed_dictionaries(
+        {}, optional={"policy": either(st.sampled_from(POLICIES), texts)})),
     "ignore_eos": either(st.booleans()),
     "user": either(texts),
     "presence_penalty": either(st.just(0), st.floats(-2, 2)),
@@ -153,7 +160,8 @@ chat_bodies = st.fixed_dictionaries(
         "max_completion_tokens": small_tokens,
         "logprobs": either(st.booleans()),
         "top_logprobs": either(st.integers(-2, 25)),
-        "response_format": either(st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object", "x"])})),
+        "response_format": either(st.fixed_dictionaries(
+            {"type": st.sampled_from(["text", "json_object", "x"])})),
         "tools": either(st.just([]), st.lists(tool, max_size=2)),
         "tool_choice": either(tool_choices),
         "parallel_tool_calls": either(st.booleans()),
@@ -239,7 +247,8 @@ def raw_bodies(draw: st.DrawFn) -> bytes:
     field = draw(st.sampled_from(["max_tokens", "n", "temperature", "top_p", "seed", "top_k"]))
     if kind == "huge_number":
         digits = b"9" * draw(st.integers(20, 20_000))
-        return valid[:-1] + b',"' + field.encode() + b'":' + draw(st.sampled_from([b"", b"-"])) + digits + b"}"
+        return (valid[:-1] + b',"' + field.encode() + b'":' + draw(st.sampled_from([b"", b"-"]))
+                + digits + b"}")
     if kind == "literal":
         lit = draw(st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"1e999", b"-0", b"1e-999"]))
         return valid[:-1] + b',"' + field.encode() + b'":' + lit + b"}"
@@ -248,8 +257,10 @@ def raw_bodies(draw: st.DrawFn) -> bytes:
     if kind == "trailing":
         return valid + draw(st.binary(min_size=1, max_size=20))
     if kind == "invalid_utf8_string":
-        junk = draw(st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf"]))
-        return b'{"model":"' + MODEL.encode() + b'","messages":[{"role":"user","content":"a' + junk + b'b"}],"max_tokens":2}'
+        junk = draw(st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
+                                     b"\xc0\xaf"]))
+        return (b'{"model":"' + MODEL.encode() + b'","messages":[{"role":"user","content":"a'
+                + junk + b'b"}],"max_tokens":2}')
     if kind == "duplicate_keys":
         return valid[:-1] + b',"max_tokens":-1,"max_tokens":3}'
     if kind == "scalar":
@@ -318,7 +329,8 @@ def check(resp: httpx.Response, method: str = "POST") -> bytes:
     assert status < 500, f"{where}: {body[:500]!r}"
     if method == "HEAD" or status < 400:
         if status == 200 and resp.headers.get("content-type", "").startswith("text/event-stream"):
-            check_stream(body, where, ended=ended, generation=resp.request.url.path.startswith("/v1/"))
+            check_stream(body, where, ended=ended,
+                         generation=resp.request.url.path.startswith("/v1/"))
         return body
     assert_openai_error(body, where)
     return body
@@ -338,7 +350,8 @@ def check_stream(body: bytes, where: str, *, ended: bool, generation: bool) -> N
     for event in events:
         data = [line[6:] for line in event.split("\n") if line.startswith("data: ")]
         if not data:
-            assert all(line.startswith((":", "event:", "id:", "retry:")) for line in event.split("\n")), event
+            assert all(line.startswith((":", "event:", "id:", "retry:"))
+                       for line in event.split("\n")), event
             continue
         chunk = json.loads("\n".join(data))
         if generation and isinstance(chunk, dict) and "error" in chunk:
@@ -373,7 +386,8 @@ def test_chat_completions(http: httpx.Client, body: dict[str, Any], style: str) 
 
 @FUZZ
 @given(body=valid_chat_bodies, top_logprobs=st.integers(0, 20))
-def test_valid_chat_completions(http: httpx.Client, body: dict[str, Any], top_logprobs: int) -> None:
+def test_valid_chat_completions(http: httpx.Client, body: dict[str, Any],
+                                top_logprobs: int) -> None:
     if body.get("logprobs"):
         body["top_logprobs"] = top_logprobs
     status, answer = send(http, "POST", "/v1/chat/completions", encode(body, "utf8"),
@@ -416,7 +430,8 @@ path_values = st.one_of(
 )
 drafter_bodies = st.fixed_dictionaries({}, optional={
     "name": either(texts), "source": either(st.sampled_from(["hf", "local"]), texts),
-    "repo_id": either(st.sampled_from(["org/drafter", "a/b", "../../etc", "a" * 200, "org/d--x"]), texts),
+    "repo_id": either(st.sampled_from(["org/drafter", "a/b", "../../etc", "a" * 200, "org/d--x"]),
+                      texts),
     "revision": either(st.sampled_from(["main", "../x", "a" * 40]), texts),
     "subfolder": either(st.sampled_from(["py", "/abs", "../up", "a/./b"]), texts),
     "path": either(st.sampled_from(["/nonexistent", "/etc", "relative/dir", "/proc/self"]), texts),
@@ -430,7 +445,8 @@ drafter_bodies = st.fixed_dictionaries({}, optional={
     route=st.sampled_from(ROUTES), method=st.sampled_from(METHODS), values=st.data(),
     key=st.sampled_from(["right", "right", "right", "none", "wrong", "other"]),
     params=st.dictionaries(st.sampled_from(["limit", "target", "before_id", "x", "stream"]),
-                           st.one_of(st.text(max_size=12), st.integers(-5, 2000).map(str)), max_size=3),
+                           st.one_of(st.text(max_size=12), st.integers(-5, 2000).map(str)),
+                           max_size=3),
     body=st.one_of(st.none(), any_json, drafter_bodies),
 )  # fmt: skip
 def test_every_route(http: httpx.Client, route: RouteInfo, method: str, values: st.DataObject,
@@ -448,7 +464,8 @@ def test_every_route(http: httpx.Client, route: RouteInfo, method: str, values: 
 
 
 def test_oversize_bodies_are_413_whether_declared_or_streamed(http: httpx.Client) -> None:
-    big = b'{"model":"tiny-target","messages":[{"role":"user","content":"' + b"a" * (2 << 20) + b'"}]}'
+    big = (b'{"model":"tiny-target","messages":[{"role":"user","content":"' + b"a" * (2 << 20)
+           + b'"}]}')
     status, answer = send(http, "POST", "/v1/chat/completions", big, "application/json", R.API_KEY)
     assert status == 413 and assert_openai_error(answer)["code"] == "request_too_large"
 
@@ -464,7 +481,8 @@ def test_oversize_bodies_are_413_whether_declared_or_streamed(http: httpx.Client
 
 MALFORMED_HTTP = [
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}",
-    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n{}",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+    b"99999999999999999999\r\n\r\n{}",
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",  # smuggling-shaped: both lengths
     b"GET /health HTTP/1.1\r\nHost: x\r\nX-Bad: a\x00b\r\n\r\n",
@@ -491,11 +509,13 @@ def test_malformed_http_is_refused_and_harmless(server: ServerProcess, raw: byte
             answer = b""
     if answer:
         status = int(answer.split(b" ", 2)[1])
-        assert 400 <= status < 500 or (status == 200 and raw.startswith(b"GET /health")), answer[:200]
+        assert (400 <= status < 500
+                or (status == 200 and raw.startswith(b"GET /health"))), answer[:200]
     assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
 
 
-def test_the_server_survived_and_left_nothing_behind(server: ServerProcess, http: httpx.Client) -> None:
+def test_the_server_survived_and_left_nothing_behind(server: ServerProcess,
+                                                     http: httpx.Client) -> None:
     assert http.get("/health").status_code == 200
     ok = http.post("/v1/chat/completions", json=VALID_CHAT, headers=R.auth(R.API_KEY))
     assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] in ("length", "stop")
@@ -508,16 +528,22 @@ def test_the_server_survived_and_left_nothing_behind(server: ServerProcess, http
 
 FOUND = [  # (body bytes, expected status)
     # Lone surrogates, escaped and as CESU-8 bytes, reached the tokenizer: 500.
-    (b'{"model":"tiny-target","messages":[{"role":"user","content":"\\ud800"}],"max_tokens":2}', 400),
-    (b'{"model":"tiny-target","messages":[{"role":"user","content":"a\xed\xa0\x80b"}],"max_tokens":2}', 400),
-    (b'{"model":"tiny-target","messages":[{"role":"user","content":[{"type":"text","text":"\\udfff"}]}]}', 400),
+    (b'{"model":"tiny-target","messages":[{"role":"user","content":"\\ud800"}],'
+     b'"max_tokens":2}', 400),
+    (b'{"model":"tiny-target","messages":[{"role":"user","content":"a\xed\xa0\x80b"}],'
+     b'"max_tokens":2}', 400),
+    (b'{"model":"tiny-target","messages":[{"role":"user","content":[{"type":"text",'
+     b'"text":"\\udfff"}]}]}', 400),
     # Error messages that echo input with a lone surrogate could not be encoded: 500.
     (b'{"model":"a\\udfffb","messages":[{"role":"user","content":"hi"}]}', 404),
-    (b'{"model":"tiny-target","messages":[{"role":"user","content":"hi"}],"logit_bias":{"\\ud800":"x"}}', 400),
+    (b'{"model":"tiny-target","messages":[{"role":"user","content":"hi"}],'
+     b'"logit_bias":{"\\ud800":"x"}}', 400),
     # Sampling parameters that overflowed float32 made NaN probabilities and failed the engine
     # round, answering 500 to every request running in it.
-    (b'{"model":"tiny-target","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"temperature":1e-300}', 200),
-    (b'{"model":"tiny-target","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"top_p":1.9e-225}', 200),
+    (b'{"model":"tiny-target","messages":[{"role":"user","content":"hi"}],"max_tokens":2,'
+     b'"temperature":1e-300}', 200),
+    (b'{"model":"tiny-target","messages":[{"role":"user","content":"hi"}],"max_tokens":2,'
+     b'"top_p":1.9e-225}', 200),
 ]
 FOUND_COMPLETIONS = [
     (b'{"model":"tiny-target","prompt":"\\ud800x","max_tokens":2}', 400),
@@ -531,7 +557,8 @@ FOUND_COMPLETIONS = [
     *(("/v1/completions", raw, status) for raw, status in FOUND_COMPLETIONS),
 ])  # fmt: skip
 def test_found_by_fuzzing(http: httpx.Client, path: str, raw: bytes, expected: int) -> None:
-    resp = http.post(path, content=raw, headers={**R.auth(R.API_KEY), "Content-Type": "application/json"})
+    resp = http.post(path, content=raw,
+                     headers={**R.auth(R.API_KEY), "Content-Type": "application/json"})
     assert resp.status_code == expected, resp.text
     if expected >= 400:
         assert_openai_error(resp.content, f"{path} -> {resp.status_code}")

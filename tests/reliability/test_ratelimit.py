@@ -85,7 +85,8 @@ def test_identity_is_the_accepted_key_else_the_address() -> None:
     good = limiter.client_id(_scope("sk-good"))
     assert good.startswith("key:") and "sk-good" not in good
     # Wrong or missing keys share the address's bucket: rotating made-up keys does not help.
-    assert limiter.client_id(_scope("made-up-1")) == limiter.client_id(_scope(None)) == "ip:10.0.0.1"
+    assert (limiter.client_id(_scope("made-up-1")) == limiter.client_id(_scope(None))
+            == "ip:10.0.0.1")
     open_mode = RateLimit(lambda *a: None, rps=1, burst=1, keys=KeySet([]))  # type: ignore[arg-type]
     assert open_mode.client_id(_scope("anything")) == "ip:10.0.0.1"
 

@@ -90,7 +90,8 @@ def test_admin_api_is_never_open(tmp_path: Path) -> None:
     for route in admin:
         for method in route.methods - {"HEAD"}:
             for presented in (None, "anything", ""):
-                resp = http.request(method, route.url(), headers=R.auth(presented), **_body_for(method))  # type: ignore[arg-type]
+                resp = http.request(method, route.url(), headers=R.auth(presented),
+                                    **_body_for(method))  # type: ignore[arg-type]
                 assert resp.status_code == 403, (method, route.path)
                 assert resp.json()["error"]["code"] == "admin_disabled"
 
@@ -123,7 +124,8 @@ def test_cors_is_off_by_default(tmp_path: Path) -> None:
     for path in ("/v1/chat/completions", "/admin/api/drafters", "/health"):
         for resp in (http.options(path, headers=preflight),
                      http.get(path, headers={"Origin": "https://evil.example"})):
-            assert not any(h.startswith("access-control-") for h in resp.headers), (path, resp.headers)
+            assert not any(h.startswith("access-control-")
+                           for h in resp.headers), (path, resp.headers)
 
 
 # ---- a real server: keys never logged or returned, audited admin actions -------------------------
@@ -134,7 +136,8 @@ WRONG = "sk-reliability-client-typo"  # a presented wrong key is a secret too (a
 @pytest.fixture(scope="module")
 def server(pool_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = R.start_server(pool_file, tmp_path_factory.mktemp("secure"), *R.KEY_FLAGS,
-                          "--log-level", "debug", settings={"HEDGESPEC_POOL_SYNC_INTERVAL_S": "0.2"})
+                          "--log-level", "debug",
+                          settings={"HEDGESPEC_POOL_SYNC_INTERVAL_S": "0.2"})
     yield proc
     proc.stop()
     _assert_no_secret("server log", proc.log())  # nor after everything the module ran
@@ -154,11 +157,13 @@ def test_keys_are_never_returned(server: ServerProcess) -> None:
     client, admin = R.auth(R.API_KEY), R.auth(R.ADMIN_KEY)
     calls: list[tuple[str, str, dict[str, str], object]] = [
         ("GET", "/health", {}, None), ("GET", "/ready", {}, None), ("GET", "/metrics", {}, None),
-        ("GET", "/openapi.json", {}, None), ("GET", "/docs", {}, None), ("GET", "/admin/", {}, None),
+        ("GET", "/openapi.json", {}, None), ("GET", "/docs", {}, None),
+        ("GET", "/admin/", {}, None),
         ("GET", "/v1/models", client, None), ("GET", f"/v1/models/{R.MODEL}", client, None),
         ("POST", "/v1/chat/completions", client, R.chat_body(4, stream=False)),
         ("POST", "/v1/chat/completions", client, R.chat_body(4)),
-        ("POST", "/v1/completions", client, {"model": R.MODEL, "prompt": R.API_KEY, "max_tokens": 2}),
+        ("POST", "/v1/completions", client,
+         {"model": R.MODEL, "prompt": R.API_KEY, "max_tokens": 2}),
         ("GET", "/v1/models", R.auth(WRONG), None), ("GET", "/v1/models", {}, None),
         ("GET", "/admin/api/drafters", R.auth(WRONG), None),
         ("GET", "/admin/api/drafters", admin, None), ("GET", "/admin/api/pool", admin, None),
@@ -196,7 +201,8 @@ def test_admin_actions_are_audited(server: ServerProcess, pool_file: Path, tmp_p
     assert actions[0] == "drafter.create" and actions[-1] == "drafter.delete", actions
     transitions = [(e["detail"]["from"], e["detail"]["to"]) for e in reversed(mine)
                    if e["action"] == "drafter.status"]
-    assert ("ready", "disabled") in transitions and ("disabled", "ready") in transitions, transitions
+    assert (("ready", "disabled") in transitions
+            and ("disabled", "ready") in transitions), transitions
     assert "drafter.update" in actions
     assert all(e["at"] and e["id"] for e in mine)
     _assert_no_secret("audit log", json.dumps(events))
@@ -261,7 +267,7 @@ def test_keys_are_never_logged(pool_file: Path, tmp_path: Path) -> None:
         _assert_no_secret(db.name, db.read_bytes())
 
 
-# ---- the code itself: no remote code, no unsafe unpickling ----------------------------------------
+# ---- the code itself: no remote code, no unsafe unpickling ---------------------------------------
 
 RUNTIME_PACKAGES = ("core", "gateway", "drafter_registry", "demo", "bench", "migrations", "deploy")
 
@@ -279,14 +285,17 @@ def unsafe_calls(tree: ast.AST) -> list[str]:
     for node in ast.walk(tree):
         if (isinstance(node, ast.keyword) and node.arg == "trust_remote_code"
                 and not (isinstance(node.value, ast.Constant) and node.value.value is False)):
-                problems.append(f"line {node.value.lineno}: trust_remote_code={ast.unparse(node.value)}")
+                problems.append(f"line {node.value.lineno}: "
+                                f"trust_remote_code={ast.unparse(node.value)}")
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
                 if isinstance(key, ast.Constant) and key.value == "trust_remote_code" and not (
                     isinstance(value, ast.Constant) and value.value is False
                 ):
-                    problems.append(f"line {key.lineno}: {{'trust_remote_code': {ast.unparse(value)}}}")
-        if isinstance(node, ast.ImportFrom) and node.module in ("torch", "pickle", "dill", "joblib"):
+                    problems.append(f"line {key.lineno}: {{'trust_remote_code': "
+                                    f"{ast.unparse(value)}}}")
+        if (isinstance(node, ast.ImportFrom)
+            and node.module in ("torch", "pickle", "dill", "joblib")):
             for alias in node.names:
                 if alias.name in ("load", "loads", "Unpickler"):
                     problems.append(f"line {node.lineno}: from {node.module} import {alias.name}")
@@ -338,7 +347,8 @@ def test_the_checker_catches_what_comments_cannot_hide() -> None:
 
 def test_rate_limit_per_key(pool_file: Path, tmp_path: Path) -> None:
     proc = R.start_server(pool_file, tmp_path / "rate", *R.KEY_FLAGS, "--no-warmup",
-                          settings={"HEDGESPEC_RATE_LIMIT_RPS": "1", "HEDGESPEC_RATE_LIMIT_BURST": "4"})
+                          settings={"HEDGESPEC_RATE_LIMIT_RPS": "1",
+                                    "HEDGESPEC_RATE_LIMIT_BURST": "4"})
     try:
         with httpx.Client(base_url=proc.base_url, timeout=10) as http:
             first = [http.get("/v1/models", headers=R.auth(R.API_KEY)) for _ in range(7)]

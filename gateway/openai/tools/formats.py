@@ -43,7 +43,8 @@ GENERIC = ToolFormat("generic", "arguments", OPEN, CLOSE, "\n", templated=False)
 
 def detect(chat_template: Any) -> ToolFormat:
     """The format a chat template speaks (a template may also be a dict of named templates)."""
-    text = json.dumps(chat_template) if isinstance(chat_template, (dict, list)) else str(chat_template or "")
+    text = (json.dumps(chat_template) if isinstance(chat_template, (dict, list))
+            else str(chat_template or ""))
     if OPEN in text:
         return HERMES
     if "ipython" in text:
@@ -86,7 +87,8 @@ def _generic_message(m: dict[str, Any]) -> dict[str, Any]:
         return {"role": "user", "content": f"<tool_response>\n{m['content']}\n</tool_response>"}
     calls = m.get("tool_calls")
     if m["role"] == "assistant" and calls:
-        blocks = [call_text(GENERIC, c["function"]["name"], c["function"]["arguments"]) for c in calls]
+        blocks = [call_text(GENERIC, c["function"]["name"], c["function"]["arguments"])
+                  for c in calls]
         content = "\n".join(([m["content"]] if m["content"] else []) + blocks)
         return {"role": "assistant", "content": content}
     return {"role": m["role"], "content": m["content"]}

@@ -28,7 +28,8 @@ def tool_grammar(fmt: ToolFormat, tools: ToolRequest, tokenizer: Any) -> Grammar
     schema = json.dumps(call_schema(fmt, forced), ensure_ascii=False)
     call = f"%json {schema}"
     if fmt.open and fmt.close:
-        call = f'{lark_tag(fmt.open, tokenizer)} "\\n" {call} "\\n" {lark_tag(fmt.close, tokenizer)}'
+        call = (f'{lark_tag(fmt.open, tokenizer)} "\\n" {call} "\\n" '
+                f'{lark_tag(fmt.close, tokenizer)}')
     repeat = "" if tools.single_call else f" ({json.dumps(fmt.separator)} call)*"
     return GrammarSpec("lark", f"start: call{repeat}\ncall: {call}\n")
 

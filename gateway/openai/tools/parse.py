@@ -57,7 +57,8 @@ class ToolParser:
             events += self._emit(call) if call else self._text(self.fmt.open + rest)
         elif self._inside:
             calls = self._bare_calls(rest)
-            events += [e for c in calls for e in self._emit(c)] if calls is not None else self._text(rest)
+            events += ([e for c in calls for e in self._emit(c)] if calls is not None
+                       else self._text(rest))
         else:
             events += self._text(rest)
         if not self.calls and self._blank:

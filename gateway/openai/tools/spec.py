@@ -33,7 +33,8 @@ class Tool:
         function: dict[str, Any] = {"name": self.name}
         if self.description is not None:
             function["description"] = self.description
-        function["parameters"] = self.parameters if self.parameters is not None else {"type": "object"}
+        function["parameters"] = (self.parameters if self.parameters is not None
+                                  else {"type": "object"})
         return {"type": "function", "function": function}
 
 
@@ -86,7 +87,8 @@ def _tool(i: int, item: Any) -> Tool:
         raise ValueError(f"{where}.function must be an object with a name")
     name = fn.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"{where}.function.name must be 1-64 letters, digits, underscores or dashes")
+        raise ValueError(f"{where}.function.name must be 1-64 letters, digits, underscores or "
+                         "dashes")
     description = fn.get("description")
     if description is not None and not isinstance(description, str):
         raise ValueError(f"{where}.function.description must be a string")
@@ -106,10 +108,12 @@ def parse_tool_choice(value: Any) -> ToolChoice:
         return ToolChoice("auto")
     if value in ("none", "auto", "required"):
         return ToolChoice(value)
-    fn = value.get("function") if isinstance(value, dict) and value.get("type") == "function" else None
+    fn = (value.get("function") if isinstance(value, dict) and value.get("type") == "function"
+          else None)
     if isinstance(fn, dict) and isinstance(fn.get("name"), str):
         return ToolChoice("named", fn["name"])
-    raise ValueError('must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}')
+    raise ValueError('must be "none", "auto", "required" or {"type": "function", "function": '
+                     '{"name": ...}}')
 
 
 def tool_request(tools: tuple[Tool, ...], choice: ToolChoice, parallel: bool) -> ToolRequest | None:
