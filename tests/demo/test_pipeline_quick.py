@@ -113,3 +113,16 @@ def test_a_larger_build_generates_only_the_missing_rollouts() -> None:
     assert [r.response_ids for r in out[:-1]] == [sentinel, sentinel]
     alone = generate_rollouts(model, tokenizer, jobs[-1:], **settings)
     assert out[-1] == alone[0] and out[-1].response_ids != sentinel
+
+
+def test_the_committed_rollouts_serve_every_job_of_the_full_build() -> None:
+    """So a rebuild of the shipped pool skips generation and trains on the same rollouts."""
+    from demo.build_config import FULL
+    from demo.domains import ROLLOUTS_FILE
+    from demo.rollouts import stored_responses
+
+    key = rollout_key(FULL, 0, DATA_DIR, str(torch.bfloat16))
+    stored = stored_responses(ROLLOUTS_FILE, key)
+    jobs = pipeline.prompt_jobs(FULL, 0, DATA_DIR)
+    assert len(jobs) == len(DOMAINS) * 160
+    assert all((j.record.id, j.temperature) in stored for j in jobs)
