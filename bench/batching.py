@@ -56,12 +56,14 @@ def engines(base: Any) -> dict[str, Any]:
     from core.engine import SpecEngine
 
     return {mode: SpecEngine(base.target, dict(base.snapshot.drafters),
-                             replace(base.config, batching=mode == "batched", max_running=max(LEVELS)),
+                             replace(base.config, batching=mode == "batched",
+                                     max_running=max(LEVELS)),
                              base.model_name)
             for mode in MODES}
 
 
-def run_streams(engine: Any, prompts: list[list[int]], max_tokens: int, policy: str) -> tuple[list[Run], float]:
+def run_streams(engine: Any, prompts: list[list[int]], max_tokens: int,
+                policy: str) -> tuple[list[Run], float]:
     """All `prompts` started together in the engine, stepped to completion."""
     from core.config import SamplingParams
 
@@ -92,8 +94,8 @@ def cycled(items: list[T], n: int) -> list[T]:
     return [items[i % len(items)] for i in range(n)]
 
 
-def measure_in_process(base: Any, prompts: list[list[int]], levels: tuple[int, ...], max_tokens: int,
-                       policy: str, repeats: int) -> list[Cell]:
+def measure_in_process(base: Any, prompts: list[list[int]], levels: tuple[int, ...],
+                       max_tokens: int, policy: str, repeats: int) -> list[Cell]:
     cells = []
     eng = engines(base)
     for e in eng.values():
@@ -103,7 +105,8 @@ def measure_in_process(base: Any, prompts: list[list[int]], levels: tuple[int, .
             for mode in MODES:
                 runs, wall = run_streams(eng[mode], cycled(prompts, n), max_tokens, policy)
                 cells.append(Cell("in-process", mode, n, runs, wall))
-                print(f"in-process {mode:12s} {n:2d} streams: {sum(r.tokens for r in runs) / wall:7.1f} tok/s")
+                print(f"in-process {mode:12s} {n:2d} streams: "
+                      f"{sum(r.tokens for r in runs) / wall:7.1f} tok/s")
     return cells
 
 
@@ -129,7 +132,8 @@ def gateways(pool: Path, workdir: Path, threads: int, dtype: str) -> Iterator[di
     try:
         for mode in MODES:
             (workdir / mode).mkdir()
-            with env(HEDGESPEC_BATCHING=str(mode == "batched").lower(), HEDGESPEC_MAX_RUNNING=str(max(LEVELS))):
+            with env(HEDGESPEC_BATCHING=str(mode == "batched").lower(),
+                     HEDGESPEC_MAX_RUNNING=str(max(LEVELS))):
                 proc, urls[mode] = start_server(pool, workdir / mode, threads, dtype)
             procs.append(proc)
         yield urls
@@ -139,8 +143,8 @@ def gateways(pool: Path, workdir: Path, threads: int, dtype: str) -> Iterator[di
             proc.wait(60)
 
 
-def measure_gateway(urls: dict[str, str], prompts: list[list[int]], levels: tuple[int, ...], max_tokens: int,
-                    policy: str, repeats: int) -> list[Cell]:
+def measure_gateway(urls: dict[str, str], prompts: list[list[int]], levels: tuple[int, ...],
+                    max_tokens: int, policy: str, repeats: int) -> list[Cell]:
     import httpx
 
     model = httpx.get(f"{urls[MODES[0]]}/v1/models", timeout=30).json()["data"][0]["id"]
@@ -153,21 +157,25 @@ def measure_gateway(urls: dict[str, str], prompts: list[list[int]], levels: tupl
             for mode in MODES:
                 runs, wall = asyncio.run(run_concurrent(urls[mode], cycled(bodies, n)))
                 cells.append(Cell("gateway", mode, n, runs, wall))
-                print(f"gateway    {mode:12s} {n:2d} streams: {sum(r.tokens for r in runs) / wall:7.1f} tok/s")
+                print(f"gateway    {mode:12s} {n:2d} streams: "
+                      f"{sum(r.tokens for r in runs) / wall:7.1f} tok/s")
     return cells
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--pool", type=Path, help="pool.json (default: the shipped demo pool)")
-    parser.add_argument("--quick", action="store_true", help="1 and 2 streams, few tokens (a smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="1 and 2 streams, few tokens (a smoke run)")
     parser.add_argument("--no-gateway", action="store_true", help="in-process only")
     parser.add_argument("--threads", type=int, default=2, help="torch threads, both sides")
     parser.add_argument("--dtype", default="auto", help="auto = what `hedgespec serve` picks here")
     parser.add_argument("--policy", default="auto")
     parser.add_argument("--repeats", type=int, default=1, help="runs per mode and level")
-    parser.add_argument("--max-tokens", type=int, default=None, help="tokens per stream (default 48, quick 8)")
-    parser.add_argument("--levels", type=lambda s: tuple(int(x) for x in s.split(",")), default=None,
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="tokens per stream (default 48, quick 8)")
+    parser.add_argument("--levels", type=lambda s: tuple(int(x) for x in s.split(",")),
+                        default=None,
                         help="concurrency levels, e.g. 1,8 (default 1,2,4,8,16; quick 1,2)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "batching.md")
     return parser.parse_args(argv)
@@ -181,7 +189,8 @@ def run_meta(args: argparse.Namespace, pool: Path, base: Any, dtype: str, levels
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load average at start "
                    + ", ".join(f"{x:.1f}" for x in load),
         "pool": str(pool), "model": base.model_name, "drafters": base.drafter_ids(),
-        "threads": args.threads, "dtype": dtype, "policy": args.policy, "tree": str(base.config.tree),
+        "threads": args.threads, "dtype": dtype, "policy": args.policy,
+        "tree": str(base.config.tree),
         "levels": list(levels), "max_tokens": max_tokens, "repeats": args.repeats,
         "max_step_tokens": base.config.max_step_tokens,
     }
@@ -207,12 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         cells = measure_in_process(base, prompts, levels, max_tokens, args.policy, args.repeats)
         if not args.no_gateway:
             with gateways(pool, Path(tmp), args.threads, dtype) as urls:
-                cells += measure_gateway(urls, prompts, levels, max_tokens, args.policy, args.repeats)
+                cells += measure_gateway(urls, prompts, levels, max_tokens, args.policy,
+                                         args.repeats)
         meta = run_meta(args, pool, base, dtype, levels, max_tokens, load)
     summary = summarise(cells)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(summary, meta))
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=2) + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "summary": summary},
+                                                        indent=2) + "\n")
     plot(summary, args.out.with_suffix(".png"))
     print(f"wrote {args.out}")
     return 0

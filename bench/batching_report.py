@@ -49,7 +49,8 @@ def summarise(cells: list[Cell]) -> dict[str, Any]:
              "aggregate_tps": statistics.median(c.aggregate_tps for c in cs),
              "itl_ms": statistics.median(c.itl_ms for c in cs),
              "ttft_ms": statistics.median(c.ttft_ms for c in cs),
-             "tokens": sum(r.tokens for c in cs for r in c.runs)} for (w, m, n), cs in groups.items()]
+             "tokens": sum(r.tokens for c in cs for r in c.runs)}
+            for (w, m, n), cs in groups.items()]
     return {"rows": rows, "ratios": _ratios(rows)}
 
 
@@ -59,7 +60,8 @@ def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (where, mode, n), r in by.items():
         rr = by.get((where, MODES[1], n))
         if mode == MODES[0] and rr and rr["aggregate_tps"] > 0:
-            out.append({"where": where, "streams": n, "aggregate": r["aggregate_tps"] / rr["aggregate_tps"],
+            out.append({"where": where, "streams": n,
+                        "aggregate": r["aggregate_tps"] / rr["aggregate_tps"],
                         "itl": r["itl_ms"] / rr["itl_ms"] if rr["itl_ms"] else 0.0})
     return sorted(out, key=lambda x: (x["where"], x["streams"]))
 
@@ -69,8 +71,9 @@ def _verdicts(summary: dict[str, Any]) -> list[str]:
     for x in summary["ratios"]:
         if x["streams"] == TARGET_STREAMS:
             ok = x["aggregate"] >= TARGET_RATIO
-            lines.append(f"- {x['where']}, {TARGET_STREAMS} streams: batched / round-robin aggregate "
-                         f"{x['aggregate']:.2f}x (target >= {TARGET_RATIO:.0f}x): {'PASS' if ok else 'MISS'}")
+            lines.append(f"- {x['where']}, {TARGET_STREAMS} streams: batched / round-robin "
+                         f"aggregate {x['aggregate']:.2f}x (target >= {TARGET_RATIO:.0f}x): "
+                         f"{'PASS' if ok else 'MISS'}")
         if x["streams"] == 1:
             ok = x["aggregate"] >= SINGLE_FLOOR
             lines.append(f"- {x['where']}, 1 stream: batched / round-robin {x['aggregate']:.2f}x "
@@ -86,8 +89,9 @@ def render(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         "## Setup", "",
         f"- machine: {meta['machine']}; torch threads {meta['threads']}, dtype {meta['dtype']}",
         f"- pool: `{meta['pool']}` (model `{meta['model']}`, drafters {meta['drafters']})",
-        f"- policy `{meta['policy']}`, tree {meta['tree']}, {meta['max_tokens']} tokens per stream, greedy, "
-        f"{meta['repeats']} run(s) per mode and level; max_step_tokens {meta['max_step_tokens']}", "",
+        f"- policy `{meta['policy']}`, tree {meta['tree']}, {meta['max_tokens']} tokens per "
+        f"stream, greedy, {meta['repeats']} run(s) per mode and level; max_step_tokens "
+        f"{meta['max_step_tokens']}", "",
         "## Targets", "", *_verdicts(summary), "",
         "## Results", "",
         "| where | streams | scheduler | aggregate tok/s | inter-token latency ms | TTFT ms |",
@@ -96,8 +100,8 @@ def render(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     for r in sorted(summary["rows"], key=lambda r: (r["where"], r["streams"], r["mode"])):
         lines.append(f"| {r['where']} | {r['streams']} | {r['mode']} | {r['aggregate_tps']:.1f} "
                      f"| {r['itl_ms']:.1f} | {r['ttft_ms']:.0f} |")
-    lines += ["", "## Batched / round-robin", "", "| where | streams | aggregate | inter-token latency |",
-              "|---|---|---|---|"]
+    lines += ["", "## Batched / round-robin", "",
+              "| where | streams | aggregate | inter-token latency |", "|---|---|---|---|"]
     lines += [f"| {x['where']} | {x['streams']} | {x['aggregate']:.2f}x | {x['itl']:.2f}x |"
               for x in summary["ratios"]]
     return "\n".join(lines) + "\n"
@@ -117,8 +121,10 @@ def plot(summary: dict[str, Any], path: Path) -> None:
             if rows:
                 xs = [r["streams"] for r in rows]
                 label = f"{mode} ({where})"
-                agg.plot(xs, [r["aggregate_tps"] for r in rows], style, color=color, marker="o", label=label)
-                itl.plot(xs, [r["itl_ms"] for r in rows], style, color=color, marker="o", label=label)
+                agg.plot(xs, [r["aggregate_tps"] for r in rows], style, color=color, marker="o",
+                         label=label)
+                itl.plot(xs, [r["itl_ms"] for r in rows], style, color=color, marker="o",
+                         label=label)
     for ax, title in ((agg, "aggregate tokens/s"), (itl, "per-stream inter-token latency (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent streams")

@@ -1,10 +1,12 @@
 """One batched round: a speculative round for several requests at once (DESIGN.md section 3,
 per request, with the passes shared):
 
-  1. each request's learner picks its drafter                          (per row)
-  2. the requests that chose the same drafter grow their trees together (core/drafting.grow_trees)
-  3. one target forward verifies every tree                            (Target.forward_rows, slot cache)
-  4. lossless acceptance per row; every row's KV compacted at once      (rounds.verify_tree, SlotCache.keep)
+  1. each request's learner picks its drafter            (per row)
+  2. the requests that chose the same drafter grow their
+     trees together                                      (core/drafting.grow_trees)
+  3. one target forward verifies every tree              (Target.forward_rows, slot cache)
+  4. lossless acceptance per row; every row's KV
+     compacted at once                                   (rounds.verify_tree, SlotCache.keep)
   5. the evaluation phase over requests x drafters: catch-ups of the same drafters batched
      across requests (drafter_pool.sync_many), then γ and the learner update per row
 
@@ -93,7 +95,8 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
 def _select(r: _Row, cache: SlotCache, config: EngineConfig) -> None:
     r.n = len(r.state.token_ids) - 1
     if cache.lengths[r.slot] != r.n:
-        raise RuntimeError(f"slot {r.slot} holds {cache.lengths[r.slot]} entries, the request {r.n}")
+        raise RuntimeError(f"slot {r.slot} holds {cache.lengths[r.slot]} entries, "
+                           f"the request {r.n}")
     r.weights = r.state.weights()
     r.chosen = r.state.select(argmax=config.selector.select == "argmax")
 
@@ -133,7 +136,8 @@ def _grow(rows: list[_Row], config: EngineConfig) -> None:
 def _forward(target: Target, cache: SlotCache, rows: list[_Row]) -> None:
     trees = [r.tree for r in rows if r.tree is not None]
     outs = target.forward_rows(cache, [r.slot for r in rows], [t.tokens for t in trees],
-                               [r.n + t.depths for r, t in zip(rows, trees, strict=True)], [t.mask for t in trees])
+                               [r.n + t.depths for r, t in zip(rows, trees, strict=True)],
+                               [t.mask for t in trees])
     for r, out in zip(rows, outs, strict=True):
         r.out = out
 

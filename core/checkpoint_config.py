@@ -59,9 +59,9 @@ def aux_layers_from_config(raw: dict[str, Any]) -> AuxLayers | None:
     nested = _ids((eagle or {}).get(TOP_LEVEL_IDS), f"eagle_config.{TOP_LEVEL_IDS}", shift=1)
     if top is not None and nested is not None and top != nested:
         raise DrafterConfigError(
-            f"config.json names two sets of feature layers: {TOP_LEVEL_IDS} (vLLM: inputs of layers "
-            f"{list(top)}) and eagle_config.{TOP_LEVEL_IDS} (SGLang: inputs of layers {list(nested)}); "
-            "vLLM and SGLang would run this drafter on different layers"
+            f"config.json names two sets of feature layers: {TOP_LEVEL_IDS} (vLLM: inputs of "
+            f"layers {list(top)}) and eagle_config.{TOP_LEVEL_IDS} (SGLang: inputs of layers "
+            f"{list(nested)}); vLLM and SGLang would run this drafter on different layers"
         )
     return top if top is not None else nested
 
@@ -69,10 +69,12 @@ def aux_layers_from_config(raw: dict[str, Any]) -> AuxLayers | None:
 def _ids(value: Any, name: str, *, shift: int) -> AuxLayers | None:
     if value is None or value == []:  # engines treat an empty list as absent
         return None
-    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+    if (not isinstance(value, list)
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in value)):
         raise DrafterConfigError(f"config.json: {name} must be a list of integers, got {value!r}")
     if len(value) != 3:
-        raise DrafterConfigError(f"config.json: {name} has {len(value)} layers; an EAGLE-3 drafter fuses 3")
+        raise DrafterConfigError(f"config.json: {name} has {len(value)} layers; "
+                                 "an EAGLE-3 drafter fuses 3")
     layers = tuple(i + shift for i in value)
     if min(layers) < 0:
         raise DrafterConfigError(f"config.json: {name} {value} names a layer below the embedding")
@@ -87,7 +89,9 @@ def check_drafter_flags(raw: dict[str, Any]) -> None:
     use_aux = eagle.get("use_aux_hidden_state", raw.get("use_aux_hidden_state", True))
     if use_aux is False:
         # SGLang then feeds the target's last hidden state alone (EAGLE-1/2 style)
-        raise DrafterConfigError("config.json: use_aux_hidden_state is false; only 3-layer EAGLE-3 features are supported")
+        raise DrafterConfigError("config.json: use_aux_hidden_state is false; "
+                                 "only 3-layer EAGLE-3 features are supported")
     if raw.get("norm_before_residual") is True:
         # vLLM then adds the *normalised* hidden state to the residual; this engine adds it raw
-        raise DrafterConfigError("config.json: norm_before_residual is true; only the EAGLE-3 layer without it is supported")
+        raise DrafterConfigError("config.json: norm_before_residual is true; "
+                                 "only the EAGLE-3 layer without it is supported")

@@ -74,7 +74,8 @@ class Evidence:
         return Evidence(
             np.concatenate([self.logp[:, :length], np.full((n, pad, k), -np.inf)], axis=1),
             np.concatenate([self.credit[:, :length], np.zeros((n, pad, k))], axis=1),
-            np.concatenate([self.path_rank[:, :length], np.full((n, pad), -1, dtype=np.int64)], axis=1),
+            np.concatenate([self.path_rank[:, :length], np.full((n, pad), -1, dtype=np.int64)],
+                           axis=1),
         )
 
     @staticmethod
@@ -88,7 +89,8 @@ class Evidence:
         """Positions known only by their γ ([N, M]): one candidate worth γ, the realised one.
         Both estimators then return exactly these γ (a chain of one candidate per level)."""
         g = _checked_probabilities(gammas)
-        return Evidence(np.zeros(g.shape + (1,)), g[..., None].copy(), np.zeros(g.shape, dtype=np.int64))
+        return Evidence(np.zeros(g.shape + (1,)), g[..., None].copy(),
+                        np.zeros(g.shape, dtype=np.int64))
 
 
 def evidence_greedy(target_argmax: npt.ArrayLike, topk_ids: npt.ArrayLike,
@@ -101,8 +103,8 @@ def evidence_greedy(target_argmax: npt.ArrayLike, topk_ids: npt.ArrayLike,
     return Evidence(_logp(topk_logp, ids.shape), hit.astype(np.float64), _rank_of(ids, argmax))
 
 
-def evidence_sampling(target_probs: npt.ArrayLike, topk_ids: npt.ArrayLike, topk_logp: npt.ArrayLike,
-                      realised: npt.ArrayLike) -> Evidence:
+def evidence_sampling(target_probs: npt.ArrayLike, topk_ids: npt.ArrayLike,
+                      topk_logp: npt.ArrayLike, realised: npt.ArrayLike) -> Evidence:
     """Sampled decoding: credit = target mass of each distinct candidate."""
     probs = np.asarray(target_probs, dtype=np.float64)  # [M, V]
     ids = np.asarray(topk_ids)  # [N, M, k]

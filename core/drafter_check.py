@@ -54,7 +54,8 @@ def compatibility_problems(
     problems = []
     t_hidden, t_vocab = int(target_cfg["hidden_size"]), int(target_cfg["vocab_size"])
     if drafter_cfg.target_hidden_size != t_hidden:
-        problems.append(f"hidden size {drafter_cfg.target_hidden_size} != target hidden size {t_hidden}")
+        problems.append(f"hidden size {drafter_cfg.target_hidden_size} "
+                        f"!= target hidden size {t_hidden}")
     if drafter_cfg.vocab_size != t_vocab:
         problems.append(f"vocab size {drafter_cfg.vocab_size} != target vocab size {t_vocab}")
     layers = int(target_cfg.get("num_hidden_layers", 0))
@@ -62,7 +63,8 @@ def compatibility_problems(
     # with; a pool served on other layers would feed it features it has never seen.
     named = drafter_cfg.aux_layers is not None
     trained = tuple(drafter_cfg.aux_layers) if named else eagle3_default_layers(layers)
-    what = f"aux layers {list(trained)}" if named else f"EAGLE-3's default aux layers {list(trained)} (config names none)"
+    what = (f"aux layers {list(trained)}" if named
+            else f"EAGLE-3's default aux layers {list(trained)} (config names none)")
     if any(not 0 <= i < max(layers, 1) for i in trained):
         problems.append(f"{what} outside the target's {layers} layers")
     elif aux_layers is not None and trained != tuple(aux_layers):
@@ -101,7 +103,8 @@ def inspect_drafter(
         file = weight_file(root)
         report["format"] = WEIGHT_FORMATS.get(file.name, "bin")
         sd = read_weights(root)
-        report["num_parameters"] = int(sum(t.numel() for k, t in sd.items() if k not in ("d2t", "t2d")))
+        report["num_parameters"] = int(sum(t.numel() for k, t in sd.items()
+                                           if k not in ("d2t", "t2d")))
         check_state_dict(cfg, sd)
         problems = compatibility_problems(cfg, target_cfg, aux_layers)
         if "embed_tokens.weight" not in sd and cfg.target_hidden_size != cfg.hidden_size:

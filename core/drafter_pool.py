@@ -103,15 +103,16 @@ class StackedGroup:
         return KVBuffer.empty(count, c.num_key_value_heads, c.head_dim, w.dtype, w.device)
 
     @torch.no_grad()
-    def catch_up(self, kv: KV | KVBuffer, features: Tensor, tokens: Tensor, positions: Tensor, top_k: int,
-                 rows: slice | None = None) -> CatchUp:
+    def catch_up(self, kv: KV | KVBuffer, features: Tensor, tokens: Tensor, positions: Tensor,
+                 top_k: int, rows: slice | None = None) -> CatchUp:
         """Every drafter (or the `rows` slice of the group: a view, no weight copy) consumes the
         same T new (feature, token) pairs. features [T, 3Ht]; kv holds exactly those rows."""
         buf = kv if isinstance(kv, KVBuffer) else KVBuffer.of(kv, tokens.numel())
         return self.catch_up_many([CatchUpJob(buf, features, tokens, positions)], top_k, rows)[0]
 
     @torch.no_grad()
-    def catch_up_many(self, jobs: Sequence[CatchUpJob], top_k: int, rows: slice | None = None) -> list[CatchUp]:
+    def catch_up_many(self, jobs: Sequence[CatchUpJob], top_k: int,
+                      rows: slice | None = None) -> list[CatchUp]:
         """Several caches (one per request) catch up in one pass: the dense layers run once over
         every job's pairs packed side by side (no padding), attention per job over its own
         cache, whose new entries are written in place."""
@@ -127,9 +128,12 @@ class StackedGroup:
         e = self.drafters[0].embed(tokens.view(1, t)).expand(n, t, -1)
         x = torch.cat([rms_norm(e, w["w_input_norm"][:, None], c.rms_norm_eps),
                        rms_norm(g, w["w_hidden_norm"][:, None], c.rms_norm_eps)], dim=-1)
-        q = torch.einsum("ntc,nqc->ntq", x, w["wq"]).view(n, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
-        k = torch.einsum("ntc,nqc->ntq", x, w["wk"]).view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        v = torch.einsum("ntc,nqc->ntq", x, w["wv"]).view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+        q = (torch.einsum("ntc,nqc->ntq", x, w["wq"])
+             .view(n, t, c.num_attention_heads, c.head_dim).transpose(1, 2))
+        k = (torch.einsum("ntc,nqc->ntq", x, w["wk"])
+             .view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2))
+        v = (torch.einsum("ntc,nqc->ntq", x, w["wv"])
+             .view(n, t, c.num_key_value_heads, c.head_dim).transpose(1, 2))
         cos, sin = rope_cos_sin(positions.view(1, t), c.head_dim, c.rope, q.dtype)
         q, k = apply_rope(q, cos[:, None], sin[:, None]), apply_rope(k, cos[:, None], sin[:, None])
         o = _attend_jobs(jobs, q, k, v).transpose(1, 2).reshape(n, t, -1)
@@ -138,7 +142,8 @@ class StackedGroup:
         act = torch.nn.functional.silu(torch.einsum("nth,nih->nti", y, w["w_gate"]))
         act = act * torch.einsum("nth,nih->nti", y, w["w_up"])
         h = h + torch.einsum("nti,nhi->nth", act, w["w_down"])
-        logits = torch.einsum("nth,nvh->ntv", rms_norm(h, w["w_norm"][:, None], c.rms_norm_eps), w["lm_head"])
+        logits = torch.einsum("nth,nvh->ntv", rms_norm(h, w["w_norm"][:, None], c.rms_norm_eps),
+                              w["lm_head"])
         top = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1)  # [n,T,k]
         logp = top.values.float() - torch.logsumexp(logits.float(), dim=-1, keepdim=True)
         draft_ids = top.indices
@@ -174,7 +179,8 @@ class PoolSnapshot:
     a pool change restacks only the group it touches, instead of holding a second copy of
     every drafter's weights while requests on the old snapshot finish."""
 
-    def __init__(self, drafters: dict[str, Eagle3Drafter], reuse: Sequence[StackedGroup] = ()) -> None:
+    def __init__(self, drafters: dict[str, Eagle3Drafter],
+                 reuse: Sequence[StackedGroup] = ()) -> None:
         self.ids: tuple[str, ...] = tuple(drafters)
         self.drafters = dict(drafters)
         buckets: dict[tuple[object, ...], list[str]] = {}
@@ -182,10 +188,12 @@ class PoolSnapshot:
             buckets.setdefault(group_key(d), []).append(did)
         prior = {tuple(id(d) for d in g.drafters): g for g in reuse}
         self.groups = [prior.get(tuple(id(drafters[i]) for i in members))
-                       or StackedGroup([drafters[i] for i in members]) for members in buckets.values()]
+                       or StackedGroup([drafters[i] for i in members])
+                       for members in buckets.values()]
         # global index of each group member, in snapshot order
         self.members = [[self.ids.index(i) for i in members] for members in buckets.values()]
-        self.locate = {idx: (g, j) for g, mem in enumerate(self.members) for j, idx in enumerate(mem)}
+        self.locate = {idx: (g, j) for g, mem in enumerate(self.members)
+                       for j, idx in enumerate(mem)}
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -197,7 +205,8 @@ class PoolSnapshot:
         return PoolSnapshot({**self.drafters, drafter_id: drafter}, self.groups)
 
     def without(self, drafter_id: str) -> PoolSnapshot:
-        return PoolSnapshot({k: v for k, v in self.drafters.items() if k != drafter_id}, self.groups)
+        return PoolSnapshot({k: v for k, v in self.drafters.items() if k != drafter_id},
+                            self.groups)
 
 
 @dataclass
@@ -229,12 +238,14 @@ class DrafterState:
     token at j+2. Pairs not yet consumed by some drafter are held until it catches up.
     """
 
-    def __init__(self, snapshot: PoolSnapshot, *, full: bool, drafters: list[int] | None = None) -> None:
+    def __init__(self, snapshot: PoolSnapshot, *, full: bool,
+                 drafters: list[int] | None = None) -> None:
         self.full = full
         self.units: list[_Unit] = []
         wanted = set(range(len(snapshot)) if drafters is None else drafters)
         for g, (group, members) in enumerate(zip(snapshot.groups, snapshot.members, strict=True)):
-            spans = [slice(0, len(members))] if full else [slice(j, j + 1) for j in range(len(members))]
+            spans = ([slice(0, len(members))] if full
+                     else [slice(j, j + 1) for j in range(len(members))])
             for rows in spans:
                 idx = members[rows]
                 if full or idx[0] in wanted:
@@ -255,7 +266,8 @@ class DrafterState:
         self._features = feats if self._features is None else torch.cat([self._features, feats])
         self._tokens = torch.cat([self._tokens, tokens.detach().cpu().long()])
 
-    def sync(self, snapshot: PoolSnapshot, top_k: int, drafters: list[int] | None = None) -> Candidates | None:
+    def sync(self, snapshot: PoolSnapshot, top_k: int,
+             drafters: list[int] | None = None) -> Candidates | None:
         """Catch the given drafters (all held ones when None) up on every pair they have not
         consumed. Returns their top-k over the pairs just consumed when they all consumed the
         same ones (the full-evaluation case), else None."""
@@ -328,7 +340,8 @@ def sync_many(requests: Sequence[SyncRequest], top_k: int) -> list[Candidates | 
     """`DrafterState.sync` for several requests at once: catch-ups of the same stacked group
     and rows (the same drafters, whatever the request) run as one pass (catch_up_many)."""
     plans = [state.plan(drafters) for state, _, drafters in requests]
-    batches: dict[tuple[int, int, int], tuple[StackedGroup, slice | None, list[tuple[int, int]]]] = {}
+    batches: dict[tuple[int, int, int],
+                  tuple[StackedGroup, slice | None, list[tuple[int, int]]]] = {}
     for r, ((_, snapshot, _), plan) in enumerate(zip(requests, plans, strict=True)):
         for p, (u, _) in enumerate(plan):
             group = snapshot.groups[u.group]

@@ -56,7 +56,8 @@ def grow_tree(drafter: Eagle3Drafter, kv: KV, h_last: Tensor, root: int, positio
 
 
 @torch.no_grad()
-def grow_trees(drafter: Eagle3Drafter, rows: Sequence[DraftRow], cfg: TreeConfig) -> list[DraftTree]:
+def grow_trees(drafter: Eagle3Drafter, rows: Sequence[DraftRow],
+               cfg: TreeConfig) -> list[DraftTree]:
     """A tree per row. With `allowed` (a grammar), each node's children are drawn from what the
     grammar allows after its path, so no tree slot goes to a token the constrained target
     gives probability 0."""
@@ -73,7 +74,8 @@ class _Growth:
         self.drafter, self.rows, self.cfg = drafter, rows, cfg
         h_last = torch.stack([r.h_last for r in rows])  # [B, H]
         logp = torch.log_softmax(drafter.logits(h_last).float(), dim=-1)[:, None]  # [B, 1, Vd]
-        top = torch.topk(self._masked(logp, [[[]] for _ in rows])[:, 0], min(cfg.top_k, logp.shape[-1]))
+        top = torch.topk(self._masked(logp, [[[]] for _ in rows])[:, 0],
+                         min(cfg.top_k, logp.shape[-1]))
         b, m = top.indices.shape
         dev = h_last.device
         self.scores, self.tokens = [top.values], [drafter.draft_to_target(top.indices)]
@@ -81,8 +83,10 @@ class _Growth:
         self.flat = torch.arange(m, device=dev).expand(b, m)  # flat candidate ids of the frontier
         self.h = h_last[:, None].expand(b, m, -1)
         self.tok, self.score = self.tokens[0], top.values
-        self.anc = torch.zeros(b, m, 0, dtype=torch.bool, device=dev)  # ancestors among written nodes
-        self.paths = [[[t] for t in row] for row in self.tokens[0].tolist()] if self._grammar else []
+        # ancestors among written nodes
+        self.anc = torch.zeros(b, m, 0, dtype=torch.bool, device=dev)
+        self.paths = ([[[t] for t in row] for row in self.tokens[0].tolist()] if self._grammar
+                      else [])
         self.offset, self.written = m, 0
 
     @property
@@ -95,7 +99,8 @@ class _Growth:
         h = self.drafter.step(self.h, self.tok, pos[:, None].expand(b, m), self._attend())
         self.written += m
         child = torch.log_softmax(self.drafter.logits(h).float(), dim=-1)  # [B, m, Vd]
-        ctop = torch.topk(self._masked(child, self.paths), min(self.cfg.top_k, child.shape[-1]), dim=-1)
+        ctop = torch.topk(self._masked(child, self.paths), min(self.cfg.top_k, child.shape[-1]),
+                          dim=-1)
         kk = ctop.indices.shape[-1]
         cum = (self.score[:, :, None] + ctop.values).flatten(1)  # [B, m*kk]
         self.scores.append(cum)
@@ -103,13 +108,16 @@ class _Growth:
         self.parents.append(self.flat.repeat_interleave(kk, dim=1))
         best = torch.topk(cum, min(self.cfg.top_k, cum.shape[1]), dim=-1).indices  # [B, k]
         par = best // kk
-        own = torch.eye(m, dtype=torch.bool, device=par.device)[par]  # each new node's parent column
+        # each new node's parent column
+        own = torch.eye(m, dtype=torch.bool, device=par.device)[par]
         self.anc = torch.cat([_take(self.anc, par), own], dim=2)
         self.flat = self.offset + best
-        self.h, self.tok, self.score = _take(h, par), self.tokens[-1].gather(1, best), cum.gather(1, best)
+        self.h, self.tok, self.score = (_take(h, par), self.tokens[-1].gather(1, best),
+                                        cum.gather(1, best))
         if self._grammar:
             self.paths = [[paths[p] + [t] for p, t in zip(pr, tr, strict=True)]
-                          for paths, pr, tr in zip(self.paths, par.tolist(), self.tok.tolist(), strict=True)]
+                          for paths, pr, tr in zip(self.paths, par.tolist(), self.tok.tolist(),
+                                                   strict=True)]
         self.offset += cum.shape[1]
 
     def _attend(self) -> Attend:
@@ -122,15 +130,17 @@ class _Growth:
             for b, row in enumerate(rows):
                 lo, hi = row.length + written, row.length + written + m
                 row.keys[:, :, lo:hi], row.values[:, :, lo:hi] = k[b : b + 1], v[b : b + 1]
-                seen = torch.cat([torch.ones(m, row.length, dtype=torch.bool, device=q.device), anc[b],
-                                  torch.eye(m, dtype=torch.bool, device=q.device)], dim=1)
-                outs.append(attention(q[b : b + 1], row.keys[:, :, :hi], row.values[:, :, :hi], seen[None, None]))
+                seen = torch.cat([torch.ones(m, row.length, dtype=torch.bool, device=q.device),
+                                  anc[b], torch.eye(m, dtype=torch.bool, device=q.device)], dim=1)
+                outs.append(attention(q[b : b + 1], row.keys[:, :, :hi], row.values[:, :, :hi],
+                                      seen[None, None]))
             return torch.cat(outs)
 
         return attend
 
     def _masked(self, logp: Tensor, paths: list[list[list[int]]]) -> Tensor:
-        """Draft log-probs [B, m, Vd] with what each row's grammar forbids after each path at -inf."""
+        """Draft log-probs [B, m, Vd] with what each row's grammar forbids after each path
+        at -inf."""
         if not self._grammar:
             return logp
         ids = self.drafter.draft_to_target(torch.arange(logp.shape[-1], device=logp.device))
@@ -146,7 +156,8 @@ class _Growth:
         parents = torch.cat(self.parents, dim=1).cpu()
         out = []
         for b, row in enumerate(self.rows):
-            # Candidates a grammar forbids score -inf; only finite ones (closed under ancestry) enter.
+            # Candidates a grammar forbids score -inf; only finite ones (closed under
+            # ancestry) enter.
             total = min(self.cfg.total_tokens, int(torch.isfinite(scores[b]).sum()))
             selected = select_candidates(scores[b], parents[b], total)
             out.append(build_tree(row.root, tokens[b], parents[b], selected))

@@ -4,9 +4,11 @@ Official format (as published by yuhuili/EAGLE3-*, SpecForge exports, the HedgeS
   config.json   architectures LlamaForCausalLM | LlamaForCausalLMEagle3, hidden_size H,
                 vocab_size V (target vocab), draft_vocab_size Vd, RoPE as rope_theta/rope_scaling
                 or rope_parameters (core/rope.py; none => plain RoPE, base 10000),
-                optional target_hidden_size Ht, optional eagle_config.eagle_aux_hidden_state_layer_ids
+                optional target_hidden_size Ht,
+                optional eagle_config.eagle_aux_hidden_state_layer_ids
   weights       model.safetensors or pytorch_model.bin (torch.load(weights_only=True)):
-                fc.weight [H, 3Ht]; midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight [H];
+                fc.weight [H, 3Ht];
+                midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight [H];
                 midlayer.self_attn.{q,k,v}_proj.weight [*, 2H]; o_proj [H, nh*hd];
                 midlayer.mlp.{gate,up,down}_proj.weight; norm.weight [H]; lm_head.weight [Vd, H];
                 d2t [Vd] int64 offsets (target id = draft id + d2t[draft id]); t2d [V] bool mask;
@@ -98,7 +100,8 @@ class Eagle3Config:
             vocab = positive_int(raw, "vocab_size")
             draft_vocab = positive_int(raw, "draft_vocab_size", vocab)
             if draft_vocab > vocab:
-                raise DrafterConfigError(f"draft_vocab_size {draft_vocab} exceeds vocab_size {vocab}")
+                raise DrafterConfigError(f"draft_vocab_size {draft_vocab} "
+                                         f"exceeds vocab_size {vocab}")
             return cls(
                 hidden_size=hidden,
                 intermediate_size=positive_int(raw, "intermediate_size"),
@@ -116,7 +119,8 @@ class Eagle3Config:
             )
         except (RopeConfigError, DrafterConfigError) as exc:
             msg = str(exc)
-            raise DrafterLoadError(msg if msg.startswith("config.json") else f"config.json: {msg}") from exc
+            raise DrafterLoadError(msg if msg.startswith("config.json")
+                                   else f"config.json: {msg}") from exc
         except (KeyError, TypeError, ValueError) as exc:
             raise DrafterLoadError(f"config.json is missing or has a bad field: {exc}") from exc
 
@@ -218,7 +222,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class _Attention(nn.Module):
     def __init__(self, cfg: Eagle3Config) -> None:
         super().__init__()
-        h2, q, kv = 2 * cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+        h2, q, kv = (2 * cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim,
+                     cfg.num_key_value_heads * cfg.head_dim)
         self.q_proj = nn.Linear(h2, q, bias=False)
         self.k_proj = nn.Linear(h2, kv, bias=False)
         self.v_proj = nn.Linear(h2, kv, bias=False)
@@ -284,7 +289,8 @@ class Eagle3Drafter(nn.Module):
         self._shared_embed = [embed_tokens]
 
     def embed(self, input_ids: Tensor) -> Tensor:
-        table = self.own_embed if self.own_embed is not None else next(iter(self._shared_embed), None)
+        table = (self.own_embed if self.own_embed is not None
+                 else next(iter(self._shared_embed), None))
         if table is None:
             raise RuntimeError("drafter has no embedding: pass the target's embed_tokens")
         return table(input_ids).to(self.fc.weight.dtype)
@@ -309,7 +315,8 @@ class Eagle3Drafter(nn.Module):
 
         return self.step(hidden, input_ids, position_ids, attend), full[0]
 
-    def step(self, hidden: Tensor, input_ids: Tensor, position_ids: Tensor, attend: Attend) -> Tensor:
+    def step(self, hidden: Tensor, input_ids: Tensor, position_ids: Tensor,
+             attend: Attend) -> Tensor:
         """One pass whose attention the caller supplies (it owns the KV cache): `attend` gets
         the new tokens' q [B,nh,T,hd] and k/v [B,nkv,T,hd], RoPE applied, and returns the
         attention output [B,nh,T,hd]. Returns the pre-norm h [B,T,H]."""
@@ -354,14 +361,16 @@ def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> Tens
         attn_mask = causal_mask(t, total, q.device, q.dtype)
     elif attn_mask.dtype != torch.bool:
         attn_mask = attn_mask.to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                          enable_gqa=q.shape[1] != k.shape[1])
 
 
 def causal_mask(t: int, total: int, device: torch.device, dtype: torch.dtype) -> Tensor:
     """Additive mask [1,1,t,total]: query i sees keys <= total - t + i."""
     past = total - t
     allowed = torch.ones(t, total, dtype=torch.bool, device=device).tril(diagonal=past)
-    return torch.zeros(t, total, dtype=dtype, device=device).masked_fill(~allowed, -math.inf)[None, None]
+    return (torch.zeros(t, total, dtype=dtype, device=device)
+            .masked_fill(~allowed, -math.inf)[None, None])
 
 
 def build_vocab_mapping(token_counts: Tensor, draft_vocab_size: int) -> tuple[Tensor, Tensor]:
@@ -403,12 +412,14 @@ def _state_dict_for_save(drafter: Eagle3Drafter) -> dict[str, Tensor]:
 
 
 def save_drafter(
-    drafter: Eagle3Drafter, out_dir: str | Path, *, dtype: torch.dtype = torch.float16, fmt: str = "safetensors"
+    drafter: Eagle3Drafter, out_dir: str | Path, *, dtype: torch.dtype = torch.float16,
+    fmt: str = "safetensors"
 ) -> Path:
     """Write config.json + model.safetensors (or pytorch_model.bin) in the official format."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in _state_dict_for_save(drafter).items()}
+    tensors = {k: v.detach().to("cpu", dtype).contiguous()
+               for k, v in _state_dict_for_save(drafter).items()}
     tensors["d2t"] = drafter.d2t.detach().cpu().clone()
     tensors["t2d"] = drafter.t2d.detach().cpu().clone()
     cfg = drafter.cfg.to_dict()
@@ -441,13 +452,15 @@ def read_config(path: str | Path, subfolder: str | None = None) -> Eagle3Config:
     try:
         raw = json.loads((root / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise DrafterLoadError(f"cannot read {root / 'config.json'}: {exc}", readable=False) from exc
+        raise DrafterLoadError(f"cannot read {root / 'config.json'}: {exc}",
+                               readable=False) from exc
     if not isinstance(raw, dict):
         raise DrafterLoadError("config.json is not a JSON object", readable=False)
     cfg = Eagle3Config.from_dict(raw)
     if cfg.architectures and not set(cfg.architectures) & set(ARCHITECTURES):
         raise DrafterLoadError(
-            f"architecture {list(cfg.architectures)} is not an EAGLE-3 drafter (expected one of {list(ARCHITECTURES)})"
+            f"architecture {list(cfg.architectures)} is not an EAGLE-3 drafter "
+            f"(expected one of {list(ARCHITECTURES)})"
         )
     return cfg
 
@@ -456,7 +469,8 @@ def weight_file(root: Path) -> Path:
     for name in WEIGHT_FILES:
         if (root / name).is_file():
             return root / name
-    raise DrafterLoadError(f"no weights in {root}: expected one of {list(WEIGHT_FILES)}", readable=False)
+    raise DrafterLoadError(f"no weights in {root}: expected one of {list(WEIGHT_FILES)}",
+                           readable=False)
 
 
 def read_weights(root: Path) -> dict[str, Tensor]:
@@ -490,13 +504,16 @@ def _read_sharded(root: Path, index_file: Path) -> dict[str, Tensor]:
     for shard in sorted({str(v) for v in weight_map.values()}):
         # plain file names only: an index must not reach outside the drafter directory
         if Path(shard).name != shard or shard.startswith(".") or not shard.endswith(".safetensors"):
-            raise DrafterLoadError(f"{SAFETENSORS_INDEX} names an invalid shard {shard!r}", readable=False)
+            raise DrafterLoadError(f"{SAFETENSORS_INDEX} names an invalid shard {shard!r}",
+                                   readable=False)
         if not (root / shard).is_file():
-            raise DrafterLoadError(f"shard {shard} listed in {SAFETENSORS_INDEX} is missing", readable=False)
+            raise DrafterLoadError(f"shard {shard} listed in {SAFETENSORS_INDEX} is missing",
+                                   readable=False)
         tensors = load_file(str(root / shard))
         lost = [k for k, v in weight_map.items() if v == shard and k not in tensors]
         if lost:
-            raise DrafterLoadError(f"shard {shard} lacks {lost} that {SAFETENSORS_INDEX} puts there", readable=False)
+            raise DrafterLoadError(f"shard {shard} lacks {lost} that "
+                                   f"{SAFETENSORS_INDEX} puts there", readable=False)
         sd.update(tensors)
     return sd
 
@@ -519,7 +536,8 @@ def check_state_dict(cfg: Eagle3Config, sd: dict[str, Tensor]) -> None:
             problems.append(f"{key} has shape {list(tensor.shape)}, expected {list(want)}")
     if ("d2t" in sd) != ("t2d" in sd):
         problems.append("d2t and t2d come together (one is missing)")
-    elif "d2t" in sd and sd["d2t"].shape == (cfg.draft_vocab_size,) and sd["t2d"].shape == (cfg.vocab_size,):
+    elif ("d2t" in sd and sd["d2t"].shape == (cfg.draft_vocab_size,)
+          and sd["t2d"].shape == (cfg.vocab_size,)):
         problems += vocab_mapping_problems(sd["d2t"], sd["t2d"], cfg.vocab_size)
     if problems:
         raise DrafterLoadError("incompatible drafter checkpoint: " + "; ".join(problems))

@@ -56,7 +56,8 @@ class RoundOutput:
     round: RoundStats | None
     stats: StatsSnapshot
     error: str | None = None  # set with finish_reason "error": this request's round failed
-    # The prompt's logprobs (first entry None), on the prefill's output only (params.prompt_logprobs).
+    # The prompt's logprobs (first entry None), on the prefill's output only
+    # (params.prompt_logprobs).
     prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
@@ -95,7 +96,8 @@ class SpecEngine:
         return engine
 
     @classmethod
-    def from_pool_file(cls, pool_json: Path, config: EngineConfig, model_name: str | None = None) -> SpecEngine:
+    def from_pool_file(cls, pool_json: Path, config: EngineConfig,
+                       model_name: str | None = None) -> SpecEngine:
         spec = json.loads(Path(pool_json).read_text())
         base = Path(pool_json).parent
         drafters = [(d["id"], base / d["path"]) for d in spec.get("drafters", [])]
@@ -111,7 +113,8 @@ class SpecEngine:
 
     def load_drafter(self, path: Path, subfolder: str | None = None) -> Eagle3Drafter:
         dtype = self.target.dtype
-        return load_drafter(path, subfolder=subfolder, embed_tokens=self.target.model.get_input_embeddings(),
+        return load_drafter(path, subfolder=subfolder,
+                            embed_tokens=self.target.model.get_input_embeddings(),
                             dtype=dtype, device=self.target.device)
 
     def _check(self, drafter_id: str, d: Eagle3Drafter) -> None:
@@ -119,7 +122,8 @@ class SpecEngine:
                "num_hidden_layers": self.target.num_layers}
         problems = compatibility_problems(d.cfg, cfg, self.target.aux_layers)
         if problems:
-            raise DrafterLoadError(f"drafter {drafter_id!r} is incompatible: " + "; ".join(problems))
+            raise DrafterLoadError(f"drafter {drafter_id!r} is incompatible: "
+                                   + "; ".join(problems))
 
     # -- pool ----------------------------------------------------------------------------------
     def drafter_ids(self) -> list[str]:
@@ -139,7 +143,8 @@ class SpecEngine:
             self.snapshot = self.snapshot.without(drafter_id)
 
     # -- requests --------------------------------------------------------------------------------
-    def check_request(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto") -> Policy:
+    def check_request(self, prompt_ids: list[int], params: SamplingParams,
+                      policy: str = "auto") -> Policy:
         """The one validation of a request: raises ContextLengthError, PolicyError or another
         RequestError when the engine cannot serve it, else returns its resolved policy (a
         routed one without its drafter yet). Front ends call it to refuse a request before
@@ -153,7 +158,8 @@ class SpecEngine:
                                      max_new_tokens=params.max_new_tokens)
         if any(not 0 <= t < self.target.vocab_size for t in prompt_ids):
             raise RequestError("prompt contains token ids outside the vocabulary")
-        return parse_policy(policy, self.config.selector.policy, self.snapshot.ids, self.router is not None)
+        return parse_policy(policy, self.config.selector.policy, self.snapshot.ids,
+                            self.router is not None)
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
                     policy: str = "auto", session: str | None = None) -> None:
@@ -164,8 +170,9 @@ class SpecEngine:
         resolved = self.check_request(prompt_ids, params, policy)
         if resolved.routed:
             resolved = replace(resolved, name=self._route(prompt_ids))
-        state = RequestState.create(request_id, list(prompt_ids), params, resolved, self.snapshot, self.config,
-                                    cache=self.target.new_cache(), eos_ids=self.target.eos_token_ids)
+        state = RequestState.create(request_id, list(prompt_ids), params, resolved, self.snapshot,
+                                    self.config, cache=self.target.new_cache(),
+                                    eos_ids=self.target.eos_token_ids)
         if session is not None and resolved.kind == "learner" and state.learner is not None:
             state.session = session
             warm = self.sessions.take(session, resolved.name, self.snapshot.ids)
@@ -207,7 +214,8 @@ class SpecEngine:
         """One batched step over the running requests (the first `max_running` by arrival), or
         with batching off one round of the next request in round-robin order."""
         if self.config.batching:
-            return self._step_batched([self._requests[rid] for rid in self._order[: self.config.max_running]])
+            return self._step_batched([self._requests[rid]
+                                       for rid in self._order[: self.config.max_running]])
         if not self._order:
             return []
         self._next %= len(self._order)
@@ -230,8 +238,8 @@ class SpecEngine:
         for result in self._batch.step(states):
             state = result.state
             if result.error is not None:
-                out = RoundOutput(state.request_id, result.tokens, state.take_logprobs(), True, "error",
-                                  result.round, state.stats.snapshot(),
+                out = RoundOutput(state.request_id, result.tokens, state.take_logprobs(), True,
+                                  "error", result.round, state.stats.snapshot(),
                                   f"{type(result.error).__name__}: {result.error}")
             else:
                 out = self._round_output(state, result.tokens, result.round)
@@ -260,7 +268,8 @@ class SpecEngine:
             state.stats.time_bookkeeping_s += rstats.bookkeeping_s
         return self._round_output(state, tokens, rstats)
 
-    def _round_output(self, state: RequestState, tokens: list[int], rstats: RoundStats | None) -> RoundOutput:
+    def _round_output(self, state: RequestState, tokens: list[int],
+                      rstats: RoundStats | None) -> RoundOutput:
         logprobs = state.take_logprobs()
         prompt_lps, state.prompt_logprobs = state.prompt_logprobs, None
         return RoundOutput(state.request_id, tokens, logprobs, state.finished, state.finish_reason,
@@ -268,7 +277,8 @@ class SpecEngine:
 
     # -- convenience -----------------------------------------------------------------------------
     def generate(self, prompt_ids: list[int], params: SamplingParams, policy: str = "auto",
-                 request_id: str | None = None, session: str | None = None) -> Iterator[RoundOutput]:
+                 request_id: str | None = None,
+                 session: str | None = None) -> Iterator[RoundOutput]:
         """Run one request to completion (no other requests interleaved)."""
         rid = request_id or f"gen-{time.monotonic_ns()}"
         self.add_request(rid, prompt_ids, params, policy, session)
@@ -309,4 +319,5 @@ def _aux_from_drafters(paths: list[Path]) -> tuple[int, int, int] | None:
     return None
 
 
-__all__ = ["LEARNER_NAMES", "ContextLengthError", "PolicyError", "RequestError", "RoundOutput", "SpecEngine"]
+__all__ = ["LEARNER_NAMES", "ContextLengthError", "PolicyError", "RequestError", "RoundOutput",
+           "SpecEngine"]

@@ -136,14 +136,16 @@ class FeedbackQueue:
     def add_evidence(self, start: int, evidence: Evidence) -> None:
         """Append the evidence of positions start .. start+M-1; contiguous, in order."""
         if evidence.logp.shape[0] != self.num_drafters:
-            raise ValueError(f"expected evidence for {self.num_drafters} drafters, got {evidence.logp.shape}")
+            raise ValueError(f"expected evidence for {self.num_drafters} drafters, "
+                             f"got {evidence.logp.shape}")
         expected = self.next_position
         if expected is None:
             if self._pending and start > self._pending[0].start:
                 raise ValueError(f"γ starts at {start}, after open window {self._pending[0].start}")
             self._base = start
         elif start != expected:
-            raise ValueError(f"γ must arrive contiguously: expected position {expected}, got {start}")
+            raise ValueError(f"γ must arrive contiguously: "
+                             f"expected position {expected}, got {start}")
         held = self._evidence
         if held is not None and held.logp.shape[2] != evidence.logp.shape[2]:
             raise ValueError("every position must carry the same number of candidates")
@@ -207,8 +209,8 @@ class FeedbackQueue:
 
     def _window(self, pending: _Pending, gammas: FloatArray, *, censored: bool) -> Window:
         pending.learned = True
-        return Window(pending.start, pending.chosen, pending.realised, gammas, estimate_length(gammas),
-                      self._loss(gammas), censored=censored)
+        return Window(pending.start, pending.chosen, pending.realised, gammas,
+                      estimate_length(gammas), self._loss(gammas), censored=censored)
 
     def _window_gammas(self, start: int) -> tuple[FloatArray, int]:
         """γ of the window rooted at `start` ([N, K], zero where unknown) and how many of its

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 # JSON as json.dumps writes it: ", " and ": " separators, no free whitespace. Free whitespace
 # (llguidance's default) lets small models loop on newlines; the compact form ("," and ":")
 # is further from how instruct models write JSON, which costs them quality.
-JSON_OPTIONS: JsonCompileOptions = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}
+JSON_OPTIONS: JsonCompileOptions = {"item_separator": ", ", "key_separator": ": ",
+                                    "whitespace_flexible": False}
 
 _BITS = torch.arange(32, dtype=torch.int32)
 
@@ -70,7 +71,8 @@ class GrammarCompiler:
     def __init__(self, hf_tokenizer: Any, vocab_size: int, eos_ids: Sequence[int] = ()) -> None:
         self.vocab_size = vocab_size
         eos = list(eos_ids) or None
-        self._tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size, eos_token=eos)
+        self._tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size,
+                                                       eos_token=eos)
 
     def matcher(self, spec: GrammarSpec) -> TokenMatcher:
         return TokenMatcher(llguidance.LLMatcher(self._tokenizer, grammar_text(spec), log_level=0),

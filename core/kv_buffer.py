@@ -27,7 +27,8 @@ class KVBuffer:
         # zeros, not empty: masked scratch entries still enter q·k, and NaN garbage would
         # survive an additive -inf mask
         shape = (rows, nkv, capacity, head_dim)
-        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        return cls(torch.zeros(shape, dtype=dtype, device=device),
+                   torch.zeros(shape, dtype=dtype, device=device))
 
     @classmethod
     def of(cls, kv: KV, spare: int = MIN_CAPACITY) -> KVBuffer:

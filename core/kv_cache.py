@@ -62,7 +62,8 @@ class SlotLayer(CacheLayerMixin):
         self.values = value_states.new_zeros(shape)
         self.is_initialized = True
 
-    def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    def update(self, key_states: Tensor, value_states: Tensor, *args: Any,
+               **kwargs: Any) -> tuple[Tensor, Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         self._fit()
@@ -86,7 +87,8 @@ class SlotLayer(CacheLayerMixin):
         slots, cap = self.keys.shape[0], self.keys.shape[2]
         if slots >= self.batch.slots and cap >= self.batch.capacity:
             return
-        shape = (max(slots, self.batch.slots), self.keys.shape[1], max(cap, self.batch.capacity), self.keys.shape[3])
+        shape = (max(slots, self.batch.slots), self.keys.shape[1], max(cap, self.batch.capacity),
+                 self.keys.shape[3])
         keys, values = self.keys.new_zeros(shape), self.values.new_zeros(shape)
         keys[:slots, :, :cap], values[:slots, :, :cap] = self.keys, self.values
         self.keys, self.values = keys, values
@@ -172,7 +174,8 @@ class SlotCache(Cache):
     def _storage(self) -> list[tuple[Tensor, Tensor]]:
         """(keys, values) of every layer that holds storage yet."""
         return [(layer.keys, layer.values) for layer in self.layers
-                if isinstance(layer, SlotLayer) and layer.keys is not None and layer.values is not None]
+                if isinstance(layer, SlotLayer) and layer.keys is not None
+                and layer.values is not None]
 
 
 def _row_index(rows: slice | Tensor, count: int, device: torch.device) -> Tensor:

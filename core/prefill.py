@@ -17,8 +17,8 @@ from core.rounds import commit_first, first_token, prompt_logprobs, start_drafte
 from core.target import Target
 
 
-def prefill_chunk(target: Target, cache: SlotCache, slot: int, state: RequestState, config: EngineConfig,
-                  budget: int) -> tuple[int, list[int] | None]:
+def prefill_chunk(target: Target, cache: SlotCache, slot: int, state: RequestState,
+                  config: EngineConfig, budget: int) -> tuple[int, list[int] | None]:
     """Run the next `budget` prompt tokens (fewer at the prompt's end) on top of the slot's
     cache. Returns (tokens run, the committed first token(s) once the prompt is done, else None)."""
     start = cache.lengths[slot]
@@ -44,7 +44,8 @@ def prefill_chunk(target: Target, cache: SlotCache, slot: int, state: RequestSta
     return end - start, committed
 
 
-def _feed(state: RequestState, features: torch.Tensor, next_tokens: torch.Tensor, config: EngineConfig) -> None:
+def _feed(state: RequestState, features: torch.Tensor, next_tokens: torch.Tensor,
+          config: EngineConfig) -> None:
     """Record the chunk's pairs; drafters that are sure to run catch up now (all of them
     under full evaluation, where the first γ needs every prediction at the first root; a
     fixed drafter). Bandits' drafters stay lazy: each catches up when it is first chosen."""

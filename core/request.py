@@ -51,7 +51,8 @@ def parse_policy(policy: str, default: str, drafter_ids: tuple[str, ...],
         return Policy("fixed", "", routed=True)
     if p.startswith("fixed:"):
         if p.removeprefix("fixed:") not in drafter_ids:
-            raise PolicyError(f"unknown drafter in policy {p!r}; served drafters: {list(drafter_ids)}")
+            raise PolicyError(f"unknown drafter in policy {p!r}; "
+                              f"served drafters: {list(drafter_ids)}")
         return Policy("fixed", p.removeprefix("fixed:"))
     if p in LEARNER_NAMES:
         return Policy("learner", p) if drafter_ids else Policy("none", "")
@@ -103,13 +104,14 @@ class RequestState:
             learner = make_learner(name, n, hedge_eta=sel.hedge_eta, max_len=config.tree.depth + 1,
                                    fixed_index=fixed)
             if learner.counterfactual or config.evaluate_all:
-                feedback = FeedbackQueue(n, config.tree.depth, loss=sel.loss, estimator=sel.estimator,
+                feedback = FeedbackQueue(n, config.tree.depth, loss=sel.loss,
+                                         estimator=sel.estimator,
                                          total_tokens=config.tree.total_tokens)
         stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
                              prompt_tokens=len(prompt))
-        return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt), cache, stats,
-                            gen, np.random.default_rng(seed + 1), frozenset(eos_ids), learner, feedback,
-                            evaluate=feedback is not None)
+        return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt), cache,
+                            stats, gen, np.random.default_rng(seed + 1), frozenset(eos_ids),
+                            learner, feedback, evaluate=feedback is not None)
 
     @property
     def generated(self) -> int:
@@ -123,12 +125,14 @@ class RequestState:
     def weights(self) -> dict[str, float]:
         if self.learner is None:
             return {}
-        return {d: float(w) for d, w in zip(self.snapshot.ids, self.learner.distribution(), strict=False)}
+        return {d: float(w)
+                for d, w in zip(self.snapshot.ids, self.learner.distribution(), strict=False)}
 
     def commit(self, tokens: list[int], logprobs: list[TokenLogprob] | None = None) -> list[int]:
         """Append tokens up to the first stop token (excluded) or the token budget."""
         out: list[int] = []
-        stops = set(self.params.stop_token_ids) | (set() if self.params.ignore_eos else set(self.eos_ids))
+        stops = set(self.params.stop_token_ids) | (set() if self.params.ignore_eos
+                                                   else set(self.eos_ids))
         for j, tok in enumerate(tokens):
             if tok in stops:
                 self.finished, self.finish_reason = True, "stop"

@@ -64,9 +64,12 @@ class RopeConfig:
             raise RopeConfigError(f"rope parameters must be a JSON object, got {params!r}")
         rope_type = str(params.get("rope_type") or params.get("type") or "default")
         if rope_type not in ROPE_TYPES:
-            raise RopeConfigError(f"rope_type {rope_type!r} is not supported (use one of {list(ROPE_TYPES)})")
-        if float(params.get("partial_rotary_factor") or raw.get("partial_rotary_factor") or 1.0) != 1.0:
-            raise RopeConfigError("partial_rotary_factor != 1 is not supported for an EAGLE-3 drafter")
+            raise RopeConfigError(f"rope_type {rope_type!r} is not supported "
+                                  f"(use one of {list(ROPE_TYPES)})")
+        if float(params.get("partial_rotary_factor")
+                 or raw.get("partial_rotary_factor") or 1.0) != 1.0:
+            raise RopeConfigError("partial_rotary_factor != 1 is not supported "
+                                  "for an EAGLE-3 drafter")
         theta = params.get("rope_theta") or raw.get("rope_theta") or DEFAULT_THETA
         max_positions = int(raw.get("max_position_embeddings") or DEFAULT_MAX_POSITIONS)
         scaling = {k: params[k] for k in _SCALING_KEYS[rope_type] if params.get(k) is not None}
@@ -86,7 +89,8 @@ class RopeConfig:
         out: dict[str, Any] = {
             "rope_theta": self.theta,
             "max_position_embeddings": self.max_position_embeddings,
-            "rope_parameters": {"rope_type": self.rope_type, "rope_theta": self.theta, **dict(self.scaling)},
+            "rope_parameters": {"rope_type": self.rope_type, "rope_theta": self.theta,
+                                **dict(self.scaling)},
         }
         if self.rope_type != "default":
             out["rope_scaling"] = {"rope_type": self.rope_type, **dict(self.scaling)}
@@ -94,15 +98,17 @@ class RopeConfig:
 
 
 def _require_scaling_keys(rope: RopeConfig) -> None:
-    needed: tuple[str, ...] = {"linear": ("factor",), "dynamic": ("factor",),
-                               "llama3": ("factor", "low_freq_factor", "high_freq_factor")}.get(rope.rope_type, ())
+    needed: tuple[str, ...] = {
+        "linear": ("factor",), "dynamic": ("factor",),
+        "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+    }.get(rope.rope_type, ())
     missing = [k for k in needed if rope.get(k) is None]
     if missing:
         raise RopeConfigError(f"rope_type {rope.rope_type!r} needs {missing}")
 
 
-def inverse_frequencies(rope: RopeConfig, head_dim: int, seq_len: int, device: torch.device | None = None
-                        ) -> tuple[Tensor, float]:
+def inverse_frequencies(rope: RopeConfig, head_dim: int, seq_len: int,
+                        device: torch.device | None = None) -> tuple[Tensor, float]:
     """(inv_freq [head_dim/2] float32, attention scaling of cos/sin) for sequences of `seq_len`."""
     base = rope.theta
     if rope.rope_type == "dynamic":  # NTK: a larger base once the sequence outgrows the table
@@ -121,7 +127,8 @@ def inverse_frequencies(rope: RopeConfig, head_dim: int, seq_len: int, device: t
 
 def _llama3(inv: Tensor, rope: RopeConfig) -> Tensor:
     """Llama 3.1: long wavelengths divided by factor, short ones kept, a linear blend between."""
-    factor, low, high = (float(rope.get(k)) for k in ("factor", "low_freq_factor", "high_freq_factor"))
+    factor, low, high = (float(rope.get(k))
+                         for k in ("factor", "low_freq_factor", "high_freq_factor"))
     context = float(rope.get("original_max_position_embeddings"))
     wavelen = 2 * math.pi / inv
     scaled = torch.where(wavelen > context / low, inv / factor, inv)
@@ -145,7 +152,8 @@ def _yarn(inv: Tensor, rope: RopeConfig, head_dim: int) -> tuple[Tensor, float]:
     beta_fast, beta_slow = float(rope.get("beta_fast") or 32), float(rope.get("beta_slow") or 1)
 
     def dim_of(rotations: float) -> float:  # the dimension that turns `rotations` times
-        return head_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(rope.theta))
+        return (head_dim * math.log(original / (rotations * 2 * math.pi))
+                / (2 * math.log(rope.theta)))
 
     low, high = dim_of(beta_fast), dim_of(beta_slow)
     if rope.get("truncate", True):
@@ -153,7 +161,8 @@ def _yarn(inv: Tensor, rope: RopeConfig, head_dim: int) -> tuple[Tensor, float]:
     low, high = max(low, 0), min(high, head_dim - 1)
     if low == high:
         high += 0.001  # a zero-width ramp would divide by zero
-    ramp = ((torch.arange(head_dim // 2, device=inv.device).float() - low) / (high - low)).clamp(0, 1)
+    ramp = ((torch.arange(head_dim // 2, device=inv.device).float() - low)
+            / (high - low)).clamp(0, 1)
     keep = 1 - ramp  # 1: extrapolate (original frequency), 0: interpolate (divided by factor)
     return inv / factor * (1 - keep) + inv * keep, float(attention)
 
@@ -169,7 +178,8 @@ def rope_cos_sin(position_ids: Tensor, head_dim: int, rope: RopeConfig | float, 
     if not isinstance(rope, RopeConfig):
         rope = RopeConfig(theta=float(rope))
     # Only dynamic NTK needs the length (and reading it syncs a GPU).
-    seq_len = int(position_ids.max()) + 1 if rope.rope_type == "dynamic" and position_ids.numel() else 0
+    seq_len = (int(position_ids.max()) + 1 if rope.rope_type == "dynamic" and position_ids.numel()
+               else 0)
     inv, scale = inverse_frequencies(rope, head_dim, seq_len, position_ids.device)
     ang = position_ids.float().unsqueeze(-1) * inv  # [..., T, hd/2]
     emb = torch.cat([ang, ang], dim=-1)

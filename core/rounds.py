@@ -27,10 +27,12 @@ def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[i
     """Prompt forward (counted as the prefill pass), first token, drafters' first catch-up."""
     ids = torch.tensor(state.token_ids, dtype=torch.long)
     want_prompt = state.params.prompt_logprobs is not None
-    out = target.forward(state.cache, ids, torch.arange(ids.numel()), last_logits_only=not want_prompt)
+    out = target.forward(state.cache, ids, torch.arange(ids.numel()),
+                         last_logits_only=not want_prompt)
     state.stats.target_forwards += 1
     if want_prompt:
-        state.prompt_logprobs = prompt_logprobs(out.logits, state.token_ids, state.params.prompt_logprobs or 0)
+        state.prompt_logprobs = prompt_logprobs(out.logits, state.token_ids,
+                                                state.params.prompt_logprobs or 0)
     tok = first_token(state, out.logits[-1:])
     committed = commit_first(state, tok, out.logits[-1:])
     if state.learner is not None and not state.finished:
@@ -62,17 +64,20 @@ def start_drafters(state: RequestState) -> None:
     """The request's drafter caches: every drafter under full evaluation, else lazily caught up."""
     assert state.learner is not None
     fixed = state.learner.fixed_index
-    state.dstate = DrafterState(state.snapshot, full=state.evaluate, drafters=None if fixed is None else [fixed])
+    state.dstate = DrafterState(state.snapshot, full=state.evaluate,
+                                drafters=None if fixed is None else [fixed])
 
 
-def speculative_round(target: Target, state: RequestState, config: EngineConfig) -> tuple[list[int], RoundStats]:
+def speculative_round(target: Target, state: RequestState,
+                      config: EngineConfig) -> tuple[list[int], RoundStats]:
     t0 = time.perf_counter()
     weights = state.weights()
     chosen = state.select(argmax=config.selector.select == "argmax")
     n = len(state.token_ids) - 1  # committed tokens in the target KV cache; the root is next
     tree = _draft(state, chosen, n, config)
     t1 = time.perf_counter()
-    v = verify_tree(state, tree, target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask))
+    v = verify_tree(state, tree,
+                    target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask))
     compact_cache(state.cache, n, torch.tensor(v.path))
     committed = commit_verified(state, v)
     t2 = time.perf_counter()
@@ -80,7 +85,8 @@ def speculative_round(target: Target, state: RequestState, config: EngineConfig)
         cur = state.dstate.sync(state.snapshot, config.tree.top_k) if state.evaluate else None  # type: ignore[union-attr]
         learn_from(state, v, chosen, n, config, cur)
     t3 = time.perf_counter()
-    return committed, round_stats(state, v, chosen, weights, len(committed), (t1 - t0, t2 - t1, t3 - t2))
+    return committed, round_stats(state, v, chosen, weights, len(committed),
+                                  (t1 - t0, t2 - t1, t3 - t2))
 
 
 @dataclass
@@ -141,14 +147,14 @@ def learn_from(state: RequestState, v: Verified, chosen: int | None, n: int, con
         state.learner.update_bandit(chosen, float(len(v.new)), config.tree.depth + 1)
 
 
-def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: dict[str, float], committed: int,
-                times: tuple[float, float, float]) -> RoundStats:
+def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: dict[str, float],
+                committed: int, times: tuple[float, float, float]) -> RoundStats:
     """Record the round in the request's statistics. times = (draft, verify, evaluate) seconds."""
     drafter = state.snapshot.ids[chosen] if chosen is not None else None
     rs = RoundStats(
-        round_index=state.stats.rounds, drafter=drafter, drafted=v.tree.num_drafted, accepted=len(v.path) - 1,
-        committed=committed, draft_s=times[0], verify_s=times[1], evaluate_s=times[2],
-        bookkeeping_s=0.0, weights=weights,
+        round_index=state.stats.rounds, drafter=drafter, drafted=v.tree.num_drafted,
+        accepted=len(v.path) - 1, committed=committed, draft_s=times[0], verify_s=times[1],
+        evaluate_s=times[2], bookkeeping_s=0.0, weights=weights,
     )
     state.stats.record_round(rs)
     state.stats.weights = state.weights()
@@ -170,12 +176,14 @@ def draft_row(state: RequestState, chosen: int, n: int, config: EngineConfig) ->
     """The chosen drafter's input for this request's tree (caught up beforehand)."""
     assert state.dstate is not None
     keys, values, length = state.dstate.draft_cache(chosen, tree_scratch(config.tree))
-    allowed = state.matcher.masks_after if state.matcher is not None and config.mask_drafts else None
-    return DraftRow(keys, values, length, state.dstate.h_last(chosen), state.token_ids[-1], n, allowed)
+    allowed = (state.matcher.masks_after if state.matcher is not None and config.mask_drafts
+               else None)
+    return DraftRow(keys, values, length, state.dstate.h_last(chosen), state.token_ids[-1], n,
+                    allowed)
 
 
-def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int, config: EngineConfig,
-                    cur: Candidates | None) -> None:
+def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int,
+                    config: EngineConfig, cur: Candidates | None) -> None:
     """Every drafter has caught up (`cur`); the evidence at m = n..n+L (each drafter's top-k
     at m against the target's p̃_m and the realised x_{m+1}) joins the feedback queue, and the
     losses that became known update the learner."""
@@ -190,7 +198,8 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
     if v.probs is None:  # greedy: the realised tokens are the target's argmax
         evidence = evidence_greedy(v.out.logits[v.path].argmax(dim=-1).cpu().numpy(), ids, logp)
     else:
-        evidence = evidence_sampling(v.probs[v.path].cpu().numpy().astype(np.float64), ids, logp, np.array(v.new))
+        evidence = evidence_sampling(v.probs[v.path].cpu().numpy().astype(np.float64), ids, logp,
+                                     np.array(v.new))
     state.feedback.open_window(n, chosen, steps)
     if config.selector.feedback == "position":
         for m in range(n + 1, n + steps):
@@ -208,7 +217,8 @@ def _penalised(logits: Tensor, state: RequestState, tree: DraftTree) -> Tensor:
         vocab = logits.shape[-1]
         output = token_counts(state.token_ids[state.prompt_len :], vocab, logits.device)
         prompt_seen = token_counts(state.token_ids[: state.prompt_len], vocab, logits.device) > 0
-        logits = apply_penalties(logits, path_counts(output, tree.tokens, tree.mask), prompt_seen, pen)
+        logits = apply_penalties(logits, path_counts(output, tree.tokens, tree.mask),
+                                 prompt_seen, pen)
     if state.matcher is not None:
         logits = apply_mask(logits, state.matcher.tree_masks(tree.tokens, tree.parents))
     return logits
@@ -219,7 +229,8 @@ def _processed(logits: Tensor, state: RequestState) -> Tensor:
     return process_logits(logits, p.temperature, p.top_p, p.top_k)
 
 
-def _maybe_logprobs(state: RequestState, logits: Tensor, tokens: list[int]) -> list[TokenLogprob] | None:
+def _maybe_logprobs(state: RequestState, logits: Tensor,
+                    tokens: list[int]) -> list[TokenLogprob] | None:
     """Target log-probabilities of `tokens`, row j of `logits` being the distribution of token j.
     These are the raw model's, before penalties and temperature (vLLM's default
     `logprobs_mode`, raw_logprobs), so they do not depend on how the request samples."""
@@ -234,7 +245,8 @@ def _maybe_logprobs(state: RequestState, logits: Tensor, tokens: list[int]) -> l
 PROMPT_LOGPROB_ROWS = 256
 
 
-def prompt_logprobs(logits: Tensor, prompt: list[int], k: int, start: int = 0) -> list[TokenLogprob | None]:
+def prompt_logprobs(logits: Tensor, prompt: list[int], k: int,
+                    start: int = 0) -> list[TokenLogprob | None]:
     """Raw target log-probabilities of the prompt tokens (completions `echo`) that the rows of
     `logits` [T, V] predict: row j is position start + j and predicts prompt token start + j + 1.
     From the first chunk (start 0) the list opens with None for the first token, which nothing
@@ -254,6 +266,7 @@ def _token_logprobs(lp: Tensor, tokens: list[int], k: int) -> list[TokenLogprob]
         top: tuple[tuple[int, float], ...] = ()
         if k > 0:
             vals, idx = torch.topk(lp[j], min(k, lp.shape[-1]))
-            top = tuple((int(i), float(v)) for i, v in zip(idx.tolist(), vals.tolist(), strict=False))
+            top = tuple((int(i), float(v))
+                        for i, v in zip(idx.tolist(), vals.tolist(), strict=False))
         out.append(TokenLogprob(tok, float(lp[j, tok]), top))
     return out

@@ -42,7 +42,8 @@ class PromptRouter:
     def features(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
         x = np.zeros((len(prompts), len(self.vocab)), dtype=np.float32)
         for r, ids in enumerate(prompts):
-            cols, counts = np.unique([self._column[t] for t in ids if t in self._column], return_counts=True)
+            cols, counts = np.unique([self._column[t] for t in ids if t in self._column],
+                                     return_counts=True)
             x[r, cols.astype(np.int64)] = 1.0 + np.log(counts)
         x *= self.idf
         norms = np.linalg.norm(x, axis=1, keepdims=True)
@@ -58,8 +59,8 @@ class PromptRouter:
         return self.labels[int(self.probabilities([prompt])[0].argmax())]
 
     @classmethod
-    def fit(cls, prompts: Sequence[Sequence[int]], labels: Sequence[str], cfg: RouterFit | None = None,
-            seed: int = 0) -> PromptRouter:
+    def fit(cls, prompts: Sequence[Sequence[int]], labels: Sequence[str],
+            cfg: RouterFit | None = None, seed: int = 0) -> PromptRouter:
         cfg = cfg or RouterFit()
         classes = sorted(set(labels))
         df: dict[int, int] = {}
@@ -68,15 +69,18 @@ class PromptRouter:
                 df[t] = df.get(t, 0) + 1
         vocab = np.array(sorted(t for t, n in df.items() if n >= cfg.min_df), dtype=np.int64)
         n = len(prompts)
-        idf = np.array([math.log((1 + n) / (1 + df[int(t)])) + 1.0 for t in vocab], dtype=np.float32)
-        untrained = cls(vocab, idf, np.zeros((len(vocab), len(classes))), np.zeros(len(classes)), classes)
+        idf = np.array([math.log((1 + n) / (1 + df[int(t)])) + 1.0 for t in vocab],
+                       dtype=np.float32)
+        untrained = cls(vocab, idf, np.zeros((len(vocab), len(classes))), np.zeros(len(classes)),
+                        classes)
         x = torch.from_numpy(untrained.features(prompts))
         y = torch.tensor([classes.index(lab) for lab in labels])
         w, b = _logistic_regression(x, y, len(classes), cfg, seed)
         return cls(vocab, idf, w, b, classes)
 
     def save(self, path: Path) -> None:
-        np.savez_compressed(path, vocab=self.vocab, idf=self.idf, weights=self.weights.astype(np.float16),
+        np.savez_compressed(path, vocab=self.vocab, idf=self.idf,
+                            weights=self.weights.astype(np.float16),
                             bias=self.bias, labels=np.array(self.labels))
 
     @classmethod

@@ -6,7 +6,8 @@ import torch
 from torch import Tensor
 
 
-def process_logits(logits: Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> Tensor:
+def process_logits(logits: Tensor, temperature: float, top_p: float = 1.0,
+                   top_k: int = 0) -> Tensor:
     """Probabilities p̃ [..., V] after temperature, top-k and top-p (top-p keeps the smallest
     prefix of the sorted distribution whose mass reaches top_p, always >= 1 token)."""
     if temperature <= 0:
@@ -20,7 +21,8 @@ def process_logits(logits: Tensor, temperature: float, top_p: float = 1.0, top_k
         sorted_p, order = torch.sort(probs, dim=-1, descending=True)
         before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each sorted token
         drop_sorted = before >= top_p
-        drop_sorted[..., 0] = False  # the most likely token always survives (top_p may underflow to 0)
+        # the most likely token always survives (top_p may underflow to 0)
+        drop_sorted[..., 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)

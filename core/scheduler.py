@@ -91,7 +91,8 @@ class BatchScheduler:
             if budget <= 0:
                 break
             try:
-                used, committed = prefill_chunk(self.target, self.cache, self._slot[state.request_id], state,
+                used, committed = prefill_chunk(self.target, self.cache,
+                                                self._slot[state.request_id], state,
                                                 self.config, budget)
             except Exception as exc:  # one prompt's failure must not take the others down
                 log.exception("prefill of request %s failed", state.request_id)

@@ -54,14 +54,16 @@ def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
 class Target:
     """A causal LM plus the bookkeeping speculative decoding needs. Not thread-safe."""
 
-    def __init__(self, model: Any, tokenizer: Any, aux_layers: tuple[int, int, int] | None = None) -> None:
+    def __init__(self, model: Any, tokenizer: Any,
+                 aux_layers: tuple[int, int, int] | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         cfg = model.config
         self.num_layers = int(cfg.num_hidden_layers)
         self.hidden_size = int(cfg.hidden_size)
         self.vocab_size = int(cfg.vocab_size)
-        self.aux_layers: tuple[int, int, int] = aux_layers if aux_layers else default_aux_layers(self.num_layers)
+        self.aux_layers: tuple[int, int, int] = (aux_layers if aux_layers
+                                                 else default_aux_layers(self.num_layers))
         if any(not 0 <= i < self.num_layers for i in self.aux_layers):
             raise TargetLoadError(f"aux layers {self.aux_layers} outside 0..{self.num_layers - 1}")
         self.device = next(model.parameters()).device
@@ -76,7 +78,8 @@ class Target:
         # long prompts), and a compiled forward (compile_model) sees the same hooks every call.
         self._captured: dict[int, Tensor] = {}
         for idx in set(self.aux_layers):
-            self.decoder_layers[idx].register_forward_pre_hook(_store_input(self._captured, idx), with_kwargs=True)
+            self.decoder_layers[idx].register_forward_pre_hook(_store_input(self._captured, idx),
+                                                               with_kwargs=True)
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
         self.sliding_window, self._mixed_windows = attention_windows(cfg)
 
@@ -94,17 +97,21 @@ class Target:
         path = Path(path)
         model_type = _model_type(path)
         if model_type not in SUPPORTED_MODEL_TYPES:
-            raise TargetLoadError(f"model_type {model_type!r} not supported (use {SUPPORTED_MODEL_TYPES})")
+            raise TargetLoadError(f"model_type {model_type!r} not supported "
+                                  f"(use {SUPPORTED_MODEL_TYPES})")
         if compile_model and device_map:
-            raise TargetLoadError("compile is not supported together with device_map (not measured)")
+            raise TargetLoadError("compile is not supported together with device_map "
+                                  "(not measured)")
         kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype), "trust_remote_code": False}
         if device_map:  # spread a target that does not fit one GPU over the box's GPUs
             kwargs["device_map"] = device_map
-        model: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kwargs)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
+                                                          **kwargs)
         if not device_map:
             model = model.to(device)
         model.eval().requires_grad_(False)
-        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True,
+                                                  trust_remote_code=False)
         target = cls(model, tokenizer, aux_layers)
         if compile_model:
             target.compile_model()
@@ -124,7 +131,8 @@ class Target:
         ids: set[int] = set()
         gen_cfg = getattr(self.model, "generation_config", None)
         tok_eos = getattr(self.tokenizer, "eos_token_id", None)
-        for src in (self.model.config.eos_token_id, getattr(gen_cfg, "eos_token_id", None), tok_eos):
+        for src in (self.model.config.eos_token_id, getattr(gen_cfg, "eos_token_id", None),
+                    tok_eos):
             if isinstance(src, int):
                 ids.add(src)
             elif isinstance(src, (list, tuple)):
@@ -138,8 +146,8 @@ class Target:
 
     @torch.no_grad()
     def forward(
-        self, cache: DynamicCache, input_ids: Tensor, positions: Tensor, tree_mask: Tensor | None = None,
-        *, last_logits_only: bool = False,
+        self, cache: DynamicCache, input_ids: Tensor, positions: Tensor,
+        tree_mask: Tensor | None = None, *, last_logits_only: bool = False,
     ) -> TargetOutput:
         """Run T new tokens on top of `cache` (which grows by T).
 
@@ -191,7 +199,8 @@ class Target:
         masks = []
         for b, (tok, p, m) in enumerate(zip(tokens, positions, tree_masks, strict=True)):
             t = tok.numel()
-            ids[b, :t], pos[b, :t], pos[b, t:] = tok.cpu(), p.cpu(), int(p[-1])  # padding repeats the last position
+            # padding repeats the last position
+            ids[b, :t], pos[b, :t], pos[b, t:] = tok.cpu(), p.cpu(), int(p[-1])
             masks.append(torch.ones(t, t, dtype=torch.bool).tril() if m is None else m)
         mask = self._rows_mask(starts, masks, pos, cache)
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
@@ -201,8 +210,8 @@ class Target:
             kwargs["logits_to_keep"] = 1
         captured = self._captured
         captured.clear()
-        out = self.model(input_ids=ids.to(self.device), position_ids=pos.to(self.device), attention_mask=mask,
-                         use_cache=True, **kwargs)
+        out = self.model(input_ids=ids.to(self.device), position_ids=pos.to(self.device),
+                         attention_mask=mask, use_cache=True, **kwargs)
         self.forward_count += 1
         feats = torch.cat([captured[i].to(self.device) for i in self.aux_layers], dim=-1)
         captured.clear()
@@ -216,20 +225,25 @@ class Target:
         full = rows_mask(starts, trees, positions, kv_len, self.dtype, device=self.device)
         if self.sliding_window is None:
             return full
-        windowed = rows_mask(starts, trees, positions, kv_len, self.dtype, self.sliding_window, device=self.device)
-        return {"full_attention": full, "sliding_attention": windowed} if self._mixed_windows else windowed
+        windowed = rows_mask(starts, trees, positions, kv_len, self.dtype, self.sliding_window,
+                             device=self.device)
+        return ({"full_attention": full, "sliding_attention": windowed} if self._mixed_windows
+                else windowed)
 
     def features_dtype(self) -> torch.dtype:
         return self.dtype
 
-    def _attention_mask(self, past: int, tree_mask: Tensor, positions: Tensor) -> Tensor | dict[str, Tensor]:
+    def _attention_mask(self, past: int, tree_mask: Tensor,
+                        positions: Tensor) -> Tensor | dict[str, Tensor]:
         """The additive mask(s) for one forward; models with both full and sliding layers
         (Qwen2 with max_window_layers) take one per layer type, as transformers' own masks."""
         full = additive_mask(past, tree_mask, self.dtype)
         if self.sliding_window is None:
             return full
-        windowed = additive_mask(past, tree_mask, self.dtype, positions=positions, sliding_window=self.sliding_window)
-        return {"full_attention": full, "sliding_attention": windowed} if self._mixed_windows else windowed
+        windowed = additive_mask(past, tree_mask, self.dtype, positions=positions,
+                                 sliding_window=self.sliding_window)
+        return ({"full_attention": full, "sliding_attention": windowed} if self._mixed_windows
+                else windowed)
 
 
 def _store_input(captured: dict[int, Tensor], idx: int) -> Any:
@@ -250,7 +264,8 @@ def additive_mask(
     the committed prefix only), new token i at `positions[i]` [T].
     """
     t = tree_mask.shape[0]
-    allowed = torch.cat([torch.ones(t, past, dtype=torch.bool, device=tree_mask.device), tree_mask], dim=1)
+    allowed = torch.cat([torch.ones(t, past, dtype=torch.bool, device=tree_mask.device), tree_mask],
+                        dim=1)
     if sliding_window is not None:
         if positions is None:
             raise ValueError("a sliding window needs the positions of the new tokens")
@@ -258,11 +273,13 @@ def additive_mask(
         k_pos = torch.cat([torch.arange(past, device=tree_mask.device), q_pos])
         allowed &= k_pos[None, :] > q_pos[:, None] - sliding_window
     mask = torch.zeros(t, past + t, dtype=dtype, device=tree_mask.device)
-    return mask.masked_fill(~allowed, torch.finfo(dtype).min if dtype != torch.float32 else -math.inf)[None, None]
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min if dtype != torch.float32
+                            else -math.inf)[None, None]
 
 
-def rows_mask(starts: list[int], trees: list[Tensor], positions: Tensor, kv_len: int, dtype: torch.dtype,
-              sliding_window: int | None = None, device: torch.device | str = "cpu") -> Tensor:
+def rows_mask(starts: list[int], trees: list[Tensor], positions: Tensor, kv_len: int,
+              dtype: torch.dtype, sliding_window: int | None = None,
+              device: torch.device | str = "cpu") -> Tensor:
     """[B,1,T,kv_len] additive mask of a batched forward (Target.forward_rows): row b's query i
     (i < T_b) sees the row's committed keys (< starts[b]) and the new keys its tree mask [T_b,
     T_b] allows, which sit at starts[b]..starts[b]+T_b-1; a padding query sees only its own key
@@ -283,7 +300,8 @@ def rows_mask(starts: list[int], trees: list[Tensor], positions: Tensor, kv_len:
     if sliding_window is not None:
         allowed &= k_pos[:, None, :] > positions[:, :, None] - sliding_window
     mask = torch.zeros(b, t, kv_len, dtype=dtype, device=device)
-    return mask.masked_fill(~allowed, torch.finfo(dtype).min if dtype != torch.float32 else -math.inf)[:, None]
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min if dtype != torch.float32
+                            else -math.inf)[:, None]
 
 
 def attention_windows(config: Any) -> tuple[int | None, bool]:
@@ -307,8 +325,10 @@ def compact_cache(cache: DynamicCache, committed: int, keep: Tensor) -> None:
         layer = cast(Any, layer)
         if layer.keys.shape[-2] != getattr(layer, "cumulative_length", layer.keys.shape[-2]):
             # A sliding layer that already dropped old entries: the offsets no longer hold.
-            raise ValueError("compact_cache needs a cache that keeps every entry (Target.new_cache)")
-        idx = torch.cat([torch.arange(committed, device=layer.keys.device), committed + keep.to(layer.keys.device)])
+            raise ValueError("compact_cache needs a cache that keeps every entry "
+                             "(Target.new_cache)")
+        idx = torch.cat([torch.arange(committed, device=layer.keys.device),
+                         committed + keep.to(layer.keys.device)])
         layer.keys = layer.keys.index_select(-2, idx)
         layer.values = layer.values.index_select(-2, idx)
         if hasattr(layer, "cumulative_length"):  # sliding layers report this as their length
@@ -321,5 +341,6 @@ def _model_type(path: Path) -> str:
     except (OSError, json.JSONDecodeError) as exc:
         raise TargetLoadError(f"cannot read target config {path / 'config.json'}: {exc}") from exc
     if raw.get("auto_map"):
-        raise TargetLoadError("target requires remote code (auto_map); refused: no trust_remote_code")
+        raise TargetLoadError("target requires remote code (auto_map); "
+                              "refused: no trust_remote_code")
     return str(raw.get("model_type", ""))

@@ -47,7 +47,8 @@ def select_candidates(scores: Tensor, parents: Tensor, total: int) -> list[int]:
     return sorted(chosen)
 
 
-def build_tree(root: int, cand_tokens: Tensor, cand_parents: Tensor, selected: list[int]) -> DraftTree:
+def build_tree(root: int, cand_tokens: Tensor, cand_parents: Tensor,
+               selected: list[int]) -> DraftTree:
     """Tree from selected flat candidates (sorted ascending; parents precede children)."""
     node_of = {flat: i + 1 for i, flat in enumerate(selected)}
     n = len(selected) + 1

@@ -31,7 +31,8 @@ def verify_greedy(tree: DraftTree, logits: Tensor) -> tuple[list[int], int]:
         path.append(node)
 
 
-def verify_sampling(tree: DraftTree, probs: Tensor, generator: torch.Generator | None) -> tuple[list[int], int]:
+def verify_sampling(tree: DraftTree, probs: Tensor,
+                    generator: torch.Generator | None) -> tuple[list[int], int]:
     """probs [N+1, V] = p̃ at every node, on any device: only the rows of the nodes visited
     are copied to the CPU, where the request's generator lives. Returns (accepted node path,
     bonus token)."""

@@ -10,8 +10,11 @@ Cancellation design (the one async/sync boundary, style rule 10):
     abort(request_id)   ── commands deque ──▶  engine.abort (frees KV caches)
     sink: asyncio.Queue ◀── call_soon_threadsafe ── Update per round (tokens, stats snapshot)
 
-- Fairness: `engine.step()` runs one round for the next active request in round-robin order,
-  so every running request advances once per `num_active()` steps.
+- Fairness: `engine.step()` is one batched step (core/scheduler.py): every running request
+  gets one round, their trees verified in one target pass, and waiting prompts are prefilled in
+  chunks within the step's token budget (`max_step_tokens`), so no stream waits on another's
+  prefill. With batching off (`HEDGESPEC_BATCHING=false`) a step is one round of the next
+  request in round-robin order.
 - Admission: at most `max_running` requests are in the engine; up to `max_queue` more wait
   in order. Beyond that `submit` raises 429 at once rather than building an unbounded queue
   (TGI's semaphore behaviour).

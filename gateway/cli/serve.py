@@ -33,6 +33,7 @@ SERVE_FLAGS: dict[str, str] = {
     "max_context": "max_context",
     "max_running": "max_running",
     "max_queue": "max_queue",
+    "max_step_tokens": "max_step_tokens",
     "rate_limit_rps": "rate_limit_rps",
     "rate_limit_burst": "rate_limit_burst",
     "request_timeout": "request_timeout_s",
@@ -47,7 +48,8 @@ def register(sub: Any) -> None:
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--pool", type=Path, help="pool.json (default: the shipped demo pool)")
-    p.add_argument("--target", type=Path, help="a target model directory or Hub repo id (instead of --pool)")
+    p.add_argument("--target", type=Path,
+                   help="a target model directory or Hub repo id (instead of --pool)")
     p.add_argument("--drafter", action="append", metavar="ID=PATH", help="drafter for --target")
     p.add_argument("--model-name", help="served model id (default: the target's name)")
     p.add_argument("--database-url", help="registry database URL (default: var/hedgespec.db)")
@@ -58,15 +60,23 @@ def register(sub: Any) -> None:
     p.add_argument("--max-sessions", type=int,
                    help="learner sessions kept between requests (default 4096; 0: off)")
     p.add_argument("--device", help="torch device (default cpu)")
-    p.add_argument("--dtype", help="auto (default: bf16 where native, else fp32), float32, bfloat16 or float16")
+    p.add_argument("--dtype", help="auto (default: bf16 where native, else fp32), float32, "
+                                   "bfloat16 or float16")
     p.add_argument("--device-map", help="'auto' spreads a large target over every GPU")
     p.add_argument("--compile", action="store_true", default=None,
                    help="torch.compile the target (GPU: 2-3x faster passes; minutes of warm-up)")
-    p.add_argument("--seed-pool", type=Path, help="seed pool JSON imported into the registry on start")
+    p.add_argument("--seed-pool", type=Path,
+                   help="seed pool JSON imported into the registry on start")
     p.add_argument("--max-context", type=int, help="context window cap in tokens")
-    p.add_argument("--max-running", type=int, help="requests interleaved at once")
+    p.add_argument("--max-running", type=int,
+                   help="requests in the engine at once, one batched step for all (default 16)")
+    p.add_argument("--max-step-tokens", type=int,
+                   help="tokens one step may verify or prefill (default 512; prompt chunks)")
+    p.add_argument("--no-batching", action="store_true",
+                   help="one request's round per step, round-robin (for comparison)")
     p.add_argument("--max-queue", type=int, help="requests waiting before 429")
-    p.add_argument("--rate-limit-rps", type=float, help="per-API-key requests per second (default off)")
+    p.add_argument("--rate-limit-rps", type=float,
+                   help="per-API-key requests per second (default off)")
     p.add_argument("--rate-limit-burst", type=int, help="per-API-key burst (default: ceil(rps))")
     p.add_argument("--request-timeout", type=float, help="per-request deadline, seconds")
     p.add_argument("--drain-timeout", type=float, help="graceful shutdown budget, seconds")
@@ -86,6 +96,8 @@ def serve_settings(args: argparse.Namespace) -> Any:
     }
     if getattr(args, "no_warmup", False):
         overrides["warmup"] = False
+    if getattr(args, "no_batching", False):
+        overrides["batching"] = False
     return Settings(**overrides)
 
 

@@ -329,7 +329,7 @@ def test_rendering_is_throttled_under_an_event_flood(page: Any, server: ServerPr
             return {renders: admin.renders - r0, elapsed: ingested - t0 + 300, syncRenders,
                     rows: document.querySelectorAll('#live-table tbody tr').length,
                     records: admin.model.records.size};
-        }"""  # noqa: E501, RUF100
+        }"""  # noqa: E501
     )
     assert result["syncRenders"] == 0, result  # ingest only schedules; a timer renders
     budget = result["elapsed"] / 200 + 3  # one render per 200 ms, plus the edges and the wait

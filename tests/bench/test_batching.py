@@ -20,8 +20,10 @@ def cell(where: str, mode: str, streams: int, tokens: int, wall: float) -> Cell:
 
 
 def test_aggregates_ratios_and_verdicts() -> None:
-    cells = [cell("in-process", "batched", 8, 10, 1.0), cell("in-process", "round-robin", 8, 10, 4.0),
-             cell("in-process", "batched", 1, 10, 1.0), cell("in-process", "round-robin", 1, 10, 0.9)]
+    cells = [cell("in-process", "batched", 8, 10, 1.0),
+             cell("in-process", "round-robin", 8, 10, 4.0),
+             cell("in-process", "batched", 1, 10, 1.0),
+             cell("in-process", "round-robin", 1, 10, 0.9)]
     s = summarise(cells)
     by = {(r["mode"], r["streams"]): r for r in s["rows"]}
     assert by[("batched", 8)]["aggregate_tps"] == pytest.approx(80.0)
@@ -29,8 +31,9 @@ def test_aggregates_ratios_and_verdicts() -> None:
     assert by[("batched", 8)]["itl_ms"] == pytest.approx(10.0)
     ratios = {x["streams"]: x["aggregate"] for x in s["ratios"]}
     assert ratios == pytest.approx({1: 0.9, 8: 4.0})
-    meta = {"command": "x", "date": "d", "machine": "m", "pool": "p", "model": "t", "drafters": [], "threads": 2,
-            "dtype": "float32", "policy": "auto", "tree": "T", "max_tokens": 10, "repeats": 1, "max_step_tokens": 512}
+    meta = {"command": "x", "date": "d", "machine": "m", "pool": "p", "model": "t", "drafters": [],
+            "threads": 2, "dtype": "float32", "policy": "auto", "tree": "T", "max_tokens": 10,
+            "repeats": 1, "max_step_tokens": 512}
     text = render(s, meta)
     assert "8 streams: batched / round-robin aggregate 4.00x (target >= 2x): PASS" in text
     assert "1 stream: batched / round-robin 0.90x (target >= 0.95): MISS" in text
@@ -39,10 +42,11 @@ def test_aggregates_ratios_and_verdicts() -> None:
 def test_quick_in_process_run_writes_the_report(tmp_path: Path) -> None:
     pool = build_pool(tmp_path / "pool", hidden=32)
     out = tmp_path / "batching.md"
-    assert main(["--quick", "--no-gateway", "--pool", str(pool), "--threads", "1", "--dtype", "float32",
-                 "--max-tokens", "4", "--out", str(out)]) == 0
+    assert main(["--quick", "--no-gateway", "--pool", str(pool), "--threads", "1", "--dtype",
+                 "float32", "--max-tokens", "4", "--out", str(out)]) == 0
     summary = json.loads(out.with_suffix(".json").read_text())["summary"]
     assert {(r["mode"], r["streams"]) for r in summary["rows"]} == {
         (m, n) for m in ("batched", "round-robin") for n in (1, 2)}
     assert all(r["tokens"] == 4 * r["streams"] for r in summary["rows"])
-    assert out.with_suffix(".png").stat().st_size > 0 and "| in-process | 2 | batched |" in out.read_text()
+    assert (out.with_suffix(".png").stat().st_size > 0
+            and "| in-process | 2 | batched |" in out.read_text())

@@ -45,7 +45,8 @@ def sglang_capture(cfg: dict[str, Any], num_layers: int) -> tuple[int, ...]:
     return tuple(i + 1 for i in ids) if ids is not None else engine_default(num_layers)
 
 
-@pytest.mark.parametrize(("num_layers", "aux"), [(4, (1, 2, 3)), (32, (2, 16, 29)), (32, (1, 15, 28)), (6, (1, 3, 4))])
+@pytest.mark.parametrize(("num_layers", "aux"),
+                         [(4, (1, 2, 3)), (32, (2, 16, 29)), (32, (1, 15, 28)), (6, (1, 3, 4))])
 def test_saved_config_means_the_same_layers_in_vllm_and_sglang(tmp_path: Path, num_layers: int,
                                                                 aux: tuple[int, int, int]) -> None:
     drafter = random_drafter(tiny_target())
@@ -59,7 +60,8 @@ def test_saved_config_means_the_same_layers_in_vllm_and_sglang(tmp_path: Path, n
 
 
 def _cfg(**keys: Any) -> dict[str, Any]:
-    return {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "vocab_size": 64, **keys}
+    return {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "vocab_size": 64,
+            **keys}
 
 
 @pytest.mark.parametrize("raw", [
@@ -70,7 +72,8 @@ def _cfg(**keys: Any) -> dict[str, Any]:
 def test_every_form_the_engines_accept_is_read(raw: dict[str, Any]) -> None:
     assert Eagle3Config.from_dict(raw).aux_layers == (2, 16, 29)
     # the engine that reads that form captures the same layers
-    reader = sglang_capture(raw, 32) if IDS not in raw else vllm_capture(raw, 32, nested_fallback=False)
+    reader = (sglang_capture(raw, 32) if IDS not in raw
+              else vllm_capture(raw, 32, nested_fallback=False))
     assert reader == (2, 16, 29)
 
 

@@ -35,11 +35,13 @@ def bigram():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def llama():  # type: ignore[no-untyped-def]
     target = tiny_target("llama")
-    return target, make_engine(target, {f"d{i}": random_drafter(target, seed=i) for i in range(3)}, TREE)
+    return target, make_engine(target, {f"d{i}": random_drafter(target, seed=i) for i in range(3)},
+                               TREE)
 
 
 def with_config(engine: SpecEngine, **changes: object) -> SpecEngine:
-    return SpecEngine(engine.target, dict(engine.snapshot.drafters), replace(engine.config, **changes))
+    return SpecEngine(engine.target, dict(engine.snapshot.drafters),
+                      replace(engine.config, **changes))
 
 
 def params(n: int, **kw: object) -> SamplingParams:
@@ -120,7 +122,8 @@ def test_abort_mid_batch_leaves_the_others_exact(bigram) -> None:  # type: ignor
     d = Driver(engine)
     prompts = {f"a{i}": [i + 1, 2 * i + 3] for i in range(5)}
     for i, (rid, prompt) in enumerate(prompts.items()):
-        d.add(rid, prompt, params(30), ("normalhedge", "fixed:r0", "none", "fixed:copy", "ucbspec")[i])
+        d.add(rid, prompt, params(30),
+              ("normalhedge", "fixed:r0", "none", "fixed:copy", "ucbspec")[i])
     for _ in range(3):
         d.step()
     engine.abort("a1")  # a middle slot: a4 moves into it
@@ -224,9 +227,10 @@ def test_greedy_stats_are_the_same_alone_and_in_a_batch(bigram) -> None:  # type
         d.drain()
         runs.append(d.outs["me"])
     alone, batched = (outs[-1].stats for outs in runs)
-    assert [o.round.weights for o in runs[1] if o.round] == [o.round.weights for o in runs[0] if o.round]
-    for field in ("drafter_per_round", "accepted_per_round", "completion_tokens", "num_draft_tokens",
-                  "target_forwards", "rounds"):
+    assert ([o.round.weights for o in runs[1] if o.round]
+            == [o.round.weights for o in runs[0] if o.round])
+    for field in ("drafter_per_round", "accepted_per_round", "completion_tokens",
+                  "num_draft_tokens", "target_forwards", "rounds"):
         assert getattr(batched, field) == getattr(alone, field), field
     assert batched.regret_curve == pytest.approx(alone.regret_curve)
     assert [r for _, r in batched.estimates] == [r for _, r in alone.estimates]
@@ -270,7 +274,8 @@ def _failure_run(engine: SpecEngine, target: torch.nn.Module) -> Driver:
 
 def test_a_failing_row_fails_only_its_request(bigram, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     target, base = bigram
-    monkeypatch.setattr(core.batch_rounds, "verify_tree", _raise_for("bad", core.batch_rounds.verify_tree))
+    monkeypatch.setattr(core.batch_rounds, "verify_tree",
+                        _raise_for("bad", core.batch_rounds.verify_tree))
     _failure_run(with_config(base), target)
 
 
@@ -293,7 +298,8 @@ def test_a_failing_shared_pass_is_retried_row_by_row(bigram, monkeypatch) -> Non
 
 def test_a_failing_prefill_fails_only_its_request(bigram, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     target, base = bigram
-    monkeypatch.setattr(core.scheduler, "prefill_chunk", _raise_after_slot("bad", core.scheduler.prefill_chunk))
+    monkeypatch.setattr(core.scheduler, "prefill_chunk",
+                        _raise_after_slot("bad", core.scheduler.prefill_chunk))
     _failure_run(with_config(base), target)
 
 
@@ -330,7 +336,8 @@ def test_chunked_prefill_feeds_the_drafters_like_one_pass(llama, policy: str) ->
         assert torch.equal(chunked.pending.topk_ids[:, -1], one.pending.topk_ids[:, -1])
     chunked.dstate.sync(chunked.snapshot, 3, [index])
     one.dstate.sync(one.snapshot, 3, [index])
-    torch.testing.assert_close(chunked.dstate.h_last(index), one.dstate.h_last(index), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(chunked.dstate.h_last(index), one.dstate.h_last(index), atol=1e-4,
+                               rtol=1e-4)
     torch.testing.assert_close(chunked.dstate.drafter_kv(index)[0], one.dstate.drafter_kv(index)[0],
                                atol=1e-4, rtol=1e-4)
 
@@ -346,8 +353,10 @@ def test_grammar_and_penalties_inside_a_batch() -> None:
     target, engine = engine_with_tokenizer(tok)
     d = Driver(engine)
     jobs = {
-        "json1": (tok.encode("Give JSON"), SamplingParams(max_new_tokens=60, grammar=JSON_SPEC), "normalhedge"),
-        "json2": (tok.encode("x"), SamplingParams(max_new_tokens=60, grammar=JSON_SPEC), "fixed:d1"),
+        "json1": (tok.encode("Give JSON"), SamplingParams(max_new_tokens=60, grammar=JSON_SPEC),
+                  "normalhedge"),
+        "json2": (tok.encode("x"), SamplingParams(max_new_tokens=60, grammar=JSON_SPEC),
+                  "fixed:d1"),
         "pen": (tok.encode("abc"), params(20, penalties=PEN), "exp3spec"),
         "plain": (tok.encode("hello"), params(20), "normalhedge"),
     }

@@ -21,23 +21,29 @@ H, V, VD, NH, NKV, HD, FF = 32, 64, 40, 4, 2, 8, 48
 
 def official_checkpoint(root: Path, *, seed: int = 0, rope_theta: float | None = None,
                         rope_keys: dict[str, object] | None = None) -> dict[str, torch.Tensor]:
-    """Write config.json + model.safetensors exactly as published EAGLE-3 checkpoints are laid out."""
+    """Write config.json + model.safetensors exactly as published EAGLE-3 checkpoints are
+    laid out."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *shape: torch.randn(*shape, generator=g) * 0.2  # noqa: E731
     counts = torch.randint(0, 1000, (V,), generator=g)
     used = torch.topk(counts.float(), VD).indices.sort().values
     sd = {
         "fc.weight": r(H, 3 * H), "midlayer.hidden_norm.weight": 1 + r(H),
-        "midlayer.input_layernorm.weight": 1 + r(H), "midlayer.post_attention_layernorm.weight": 1 + r(H),
-        "midlayer.self_attn.q_proj.weight": r(NH * HD, 2 * H), "midlayer.self_attn.k_proj.weight": r(NKV * HD, 2 * H),
-        "midlayer.self_attn.v_proj.weight": r(NKV * HD, 2 * H), "midlayer.self_attn.o_proj.weight": r(H, NH * HD),
+        "midlayer.input_layernorm.weight": 1 + r(H),
+        "midlayer.post_attention_layernorm.weight": 1 + r(H),
+        "midlayer.self_attn.q_proj.weight": r(NH * HD, 2 * H),
+        "midlayer.self_attn.k_proj.weight": r(NKV * HD, 2 * H),
+        "midlayer.self_attn.v_proj.weight": r(NKV * HD, 2 * H),
+        "midlayer.self_attn.o_proj.weight": r(H, NH * HD),
         "midlayer.mlp.gate_proj.weight": r(FF, H), "midlayer.mlp.up_proj.weight": r(FF, H),
-        "midlayer.mlp.down_proj.weight": r(H, FF), "norm.weight": 1 + r(H), "lm_head.weight": r(VD, H),
-        "d2t": used - torch.arange(VD), "t2d": torch.zeros(V, dtype=torch.bool).index_fill(0, used, True),
+        "midlayer.mlp.down_proj.weight": r(H, FF), "norm.weight": 1 + r(H),
+        "lm_head.weight": r(VD, H), "d2t": used - torch.arange(VD),
+        "t2d": torch.zeros(V, dtype=torch.bool).index_fill(0, used, True),
     }
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H, "intermediate_size": FF,
-           "num_attention_heads": NH, "num_key_value_heads": NKV, "num_hidden_layers": 1, "rms_norm_eps": 1e-5,
-           "vocab_size": V, "draft_vocab_size": VD, "hidden_act": "silu", "torch_dtype": "float32"}
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
+           "intermediate_size": FF, "num_attention_heads": NH, "num_key_value_heads": NKV,
+           "num_hidden_layers": 1, "rms_norm_eps": 1e-5, "vocab_size": V, "draft_vocab_size": VD,
+           "hidden_act": "silu", "torch_dtype": "float32"}
     if rope_theta is not None:
         cfg["rope_theta"] = rope_theta
     cfg.update(rope_keys or {})
@@ -48,7 +54,8 @@ def official_checkpoint(root: Path, *, seed: int = 0, rope_theta: float | None =
 
 
 def reference_forward(sd: dict[str, torch.Tensor], embed: torch.Tensor, feats: torch.Tensor,
-                      tokens: torch.Tensor, theta: float = 10000.0, linear_factor: float = 1.0) -> torch.Tensor:
+                      tokens: torch.Tensor, theta: float = 10000.0,
+                      linear_factor: float = 1.0) -> torch.Tensor:
     """EAGLE-3 step-0 logits written out longhand from the published architecture."""
     def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return w * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
@@ -56,7 +63,8 @@ def reference_forward(sd: dict[str, torch.Tensor], embed: torch.Tensor, feats: t
     def rope(x: torch.Tensor) -> torch.Tensor:  # x [heads, T, HD]
         t = x.shape[1]
         freqs = torch.tensor([theta ** (-2 * i / HD) for i in range(HD // 2)])
-        ang = (torch.arange(t)[:, None].float() / linear_factor) * freqs[None]  # linear: positions / factor
+        # linear: positions / factor
+        ang = (torch.arange(t)[:, None].float() / linear_factor) * freqs[None]
         cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
         return x * cos + torch.cat([-x[..., HD // 2:], x[..., : HD // 2]], -1) * sin
 
@@ -72,14 +80,16 @@ def reference_forward(sd: dict[str, torch.Tensor], embed: torch.Tensor, feats: t
     o = (scores.softmax(-1) @ v).transpose(0, 1).reshape(t, NH * HD)
     h = g + o @ sd["midlayer.self_attn.o_proj.weight"].T
     y = rms(h, sd["midlayer.post_attention_layernorm.weight"])
-    mlp = (torch.nn.functional.silu(y @ sd["midlayer.mlp.gate_proj.weight"].T) * (y @ sd["midlayer.mlp.up_proj.weight"].T))
+    mlp = (torch.nn.functional.silu(y @ sd["midlayer.mlp.gate_proj.weight"].T)
+           * (y @ sd["midlayer.mlp.up_proj.weight"].T))
     h = h + mlp @ sd["midlayer.mlp.down_proj.weight"].T
     return rms(h, sd["norm.weight"]) @ sd["lm_head.weight"].T
 
 
 def inputs(seed: int = 3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(V, H, generator=g), torch.randn(6, 3 * H, generator=g), torch.randint(0, V, (6,), generator=g)
+    return (torch.randn(V, H, generator=g), torch.randn(6, 3 * H, generator=g),
+            torch.randint(0, V, (6,), generator=g))
 
 
 @pytest.mark.parametrize("theta", [None, 500000.0])
@@ -103,8 +113,8 @@ def test_official_checkpoint_matches_reference_forward(tmp_path: Path, theta: fl
     ({"rope_theta": 1e6, "rope_scaling": {"rope_type": "linear", "factor": 4.0}}, 1e6, 4.0),
     ({"rope_parameters": {"rope_type": "linear", "rope_theta": 5e5, "factor": 2.0}}, 5e5, 2.0),
 ])
-def test_both_rope_config_forms_reach_the_forward(tmp_path: Path, rope_keys: dict[str, object], theta: float,
-                                                   factor: float) -> None:
+def test_both_rope_config_forms_reach_the_forward(tmp_path: Path, rope_keys: dict[str, object],
+                                                  theta: float, factor: float) -> None:
     sd = official_checkpoint(tmp_path, rope_keys=rope_keys)
     embed, feats, tokens = inputs()
     drafter = load_drafter(tmp_path, embed_tokens=torch.nn.Embedding.from_pretrained(embed))
@@ -126,7 +136,8 @@ def test_build_vocab_mapping_official_semantics() -> None:
     counts = torch.tensor([5, 0, 9, 9, 1, 7, 0, 3])
     d2t, t2d = build_vocab_mapping(counts, 4)
     used = torch.tensor([0, 2, 3, 5])  # the four most frequent ids, ascending
-    assert torch.equal(d2t + torch.arange(4), used) and torch.equal(torch.nonzero(t2d).flatten(), used)
+    assert (torch.equal(d2t + torch.arange(4), used)
+            and torch.equal(torch.nonzero(t2d).flatten(), used))
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "bin"])
@@ -134,11 +145,13 @@ def test_save_load_round_trip_is_exact(tmp_path: Path, fmt: str) -> None:
     target = tiny_target()
     d = random_drafter(target)
     save_drafter(d, tmp_path / "ck" / "sub", dtype=torch.float32, fmt=fmt)
-    back = load_drafter(tmp_path / "ck", subfolder="sub", embed_tokens=target.get_input_embeddings())
+    back = load_drafter(tmp_path / "ck", subfolder="sub",
+                        embed_tokens=target.get_input_embeddings())
     for (name, a), (_, b) in zip(d.state_dict().items(), back.state_dict().items(), strict=False):
         assert torch.equal(a, b), name
     cfg = json.loads((tmp_path / "ck" / "sub" / "config.json").read_text())
-    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]  # output-of-layer ids
+    # output-of-layer ids
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
     assert back.cfg.aux_layers == (1, 2, 3)
     assert "embed_tokens.weight" not in _keys(tmp_path / "ck" / "sub", fmt)
 
@@ -162,7 +175,8 @@ def test_inspect_reports_a_compatible_drafter(tmp_path: Path) -> None:
     official_checkpoint(tmp_path / "d")
     report = inspect_drafter(tmp_path / "d", _target_dir(tmp_path))
     assert report["compatible"] and report["reason"] is None and report["format"] == "safetensors"
-    assert (report["hidden_size"], report["draft_vocab_size"], report["target_vocab_size"]) == (H, VD, V)
+    assert ((report["hidden_size"], report["draft_vocab_size"], report["target_vocab_size"])
+            == (H, VD, V))
     assert report["architecture"] == "LlamaForCausalLM" and report["num_parameters"] > 0
 
 
@@ -192,7 +206,8 @@ def test_unreadable_files_are_reported_as_unreadable(tmp_path: Path) -> None:
     official_checkpoint(tmp_path / "d")
     (tmp_path / "d" / "model.safetensors").write_bytes(b"\x00garbage" * 10)
     report = inspect_drafter(tmp_path / "d", _target_dir(tmp_path))
-    assert not report["compatible"] and not report["readable"] and "cannot read weights" in report["reason"]
+    assert (not report["compatible"] and not report["readable"]
+            and "cannot read weights" in report["reason"])
     assert not inspect_drafter(tmp_path / "missing", tmp_path / "target")["readable"]
     with pytest.raises(DrafterLoadError, match="invalid subfolder"):
         load_drafter(tmp_path / "d", subfolder="../d")
@@ -237,7 +252,8 @@ def test_sharded_safetensors_load_like_one_file(tmp_path: Path) -> None:
     tensors = load_file(str(tmp_path / "model.safetensors"))
     (tmp_path / "model.safetensors").unlink()
     names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[:7], "model-00002-of-00002.safetensors": names[7:]}
+    shards = {"model-00001-of-00002.safetensors": names[:7],
+              "model-00002-of-00002.safetensors": names[7:]}
     for shard, keys in shards.items():
         save_file({k: tensors[k] for k in keys}, str(tmp_path / shard))
     (tmp_path / "model.safetensors.index.json").write_text(

@@ -41,12 +41,16 @@ SCHEMA = {
 JSON_SPEC = GrammarSpec("json_schema", json.dumps(SCHEMA))
 
 
-def engine_with_tokenizer(tokenizer, seed: int = 3, drafters: int = 3, tree: TreeConfig | None = None,
+def engine_with_tokenizer(tokenizer, seed: int = 3, drafters: int = 3,
+                          tree: TreeConfig | None = None,
                           policy: str = "normalhedge") -> tuple[torch.nn.Module, SpecEngine]:
     target = tiny_target(vocab=len(tokenizer), hidden=32, seed=seed)
-    pool = {f"d{i}": random_drafter(target, draft_vocab=len(tokenizer) - (4 if len(tokenizer) > 16 else 1), seed=20 + i, scale=0.6)
+    pool = {f"d{i}": random_drafter(target,
+                                    draft_vocab=len(tokenizer) - (4 if len(tokenizer) > 16 else 1),
+                                    seed=20 + i, scale=0.6)
             for i in range(drafters)}
-    engine = make_engine(target, pool, tree or TreeConfig(top_k=3, depth=4, total_tokens=12), policy)
+    engine = make_engine(target, pool, tree or TreeConfig(top_k=3, depth=4, total_tokens=12),
+                         policy)
     engine.target = Target(target, tokenizer, AUX)
     engine.tokenizer = tokenizer
     return target, engine
@@ -54,7 +58,8 @@ def engine_with_tokenizer(tokenizer, seed: int = 3, drafters: int = 3, tree: Tre
 
 def reference_matcher(tokenizer, spec: GrammarSpec) -> llguidance.LLMatcher:
     """llguidance used directly (no code shared with core/grammar.py's masking)."""
-    return llguidance.LLMatcher(llguidance.hf.from_tokenizer(tokenizer, n_vocab=len(tokenizer)), grammar_text(spec))
+    return llguidance.LLMatcher(llguidance.hf.from_tokenizer(tokenizer, n_vocab=len(tokenizer)),
+                                grammar_text(spec))
 
 
 def allowed_now(m: llguidance.LLMatcher, vocab: int) -> torch.Tensor:
@@ -86,7 +91,8 @@ def test_masks_after_a_path_equal_a_fresh_matcher_that_consumed_it() -> None:
         assert fresh.consume_tokens(tok.encode('{"name') + path)
         assert torch.equal(got[i], allowed_now(fresh, len(tok))), f"path {i}"
     assert not got[3].any() and not got[4].any(), "paths the grammar rejects get empty rows"
-    assert torch.equal(matcher.masks_after([[]])[0], got[0]), "masks_after leaves the state as it was"
+    assert torch.equal(matcher.masks_after([[]])[0], got[0]), (
+        "masks_after leaves the state as it was")
 
 
 @pytest.mark.parametrize("policy", ["none", "fixed:d0", *LEARNER_NAMES])
@@ -98,7 +104,8 @@ def test_constrained_greedy_equals_plain_constrained_greedy(policy: str) -> None
         params = SamplingParams(max_new_tokens=80, grammar=JSON_SPEC)
         outs = list(engine.generate(prompt, params, policy=policy))
         ids = [t for o in outs for t in o.token_ids]
-        assert ids == plain_constrained_greedy(target, tok, prompt, 80, JSON_SPEC), f"{policy}: {prompt}"
+        assert ids == plain_constrained_greedy(target, tok, prompt, 80, JSON_SPEC), (
+            f"{policy}: {prompt}")
         jsonschema.validate(json.loads(tok.decode(ids)), SCHEMA)
         assert outs[-1].finish_reason == "stop", "the grammar ends the output with EOS"
         accepted += sum(outs[-1].stats.accepted_per_round)
@@ -134,7 +141,8 @@ def test_draft_masking_spends_the_tree_on_allowed_tokens_only() -> None:
 
     def forbidden(tree) -> int:
         masks = matcher.tree_masks(tree.tokens, tree.parents)
-        return sum(not masks[int(tree.parents[i]), int(tree.tokens[i])] for i in range(1, tree.tokens.numel()))
+        return sum(not masks[int(tree.parents[i]), int(tree.tokens[i])]
+                   for i in range(1, tree.tokens.numel()))
 
     assert masked.num_drafted > 0 and forbidden(masked) == 0
     assert forbidden(free) > 0, "control: the unmasked drafter proposes forbidden tokens"
@@ -147,7 +155,8 @@ SAMPLE_CHARS = "abcd"
 def exact_constrained_law(target: torch.nn.Module, prompt: list[int], temp: float) -> dict:
     """Law of the first three tokens of the masked target: [ab], then [bc], then [a-d]."""
     v = target.config.vocab_size
-    allowed = [torch.tensor([0, 1, 1, 0, 0]), torch.tensor([0, 0, 1, 1, 0]), torch.tensor([0, 1, 1, 1, 1])]
+    allowed = [torch.tensor([0, 1, 1, 0, 0]), torch.tensor([0, 0, 1, 1, 0]),
+               torch.tensor([0, 1, 1, 1, 1])]
 
     def probs(context: list[list[int]], step: int) -> torch.Tensor:
         with torch.no_grad():
@@ -163,13 +172,15 @@ def exact_constrained_law(target: torch.nn.Module, prompt: list[int], temp: floa
 
 def sample_first_three(n: int) -> tuple[Counter, dict, int]:
     tok = char_tokenizer(SAMPLE_CHARS)
-    target, engine = engine_with_tokenizer(tok, seed=4, drafters=2, tree=TreeConfig(top_k=3, depth=3, total_tokens=8))
+    target, engine = engine_with_tokenizer(tok, seed=4, drafters=2,
+                                           tree=TreeConfig(top_k=3, depth=3, total_tokens=8))
     prompt, temp = [1, 2, 3], 0.9
     counts: Counter[tuple[int, ...]] = Counter()
     accepted = 0
     for seed in range(n):
         params = SamplingParams(max_new_tokens=3, temperature=temp, seed=seed, grammar=REGEX)
-        ids, stats = engine.generate_ids(prompt, params, policy=("normalhedge", "fixed:d1")[seed % 2])
+        ids, stats = engine.generate_ids(prompt, params,
+                                         policy=("normalhedge", "fixed:d1")[seed % 2])
         counts[tuple(ids)] += 1
         accepted += sum(stats.accepted_per_round)
     return counts, exact_constrained_law(target, prompt, temp), accepted
@@ -193,7 +204,9 @@ def third_in_ad_z(counts: Counter, exact: dict, n: int) -> float:
     return (emp - p) / float(np.sqrt(p * (1 - p) / n))
 
 
-def test_control_masking_every_node_like_the_root_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_control_masking_every_node_like_the_root_is_detected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def root_masks(self: TokenMatcher, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
         return self.masks_after([[]]).expand(tokens.numel(), -1)
 
@@ -206,4 +219,5 @@ def test_a_schema_the_grammar_engine_rejects_is_a_clear_value_error() -> None:
     with pytest.raises(ValueError, match="JSON schema is not valid JSON"):
         grammar_text(GrammarSpec("json_schema", "{not json"))
     with pytest.raises(ValueError, match="unsupported"):
-        grammar_text(GrammarSpec("json_schema", json.dumps({"type": "object", "properties": {"a": {"$ref": "#/nope"}}})))
+        grammar_text(GrammarSpec("json_schema", json.dumps(
+            {"type": "object", "properties": {"a": {"$ref": "#/nope"}}})))

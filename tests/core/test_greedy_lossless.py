@@ -15,12 +15,14 @@ from bench.harness.tiny_models import (
 )
 from core.config import SamplingParams, TreeConfig
 
-TREES = {"chain": TreeConfig(top_k=1, depth=4, total_tokens=4), "tree": TreeConfig(top_k=3, depth=4, total_tokens=10)}
+TREES = {"chain": TreeConfig(top_k=1, depth=4, total_tokens=4),
+         "tree": TreeConfig(top_k=3, depth=4, total_tokens=10)}
 
 
 def prompts(count: int, vocab: int, seed: int = 7) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (int(torch.randint(1, 12, (), generator=gen)),), generator=gen).tolist()
+    return [torch.randint(0, vocab, (int(torch.randint(1, 12, (), generator=gen)),),
+                          generator=gen).tolist()
             for _ in range(count)]
 
 
@@ -40,7 +42,8 @@ def test_random_drafters_match_hf_generate(family: str, tree: str) -> None:
 def test_mistral_sliding_window_shorter_than_the_context(tree: str) -> None:
     # A window of 6 bites after a few tokens: the tree mask must apply it like transformers does.
     target = tiny_target("mistral", sliding_window=6)
-    engine = make_engine(target, {f"d{i}": random_drafter(target, seed=i) for i in range(2)}, TREES[tree])
+    engine = make_engine(target, {f"d{i}": random_drafter(target, seed=i) for i in range(2)},
+                         TREES[tree])
     for prompt in prompts(8, 64, seed=11):
         ids, stats = engine.generate_ids(prompt, SamplingParams(max_new_tokens=24, ignore_eos=True))
         assert ids == hf_greedy(target, prompt, 24), f"mismatch for prompt {prompt}"
@@ -61,7 +64,8 @@ def test_copy_drafter_accepts_every_draft_token(tree: str) -> None:
 
 def test_stop_tokens_and_length() -> None:
     target, perm = bigram_target()
-    engine = make_engine(target, {"copy": copy_drafter(target, perm)}, TREES["tree"], policy="fixed:copy")
+    engine = make_engine(target, {"copy": copy_drafter(target, perm)}, TREES["tree"],
+                         policy="fixed:copy")
     ref = hf_greedy(target, [1, 2], 20)
     stop = ref[9]
     outs = list(engine.generate([1, 2], SamplingParams(max_new_tokens=20, stop_token_ids=(stop,))))
@@ -74,6 +78,7 @@ def test_stop_tokens_and_length() -> None:
 def test_plain_mode_counts_one_forward_per_token() -> None:
     target = tiny_target()
     engine = make_engine(target, {"d0": random_drafter(target)}, TREES["tree"])
-    ids, stats = engine.generate_ids([5, 6, 7], SamplingParams(max_new_tokens=10, ignore_eos=True), policy="none")
+    ids, stats = engine.generate_ids([5, 6, 7], SamplingParams(max_new_tokens=10, ignore_eos=True),
+                                     policy="none")
     assert ids == hf_greedy(target, [5, 6, 7], 10)
     assert stats.rounds == 9 and engine.target.forward_count == 10

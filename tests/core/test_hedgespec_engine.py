@@ -29,7 +29,8 @@ def setup():  # type: ignore[no-untyped-def]
 
 def evaluating(engine: SpecEngine) -> SpecEngine:
     """The same pool with every drafter evaluated under every policy (for baselines' ÂL)."""
-    return SpecEngine(engine.target, dict(engine.snapshot.drafters), replace(engine.config, evaluate_all=True))
+    return SpecEngine(engine.target, dict(engine.snapshot.drafters),
+                      replace(engine.config, evaluate_all=True))
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -37,7 +38,8 @@ def test_every_policy_is_lossless_and_counts_forwards(setup, policy: str) -> Non
     target, engine = setup
     for prompt in ([1], [4, 9, 2], [30, 31, 0, 5, 7]):
         before = engine.target.forward_count
-        ids, stats = engine.generate_ids(prompt, SamplingParams(max_new_tokens=40, ignore_eos=True), policy)
+        ids, stats = engine.generate_ids(prompt, SamplingParams(max_new_tokens=40, ignore_eos=True),
+                                         policy)
         assert ids == hf_greedy(target, prompt, 40)
         assert engine.target.forward_count - before == stats.rounds + 1 == stats.target_forwards
         assert len(stats.drafter_ids) == (0 if policy == "none" else 8)
@@ -50,7 +52,8 @@ def test_first_position_gamma_matches_the_realised_first_acceptance(setup) -> No
     engine = evaluating(setup[1])
     checked = 0
     for policy in ("normalhedge", "fixed:r0", "exp3spec"):
-        _, stats = engine.generate_ids([2, 3], SamplingParams(max_new_tokens=60, ignore_eos=True), policy)
+        _, stats = engine.generate_ids([2, 3], SamplingParams(max_new_tokens=60, ignore_eos=True),
+                                       policy)
         for est, realised in stats.estimates:
             assert (est >= 2.0) == (realised >= 2)
             checked += 1
@@ -59,7 +62,8 @@ def test_first_position_gamma_matches_the_realised_first_acceptance(setup) -> No
 
 def test_normalhedge_concentrates_on_the_copying_drafter(setup) -> None:  # type: ignore[no-untyped-def]
     _, engine = setup
-    _, stats = engine.generate_ids([7], SamplingParams(max_new_tokens=120, ignore_eos=True), "normalhedge")
+    _, stats = engine.generate_ids([7], SamplingParams(max_new_tokens=120, ignore_eos=True),
+                                   "normalhedge")
     assert stats.weights["copy"] > 0.9
     tail = stats.drafter_per_round[-5:]
     assert tail.count("copy") >= 4
@@ -71,8 +75,10 @@ def test_normalhedge_concentrates_on_the_copying_drafter(setup) -> None:  # type
 
 def test_fixed_random_drafter_has_large_regret(setup) -> None:  # type: ignore[no-untyped-def]
     engine = evaluating(setup[1])
-    _, stats = engine.generate_ids([7], SamplingParams(max_new_tokens=60, ignore_eos=True), "fixed:r1")
-    assert stats.regret_tokens > 2 * stats.rounds  # the copy drafter would have accepted ~K more per round
+    _, stats = engine.generate_ids([7], SamplingParams(max_new_tokens=60, ignore_eos=True),
+                                   "fixed:r1")
+    # the copy drafter would have accepted ~K more per round
+    assert stats.regret_tokens > 2 * stats.rounds
     assert list(stats.regret_curve) == sorted(stats.regret_curve)  # regret grows every window here
 
 
@@ -86,7 +92,8 @@ def test_unknown_policies_are_rejected(setup) -> None:  # type: ignore[no-untype
 
 def test_pool_changes_apply_to_new_requests_only() -> None:
     target, perm = bigram_target(vocab=32)
-    engine = make_engine(target, {"copy": copy_drafter(target, perm), "r0": random_drafter(target, draft_vocab=24)},
+    engine = make_engine(target, {"copy": copy_drafter(target, perm),
+                                  "r0": random_drafter(target, draft_vocab=24)},
                          TREE)
     engine.add_request("a", [5], SamplingParams(max_new_tokens=30, ignore_eos=True), "fixed:copy")
     engine.step()
@@ -100,14 +107,16 @@ def test_pool_changes_apply_to_new_requests_only() -> None:
     with pytest.raises(PolicyError):
         engine.add_request("b", [5], SamplingParams(), "fixed:copy")
     engine.add_loaded_drafter("copy2", copy_drafter(target, perm))
-    ids, stats = engine.generate_ids([5], SamplingParams(max_new_tokens=20, ignore_eos=True), "fixed:copy2")
+    ids, stats = engine.generate_ids([5], SamplingParams(max_new_tokens=20, ignore_eos=True),
+                                     "fixed:copy2")
     assert ids == hf_greedy(target, [5], 20) and stats.mean_acceptance_length > 3
 
 
 def test_a_failing_round_fails_only_its_request(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The round-robin engine (batching off); tests/core/test_batching.py has the batched case."""
     target, base = setup
-    engine = SpecEngine(base.target, dict(base.snapshot.drafters), replace(base.config, batching=False))
+    engine = SpecEngine(base.target, dict(base.snapshot.drafters),
+                        replace(base.config, batching=False))
     params = SamplingParams(max_new_tokens=12, ignore_eos=True)
     engine.add_request("bad", [1, 2], params, "normalhedge")
     engine.add_request("good", [3, 4], params, "normalhedge")

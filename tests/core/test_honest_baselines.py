@@ -86,7 +86,8 @@ def test_plain_decoding_runs_no_drafter(setup, work: list[tuple[int, int]]) -> N
 
 def test_evaluate_all_restores_the_baselines_regret_statistics(setup) -> None:  # type: ignore[no-untyped-def]
     target, engine = setup
-    full = SpecEngine(engine.target, dict(engine.snapshot.drafters), replace(engine.config, evaluate_all=True))
+    full = SpecEngine(engine.target, dict(engine.snapshot.drafters),
+                      replace(engine.config, evaluate_all=True))
     ids, stats = full.generate_ids(PROMPT, PARAMS, "fixed:r1")
     assert ids == hf_greedy(target, PROMPT, PARAMS.max_new_tokens)
     assert stats.regret_tokens > stats.rounds  # the copying drafter would have done far better
@@ -117,6 +118,7 @@ def test_a_bandit_switching_drafters_catches_each_up_on_what_it_missed(setup) ->
     catch-up must cover everything since it last drafted (else the output would differ)."""
     target, engine = setup
     for prompt in ([1], [30, 31, 0, 5, 7]):
-        ids, stats = engine.generate_ids(prompt, SamplingParams(max_new_tokens=60, ignore_eos=True), "ucbspec")
+        ids, stats = engine.generate_ids(prompt, SamplingParams(max_new_tokens=60, ignore_eos=True),
+                                         "ucbspec")
         assert ids == hf_greedy(target, prompt, 60)
         assert len(set(stats.drafter_per_round)) == 8

@@ -47,7 +47,8 @@ def test_batched_trees_match_each_sequence_alone(family: str, window: int) -> No
     different sizes; then each row keeps a different path and the next pass still matches."""
     model = tiny_target(family, sliding_window=window)
     target = Target(model, None, (1, 2, 3))
-    prompts = [torch.tensor([5, 8, 13, 21]), torch.tensor([1, 2, 3, 4, 5, 6, 7, 9, 11]), torch.tensor([3])]
+    prompts = [torch.tensor([5, 8, 13, 21]), torch.tensor([1, 2, 3, 4, 5, 6, 7, 9, 11]),
+               torch.tensor([3])]
     cache, slots = prefilled(target, prompts)
     trees = [TREE, CHAIN, TREE]
     outs = target.forward_rows(cache, slots, [t.tokens for t in trees],
@@ -63,7 +64,8 @@ def test_batched_trees_match_each_sequence_alone(family: str, window: int) -> No
     assert cache.lengths == [s.numel() for s in seqs]
     nxt = [torch.tensor([40, 41]), torch.tensor([42]), torch.tensor([43, 44, 45])]
     outs = target.forward_rows(cache, slots, nxt, [torch.arange(s.numel(), s.numel() + n.numel())
-                                                   for s, n in zip(seqs, nxt, strict=True)], [None] * 3)
+                                                   for s, n in zip(seqs, nxt, strict=True)],
+                               [None] * 3)
     for s, n, out in zip(seqs, nxt, outs, strict=True):
         ref = model(torch.cat([s, n])[None]).logits[0, s.numel():]
         torch.testing.assert_close(out.logits, ref, atol=1e-4, rtol=1e-4)
@@ -94,8 +96,8 @@ def test_a_non_contiguous_batch_gathers_its_rows() -> None:
     target = Target(model, None, (1, 2, 3))
     prompts = [torch.arange(1, 4), torch.arange(5, 12), torch.arange(13, 15)]
     cache, _ = prefilled(target, prompts)
-    outs = target.forward_rows(cache, [0, 2], [CHAIN.tokens, TREE.tokens], [3 + CHAIN.depths, 2 + TREE.depths],
-                               [CHAIN.mask, TREE.mask])
+    outs = target.forward_rows(cache, [0, 2], [CHAIN.tokens, TREE.tokens],
+                               [3 + CHAIN.depths, 2 + TREE.depths], [CHAIN.mask, TREE.mask])
     for p, t, out in zip([prompts[0], prompts[2]], [CHAIN, TREE], outs, strict=True):
         for node, path in enumerate(paths(t)):
             ref = model(torch.cat([p, t.tokens[path]])[None]).logits[0, -1]
@@ -121,7 +123,8 @@ def test_batched_drafting_equals_one_tree_at_a_time(snap: PoolSnapshot) -> None:
     drafter = snap.drafters["d1"]
     states = [fed(snap, seed, pairs) for seed, pairs in ((1, 5), (2, 11), (3, 2))]
     sync_many([(s, snap, None) for s in states], 3)
-    alone = [grow_tree(drafter, s.drafter_kv(1), s.h_last(1), 4 + i, s.synced(1), cfg) for i, s in enumerate(states)]
+    alone = [grow_tree(drafter, s.drafter_kv(1), s.h_last(1), 4 + i, s.synced(1), cfg)
+             for i, s in enumerate(states)]
     rows = []
     for i, s in enumerate(states):
         keys, values, length = s.draft_cache(1, tree_scratch(cfg))
@@ -151,16 +154,19 @@ def test_drafter_caches_grow_in_place() -> None:
     for _ in range(10):
         buf.append(torch.ones(2, 1, 3, 4), torch.ones(2, 1, 3, 4))
     assert buf.length == 30 and buf.keys.data_ptr() == ptr
-    buf.append(torch.full((2, 1, 40, 4), 2.0), torch.zeros(2, 1, 40, 4))  # past capacity: doubles, keeps
+    # past capacity: doubles, keeps
+    buf.append(torch.full((2, 1, 40, 4), 2.0), torch.zeros(2, 1, 40, 4))
     assert buf.capacity >= 70 and torch.equal(buf.view()[0][:, :, :30], torch.ones(2, 1, 30, 4))
 
 
 def test_gqa_attention_shares_heads_like_repeat_interleave() -> None:
     g = torch.Generator().manual_seed(0)
-    q, k, v = torch.randn(2, 6, 5, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g)
+    q, k, v = (torch.randn(2, 6, 5, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g),
+               torch.randn(2, 2, 9, 8, generator=g))
     mask = torch.rand(5, 9, generator=g) > 0.3
     mask[:, 0] = True
-    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), attn_mask=mask)
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1),
+                                         attn_mask=mask)
     torch.testing.assert_close(attention(q, k, v, mask), ref)
     torch.testing.assert_close(attention(q, k, v, None), F.scaled_dot_product_attention(
         q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1),

@@ -58,7 +58,8 @@ def test_permute_refuses_a_non_permutation_and_moves_a_fixed_choice() -> None:
     assert fixed.index == 0 and list(fixed.distribution()) == [1.0, 0.0, 0.0]
 
 
-def test_adapt_drops_departed_drafters_adds_newcomers_at_zero_regret_and_follows_the_order() -> None:
+def test_adapt_drops_departed_drafters_adds_newcomers_at_zero_regret_and_follows_the_order(
+) -> None:
     learner = NormalHedge(3)
     for _ in range(20):
         learner.update([0.1, 0.9, 0.5])  # a best, b worst
@@ -129,7 +130,8 @@ def test_plain_and_fixed_policies_ignore_the_session(setup) -> None:  # type: ig
 def test_a_session_survives_a_pool_change(setup) -> None:  # type: ignore[no-untyped-def]
     target, _ = setup
     _, perm = bigram_target(vocab=32)
-    drafters = {"r0": random_drafter(target, draft_vocab=24, seed=0), "copy": copy_drafter(target, perm)}
+    drafters = {"r0": random_drafter(target, draft_vocab=24, seed=0),
+                "copy": copy_drafter(target, perm)}
     engine = make_engine(target, drafters, TREE)
     params = SamplingParams(max_new_tokens=60, ignore_eos=True)
     engine.generate_ids([7], params, "normalhedge", session="s")

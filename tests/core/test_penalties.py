@@ -23,7 +23,8 @@ from tests.core.test_sampling_lossless import null_tv_quantile, tv
 PEN = Penalties(presence=0.8, frequency=1.2, repetition=1.6, logit_bias=((2, 3.0), (5, -100.0)))
 
 
-def naive_penalised(logits: torch.Tensor, prompt: list[int], output: list[int], pen: Penalties) -> torch.Tensor:
+def naive_penalised(logits: torch.Tensor, prompt: list[int], output: list[int],
+                    pen: Penalties) -> torch.Tensor:
     """Reference, token by token as vLLM's sampler describes it (no shared code with core)."""
     x = logits.float().clone()
     for tok, bias in pen.logit_bias:
@@ -56,7 +57,8 @@ def test_path_counts_add_each_nodes_own_draft_tokens() -> None:
     assert torch.equal(got, expected)
 
 
-def plain_penalised_greedy(target: torch.nn.Module, prompt: list[int], n: int, pen: Penalties) -> list[int]:
+def plain_penalised_greedy(target: torch.nn.Module, prompt: list[int], n: int,
+                           pen: Penalties) -> list[int]:
     """Non-speculative penalised greedy decoding: one full forward per token."""
     out: list[int] = []
     with torch.no_grad():
@@ -68,7 +70,8 @@ def plain_penalised_greedy(target: torch.nn.Module, prompt: list[int], n: int, p
 
 def small_setup() -> tuple[torch.nn.Module, Any]:
     target = tiny_target(vocab=16, hidden=32, seed=3)
-    drafters = {f"d{i}": random_drafter(target, draft_vocab=12, seed=20 + i, scale=0.6) for i in range(3)}
+    drafters = {f"d{i}": random_drafter(target, draft_vocab=12, seed=20 + i, scale=0.6)
+                for i in range(3)}
     return target, make_engine(target, drafters, TreeConfig(top_k=3, depth=4, total_tokens=12))
 
 
@@ -86,7 +89,8 @@ def test_penalised_greedy_equals_plain_penalised_greedy(policy: str) -> None:
         assert accepted > 0, "drafts must be accepted for the test to reach deeper tree nodes"
 
 
-def exact_penalised_law(target: torch.nn.Module, prompt: list[int], temp: float, pen: Penalties) -> dict:
+def exact_penalised_law(target: torch.nn.Module, prompt: list[int], temp: float,
+                        pen: Penalties) -> dict:
     """The penalised target's law of the first three generated tokens."""
     vocab = target.config.vocab_size
 
@@ -98,21 +102,25 @@ def exact_penalised_law(target: torch.nn.Module, prompt: list[int], temp: float,
 
     p1 = probs([[]])[0]
     p2 = probs([[a] for a in range(vocab)])
-    p3 = probs([[a, b] for a, b in itertools.product(range(vocab), repeat=2)]).view(vocab, vocab, vocab)
+    p3 = (probs([[a, b] for a, b in itertools.product(range(vocab), repeat=2)])
+          .view(vocab, vocab, vocab))
     law = p1[:, None, None] * p2[:, :, None] * p3
     return {k: float(law[k]) for k in itertools.product(range(vocab), repeat=3)}
 
 
 def sample_first_three(n: int) -> tuple[Counter, dict, int]:
     target = tiny_target(vocab=8, hidden=32, seed=4)
-    drafters = {f"d{i}": random_drafter(target, draft_vocab=6, seed=10 + i, scale=0.6) for i in range(2)}
+    drafters = {f"d{i}": random_drafter(target, draft_vocab=6, seed=10 + i, scale=0.6)
+                for i in range(2)}
     engine = make_engine(target, drafters, TreeConfig(top_k=3, depth=3, total_tokens=8))
     prompt, temp = [3, 1, 4], 0.9
     counts: Counter[tuple[int, ...]] = Counter()
     accepted = 0
     for seed in range(n):
-        params = SamplingParams(max_new_tokens=3, temperature=temp, seed=seed, ignore_eos=True, penalties=PEN)
-        ids, stats = engine.generate_ids(prompt, params, policy=("normalhedge", "fixed:d1")[seed % 2])
+        params = SamplingParams(max_new_tokens=3, temperature=temp, seed=seed, ignore_eos=True,
+                                penalties=PEN)
+        ids, stats = engine.generate_ids(prompt, params,
+                                         policy=("normalhedge", "fixed:d1")[seed % 2])
         counts[tuple(ids)] += 1
         accepted += sum(stats.accepted_per_round)
     return counts, exact_penalised_law(target, prompt, temp, PEN), accepted
@@ -165,7 +173,8 @@ def test_counterfactual_evidence_uses_the_penalised_target(monkeypatch: pytest.M
     monkeypatch.setattr(core.rounds, "evidence_greedy", spy)
     _, engine = small_setup()
     ids: list[int] = []
-    for out in engine.generate([2, 7, 1, 8], SamplingParams(max_new_tokens=24, ignore_eos=True, penalties=PEN)):
+    for out in engine.generate([2, 7, 1, 8],
+                               SamplingParams(max_new_tokens=24, ignore_eos=True, penalties=PEN)):
         ids.extend(out.token_ids)
     assert seen, "the counterfactual evaluation must have run"
     # round r verifies the positions after committed token 1 + sum of earlier rounds' lengths
@@ -176,7 +185,8 @@ def test_counterfactual_evidence_uses_the_penalised_target(monkeypatch: pytest.M
 def test_prompt_logprobs_come_from_the_prefill() -> None:
     target, engine = small_setup()
     prompt = [3, 1, 4, 1, 5]
-    outs = list(engine.generate(prompt, SamplingParams(max_new_tokens=2, prompt_logprobs=2, ignore_eos=True)))
+    outs = list(engine.generate(prompt, SamplingParams(max_new_tokens=2, prompt_logprobs=2,
+                                                       ignore_eos=True)))
     lps = outs[0].prompt_logprobs
     assert lps is not None and len(lps) == len(prompt) and lps[0] is None
     assert all(o.prompt_logprobs is None for o in outs[1:])  # handed out once

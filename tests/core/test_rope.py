@@ -28,8 +28,8 @@ SCALINGS: dict[str, dict[str, Any]] = {
                     "mscale": 0.7, "mscale_all_dim": 1.0, "beta_fast": 16.0, "beta_slow": 2.0},
     "yarn-untruncated": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
                          "truncate": False, "attention_factor": 1.3},
-    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 32},
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
 }
 # Positions inside and beyond max_position_embeddings (dynamic NTK changes its base beyond it).
 # Angles reach ~180 rad, where float32 resolves ~1e-5: hence ATOL (a wrong RoPE is off by > 1e-3).
@@ -37,7 +37,8 @@ ATOL = 3e-5
 POSITIONS = {"short": torch.arange(40)[None], "long": torch.arange(150)[None] + 30}
 
 
-def transformers_cos_sin(raw: dict[str, Any], positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def transformers_cos_sin(raw: dict[str, Any],
+                         positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """What transformers' Llama computes for a freshly loaded config.json `raw`."""
     rotary = LlamaRotaryEmbedding(LlamaConfig(**raw))
     return rotary(torch.zeros(1, dtype=torch.float32), positions)
@@ -47,7 +48,8 @@ def forms(theta: float, scaling: dict[str, Any] | None) -> dict[str, dict[str, A
     """The same RoPE as transformers 4 and transformers 5 write it."""
     old = {**BASE, "rope_theta": theta, **({"rope_scaling": dict(scaling)} if scaling else {})}
     rope_type = (scaling or {}).get("rope_type") or (scaling or {}).get("type") or "default"
-    new = {**BASE, "rope_parameters": {**(scaling or {}), "rope_type": rope_type, "rope_theta": theta}}
+    new = {**BASE,
+           "rope_parameters": {**(scaling or {}), "rope_type": rope_type, "rope_theta": theta}}
     return {"rope_scaling": old, "rope_parameters": new}
 
 
@@ -57,7 +59,8 @@ def forms(theta: float, scaling: dict[str, Any] | None) -> dict[str, dict[str, A
 def test_cos_sin_match_transformers(form: str, name: str, span: str) -> None:
     raw = forms(50000.0, SCALINGS.get(name))[form]
     rope = RopeConfig.from_config(raw)
-    assert rope.theta == 50000.0 and rope.rope_type == LlamaConfig(**raw).rope_parameters["rope_type"]
+    assert (rope.theta == 50000.0
+            and rope.rope_type == LlamaConfig(**raw).rope_parameters["rope_type"])
     want_cos, want_sin = transformers_cos_sin(raw, POSITIONS[span])
     cos, sin = rope_cos_sin(POSITIONS[span], HD, rope, torch.float32)
     torch.testing.assert_close(cos, want_cos, atol=ATOL, rtol=0)
@@ -81,14 +84,17 @@ def test_a_config_saved_by_transformers_5_keeps_its_theta() -> None:
 
 
 def test_rope_scaling_wins_over_rope_parameters_and_inner_theta_over_top_level() -> None:
-    raw = {**BASE, "rope_theta": 7.0, "rope_parameters": {"rope_type": "default", "rope_theta": 9.0},
+    raw = {**BASE, "rope_theta": 7.0,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 9.0},
            "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
     rope = RopeConfig.from_config(raw)
     cfg = LlamaConfig(**raw).rope_parameters
-    assert (rope.rope_type, rope.theta, rope.get("factor")) == (cfg["rope_type"], cfg["rope_theta"], 2.0)
+    assert ((rope.rope_type, rope.theta, rope.get("factor"))
+            == (cfg["rope_type"], cfg["rope_theta"], 2.0))
     rope = RopeConfig.from_config({"rope_theta": 7.0, "rope_parameters": {"rope_theta": 9.0}})
-    assert rope.theta == LlamaConfig(**{"rope_theta": 7.0, "rope_parameters": {"rope_theta": 9.0}}).rope_parameters[
-        "rope_theta"] == 9.0
+    assert (rope.theta
+            == LlamaConfig(**{"rope_theta": 7.0, "rope_parameters": {"rope_theta": 9.0}})
+            .rope_parameters["rope_theta"] == 9.0)
 
 
 @pytest.mark.parametrize(("raw", "needle"), [
@@ -102,7 +108,8 @@ def test_unsupported_rope_is_refused(raw: dict[str, Any], needle: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["default", "llama3", "yarn"])
-def test_saved_drafter_config_reads_back_the_same_rope_here_and_in_transformers(tmp_path: Path, name: str) -> None:
+def test_saved_drafter_config_reads_back_the_same_rope_here_and_in_transformers(tmp_path: Path,
+                                                                                name: str) -> None:
     target = tiny_target()
     drafter = random_drafter(target)
     rope = RopeConfig.from_config(forms(1e6, SCALINGS.get(name))["rope_parameters"])
@@ -113,7 +120,8 @@ def test_saved_drafter_config_reads_back_the_same_rope_here_and_in_transformers(
     head_dim = drafter.cfg.head_dim
     for transformers_view in ({k: v for k, v in raw.items() if k != "rope_parameters"}, raw):
         # what transformers 4 reads (no rope_parameters key) and what transformers 5 reads
-        want, _ = LlamaRotaryEmbedding(LlamaConfig(**transformers_view))(torch.zeros(1), POSITIONS["long"])
+        want, _ = LlamaRotaryEmbedding(LlamaConfig(**transformers_view))(torch.zeros(1),
+                                                                         POSITIONS["long"])
         got, _ = rope_cos_sin(POSITIONS["long"], head_dim, rope, torch.float32)
         torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 

@@ -30,7 +30,8 @@ def synthetic(n: int, seed: int) -> tuple[list[list[int]], list[str]]:
 def test_router_learns_separable_domains_and_survives_a_round_trip(tmp_path: Path) -> None:
     router = PromptRouter.fit(*synthetic(90, 0))
     test_prompts, test_labels = synthetic(60, 1)
-    accuracy = np.mean([router.route(p) == lab for p, lab in zip(test_prompts, test_labels, strict=True)])
+    accuracy = np.mean([router.route(p) == lab
+                        for p, lab in zip(test_prompts, test_labels, strict=True)])
     assert accuracy > 0.95
     router.save(tmp_path / "router.npz")
     again = PromptRouter.load(tmp_path / "router.npz")

@@ -42,7 +42,8 @@ def exact_two_token(probs: torch.Tensor) -> dict[tuple[int, int], float]:
     return out
 
 
-def draw(verifier: Verifier, probs: torch.Tensor, n: int) -> tuple[Counter[int], Counter[tuple[int, int]]]:
+def draw(verifier: Verifier, probs: torch.Tensor,
+         n: int) -> tuple[Counter[int], Counter[tuple[int, int]]]:
     gen = torch.Generator().manual_seed(1)
     tokens = TREE.tokens.tolist()
     first: Counter[int] = Counter()
@@ -61,13 +62,15 @@ def tv(counts: Counter, exact: dict, n: int) -> float:
     return 0.5 * sum(abs(counts.get(k, 0) / n - exact.get(k, 0.0)) for k in keys)
 
 
-def broken_no_renormalise(tree: DraftTree, probs: torch.Tensor, gen: torch.Generator) -> tuple[list[int], int]:
+def broken_no_renormalise(tree: DraftTree, probs: torch.Tensor,
+                          gen: torch.Generator) -> tuple[list[int], int]:
     """A classic bug: after rejecting a child, keep trying siblings against the original p̃
     and sample the fallback from p̃ instead of the residual."""
     tokens = tree.tokens.tolist()
     node, path = 0, [0]
     while True:
-        nxt = next((c for c in tree.children[node] if float(torch.rand((), generator=gen)) < probs[node, tokens[c]]),
+        nxt = next((c for c in tree.children[node]
+                    if float(torch.rand((), generator=gen)) < probs[node, tokens[c]]),
                    None)
         if nxt is None:
             return path, int(torch.multinomial(probs[node], 1, generator=gen))
@@ -110,15 +113,18 @@ def test_engine_sampling_with_switching_drafters_is_lossless() -> None:
     """Joint law of the first three generated tokens over 2000 seeds vs the exact target law,
     with drafters switching within and across requests (NormalHedge and EXP3Spec sample)."""
     target = tiny_target(vocab=12, hidden=32, seed=4)
-    drafters = {f"d{i}": random_drafter(target, draft_vocab=8, seed=10 + i, scale=0.6) for i in range(3)}
+    drafters = {f"d{i}": random_drafter(target, draft_vocab=8, seed=10 + i, scale=0.6)
+                for i in range(3)}
     engine = make_engine(target, drafters, TreeConfig(top_k=3, depth=3, total_tokens=8))
     prompt, temp, top_p = [3, 1, 4], 0.9, 0.95
     n = 2000
     counts: Counter[tuple[int, ...]] = Counter()
     used: set[str] = set()
     for seed in range(n):
-        params = SamplingParams(max_new_tokens=3, temperature=temp, top_p=top_p, seed=seed, ignore_eos=True)
-        ids, stats = engine.generate_ids(prompt, params, policy=("normalhedge", "exp3spec")[seed % 2])
+        params = SamplingParams(max_new_tokens=3, temperature=temp, top_p=top_p, seed=seed,
+                                ignore_eos=True)
+        ids, stats = engine.generate_ids(prompt, params,
+                                         policy=("normalhedge", "exp3spec")[seed % 2])
         counts[tuple(ids)] += 1
         used.update(d for d in stats.drafter_per_round if d)
     assert len(used) >= 2, "drafters should switch across requests"
@@ -132,7 +138,8 @@ def exact_sequences(target: torch.nn.Module, prompt: list[int], temp: float, top
         p1 = process_logits(target(torch.tensor([prompt])).logits[0, -1], temp, top_p)
         seqs = torch.tensor([prompt + [a] for a in range(vocab)])
         p2 = process_logits(target(seqs).logits[:, -1], temp, top_p)
-        pairs = torch.tensor([prompt + [a, b] for a, b in itertools.product(range(vocab), repeat=2)])
+        pairs = torch.tensor([prompt + [a, b]
+                              for a, b in itertools.product(range(vocab), repeat=2)])
         p3 = process_logits(target(pairs).logits[:, -1], temp, top_p).view(vocab, vocab, vocab)
     law = p1[:, None, None] * p2[:, :, None] * p3
     return {(a, b, c): float(law[a, b, c]) for a, b, c in itertools.product(range(vocab), repeat=3)}
@@ -145,7 +152,8 @@ def test_same_seed_same_output() -> None:
     params = SamplingParams(max_new_tokens=16, temperature=1.0, seed=42, ignore_eos=True)
     a, _ = engine.generate_ids([1, 2, 3], params)
     b, _ = engine.generate_ids([1, 2, 3], params)
-    c, _ = engine.generate_ids([1, 2, 3], SamplingParams(max_new_tokens=16, temperature=1.0, seed=43, ignore_eos=True))
+    c, _ = engine.generate_ids([1, 2, 3], SamplingParams(max_new_tokens=16, temperature=1.0,
+                                                         seed=43, ignore_eos=True))
     assert a == b and a != c
 
 
@@ -170,8 +178,10 @@ def batched_draws(engine: SpecEngine, prompt: list[int], n: int, temp: float, to
     def admit() -> None:
         seed = next(seeds, None)
         if seed is not None:
-            params = SamplingParams(max_new_tokens=3, temperature=temp, top_p=top_p, seed=seed, ignore_eos=True)
-            engine.add_request(f"s{seed}", prompt, params, BATCH_POLICIES[seed % len(BATCH_POLICIES)])
+            params = SamplingParams(max_new_tokens=3, temperature=temp, top_p=top_p, seed=seed,
+                                    ignore_eos=True)
+            engine.add_request(f"s{seed}", prompt, params,
+                               BATCH_POLICIES[seed % len(BATCH_POLICIES)])
             tokens[f"s{seed}"] = []
 
     for _ in range(concurrent):
@@ -187,7 +197,8 @@ def batched_draws(engine: SpecEngine, prompt: list[int], n: int, temp: float, to
 
 def batched_setup() -> tuple[torch.nn.Module, SpecEngine]:
     target = tiny_target(vocab=12, hidden=32, seed=4)
-    drafters = {f"d{i}": random_drafter(target, draft_vocab=8, seed=10 + i, scale=0.6) for i in range(3)}
+    drafters = {f"d{i}": random_drafter(target, draft_vocab=8, seed=10 + i, scale=0.6)
+                for i in range(3)}
     return target, make_engine(target, drafters, TreeConfig(top_k=3, depth=3, total_tokens=8))
 
 
@@ -212,7 +223,9 @@ def test_batched_sampling_is_lossless() -> None:
     assert tv(counts, exact, n) < 1.2 * null_tv_quantile(exact, n)
 
 
-def test_the_bound_catches_a_batched_verifier_with_a_wrong_row(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_bound_catches_a_batched_verifier_with_a_wrong_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     target, engine = batched_setup()
     rotated_rows(monkeypatch)
     prompt, temp, top_p, n = [3, 1, 4], 0.9, 0.95, 2000

@@ -27,4 +27,5 @@ def test_each_round_hands_out_a_frozen_snapshot_that_later_rounds_leave_alone() 
     with pytest.raises(TypeError):
         first.weights["d0"] = 0.0  # type: ignore[index]
     assert isinstance(first.accepted_per_round, tuple)
-    assert last.mean_acceptance_length == (last.completion_tokens - last.prefill_tokens) / last.rounds
+    assert (last.mean_acceptance_length
+            == (last.completion_tokens - last.prefill_tokens) / last.rounds)

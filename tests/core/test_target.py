@@ -17,7 +17,8 @@ def test_features_are_inputs_of_the_aux_layers(family: str) -> None:
     target = Target(model, None, (1, 3, 4))
     seen: dict[int, torch.Tensor] = {}
     hooks = [layer.register_forward_pre_hook(
-        lambda mod, args, kwargs, i=i: seen.__setitem__(i, (args[0] if args else kwargs["hidden_states"])[0]),
+        lambda mod, args, kwargs, i=i: seen.__setitem__(
+            i, (args[0] if args else kwargs["hidden_states"])[0]),
         with_kwargs=True) for i, layer in enumerate(model.model.layers)]
     ids = torch.tensor([3, 9, 27, 4, 1])
     out = target.forward(target.new_cache(), ids, torch.arange(5))
@@ -89,7 +90,8 @@ def test_compaction_keeps_a_sliding_window_model_consistent() -> None:
 def test_sliding_window_mask_follows_positions() -> None:
     # Query at position p sees keys at positions p - W + 1 .. p (and only its tree ancestors).
     tree = tree_from_parents(torch.tensor([0, 1, 2]), torch.tensor([-1, 0, 0]))
-    mask = additive_mask(4, tree.mask, torch.float32, positions=4 + tree.depths, sliding_window=3)[0, 0]
+    mask = additive_mask(4, tree.mask, torch.float32, positions=4 + tree.depths,
+                         sliding_window=3)[0, 0]
     seen = (mask == 0).int().tolist()
     assert seen == [[0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 0], [0, 0, 0, 1, 1, 0, 1]]
 

@@ -17,7 +17,8 @@ def _grown_tree(cfg: TreeConfig) -> DraftTree:
     target = tiny_target()
     drafter = random_drafter(target, draft_vocab=48)
     g = torch.Generator().manual_seed(0)
-    feats, tokens = torch.randn(1, 5, 3 * 32, generator=g), torch.randint(0, 64, (1, 5), generator=g)
+    feats, tokens = (torch.randn(1, 5, 3 * 32, generator=g),
+                     torch.randint(0, 64, (1, 5), generator=g))
     h, kv = drafter(feats, tokens, torch.arange(5)[None])
     return grow_tree(drafter, kv, h[0, -1], root=3, position=5, cfg=cfg)
 
@@ -35,7 +36,8 @@ def test_candidate_pool_counts_every_reranked_child() -> None:
     (2, 3, 100, 10),  # more than the pool: every candidate
     (1, 4, 9, 4),  # a chain never has more than depth nodes
 ])
-def test_total_tokens_is_capped_by_the_candidate_pool(top_k: int, depth: int, asked: int, kept: int) -> None:
+def test_total_tokens_is_capped_by_the_candidate_pool(top_k: int, depth: int, asked: int,
+                                                      kept: int) -> None:
     assert TreeConfig(top_k=top_k, depth=depth, total_tokens=asked).total_tokens == kept
 
 
@@ -46,4 +48,5 @@ def test_total_tokens_is_capped_by_the_candidate_pool(top_k: int, depth: int, as
 def test_grown_tree_holds_total_tokens_drafted_nodes_plus_the_root(cfg: TreeConfig) -> None:
     tree = _grown_tree(cfg)
     assert tree.num_drafted == cfg.total_tokens
-    assert tree.tokens.numel() == tree.mask.shape[0] == cfg.total_tokens + 1  # what the target verifies
+    # what the target verifies
+    assert tree.tokens.numel() == tree.mask.shape[0] == cfg.total_tokens + 1

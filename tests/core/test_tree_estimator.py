@@ -52,7 +52,8 @@ class DepthOnlyDrafter:
     def step(self, h: Tensor, tokens: Tensor, pos: Tensor, attend: Callable[..., Tensor]) -> Tensor:
         b, m = tokens.shape
         attend(*(torch.zeros(b, 1, m, 1) for _ in range(3)))  # the engine's cache bookkeeping
-        return (pos - self.position + 1).to(torch.float32)[..., None]  # [B, m, 1]: the children's level - 1
+        # [B, m, 1]: the children's level - 1
+        return (pos - self.position + 1).to(torch.float32)[..., None]
 
 
 def real_tree(table: Tensor, cfg: TreeConfig) -> DraftTree:
@@ -96,7 +97,8 @@ CASES = list(itertools.product([1, 2, 3, 4], [1, 2, 4, 5], [1, 3, 6, 10, 40], ra
 
 
 @pytest.mark.parametrize(("top_k", "depth", "total", "seed"), CASES)
-def test_kept_candidates_equal_the_real_grow_and_prune(top_k: int, depth: int, total: int, seed: int) -> None:
+def test_kept_candidates_equal_the_real_grow_and_prune(top_k: int, depth: int, total: int,
+                                                       seed: int) -> None:
     cfg = TreeConfig(top_k=top_k, depth=depth, total_tokens=total)
     rng = np.random.default_rng(seed)
     table = torch.from_numpy(rng.normal(0, 2.0, (depth, V))).float()
@@ -134,7 +136,8 @@ def test_sampled_gammas_are_the_verifier_acceptance_probabilities_on_the_real_tr
 
     def gammas(x1: int) -> np.ndarray:
         realised = np.array([x1, 0, 0])  # deeper realised tokens do not matter for γ(1), γ(2)
-        return gammas_tree(evidence_sampling(p_level[:cfg.depth], ids, logp, realised), cfg.total_tokens)[0]
+        return gammas_tree(evidence_sampling(p_level[:cfg.depth], ids, logp, realised),
+                           cfg.total_tokens)[0]
 
     accept1 = np.mean([len(p) > 1 for p in paths])
     g1 = gammas(int(ids[0, 0, 0]))[0]
@@ -152,7 +155,8 @@ def test_sampled_gammas_are_the_verifier_acceptance_probabilities_on_the_real_tr
 
 def test_the_estimator_fed_tree_gammas_matches_the_monte_carlo_mean_of_its_process() -> None:
     rng = np.random.default_rng(11)
-    ids = np.stack([np.stack([rng.permutation(V)[:3] for _ in range(4)]) for _ in range(2)])  # [2, 4, 3]
+    # [2, 4, 3]
+    ids = np.stack([np.stack([rng.permutation(V)[:3] for _ in range(4)]) for _ in range(2)])
     logp = np.sort(np.log(rng.dirichlet(np.ones(V), size=(2, 4))), axis=-1)[..., ::-1][..., :3]
     probs = rng.dirichlet(np.ones(V), size=4)
     ev = evidence_sampling(probs, ids, logp, ids[0, :, 0])
@@ -168,8 +172,10 @@ def test_topk_evidence_reproduces_the_one_step_gammas() -> None:
     logp = np.sort(rng.normal(-2, 1, size=(3, 6, 4)), axis=-1)[..., ::-1]
     probs = rng.dirichlet(np.ones(V), size=6)
     argmax = probs.argmax(axis=-1)
-    np.testing.assert_array_equal(gammas_topk(evidence_greedy(argmax, ids, logp)), gamma_greedy(argmax, ids))
-    np.testing.assert_allclose(gammas_topk(evidence_sampling(probs, ids, logp, argmax)), gamma_sampling(probs, ids))
+    np.testing.assert_array_equal(gammas_topk(evidence_greedy(argmax, ids, logp)),
+                                  gamma_greedy(argmax, ids))
+    np.testing.assert_allclose(gammas_topk(evidence_sampling(probs, ids, logp, argmax)),
+                               gamma_sampling(probs, ids))
 
 
 def test_a_chain_that_keeps_every_level_equals_the_topk_estimator() -> None:
@@ -263,7 +269,8 @@ def with_selector(engine, **selector):  # type: ignore[no-untyped-def]
     return SpecEngine(engine.target, dict(engine.snapshot.drafters), cfg)
 
 
-@pytest.mark.parametrize(("estimator", "feedback"), [("tree", "round"), ("tree", "position"), ("topk", "position")])
+@pytest.mark.parametrize(("estimator", "feedback"),
+                         [("tree", "round"), ("tree", "position"), ("topk", "position")])
 def test_engine_variants_stay_lossless_and_find_the_copying_drafter(
         engine_setup, monkeypatch, estimator: str, feedback: str) -> None:  # type: ignore[no-untyped-def]
     from bench.harness.tiny_models import hf_greedy
@@ -280,7 +287,8 @@ def test_engine_variants_stay_lossless_and_find_the_copying_drafter(
 
     monkeypatch.setattr(NormalHedge, "update", counted)
     eng = with_selector(engine, estimator=estimator, feedback=feedback)
-    ids, stats = eng.generate_ids([7], SamplingParams(max_new_tokens=100, ignore_eos=True), "normalhedge")
+    ids, stats = eng.generate_ids([7], SamplingParams(max_new_tokens=100, ignore_eos=True),
+                                  "normalhedge")
     assert ids == hf_greedy(target, [7], 100)
     assert stats.weights["copy"] > 0.9 and stats.mean_acceptance_length > 3
     rounds_with_windows = len(stats.regret_curve)

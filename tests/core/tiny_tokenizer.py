@@ -14,7 +14,8 @@ JSON_CHARS = string.ascii_letters + string.digits + ' {}[]":,.-_'
 
 def byte_chars() -> dict[int, str]:
     """GPT-2's byte -> printable character map (what byte-level BPE vocabularies spell)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
     extra = (b for b in range(256) if b not in printable)
     return {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(extra)}}
 

@@ -58,6 +58,14 @@ def test_rate_limit_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         serve_settings(build_parser().parse_args(["serve", "--rate-limit-rps", "0"]))
 
 
+def test_batching_flags_reach_the_engine_config() -> None:
+    default = serve_settings(build_parser().parse_args(["serve"])).engine_config()
+    assert default.batching and default.max_running == 16 and default.max_step_tokens == 512
+    args = ["serve", "--no-batching", "--max-running", "3", "--max-step-tokens", "64"]
+    cfg = serve_settings(build_parser().parse_args(args)).engine_config()
+    assert not cfg.batching and cfg.max_running == 3 and cfg.max_step_tokens == 64
+
+
 def test_invalid_values_are_refused() -> None:
     with pytest.raises(ValidationError):
         Settings(default_policy="greedy-bandit")
