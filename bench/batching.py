@@ -44,6 +44,7 @@ from bench.gateway_bench import (
     run_concurrent,
     start_server,
 )
+from bench.harness.environ import patched_environ
 
 LEVELS = (1, 2, 4, 8, 16)
 QUICK_LEVELS = (1, 2)
@@ -111,29 +112,14 @@ def measure_in_process(base: Any, prompts: list[list[int]], levels: tuple[int, .
 
 
 @contextlib.contextmanager
-def env(**values: str) -> Iterator[None]:
-    """Environment variables for a child process started inside the block."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@contextlib.contextmanager
 def gateways(pool: Path, workdir: Path, threads: int, dtype: str) -> Iterator[dict[str, str]]:
     """One `hedgespec serve` per mode (base URLs), stopped on exit."""
     procs, urls = [], {}
     try:
         for mode in MODES:
             (workdir / mode).mkdir()
-            with env(HEDGESPEC_BATCHING=str(mode == "batched").lower(),
-                     HEDGESPEC_MAX_RUNNING=str(max(LEVELS))):
+            with patched_environ({"HEDGESPEC_BATCHING": str(mode == "batched").lower(),
+                                  "HEDGESPEC_MAX_RUNNING": str(max(LEVELS))}):
                 proc, urls[mode] = start_server(pool, workdir / mode, threads, dtype)
             procs.append(proc)
         yield urls

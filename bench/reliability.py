@@ -34,12 +34,14 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bench.harness.environ import patched_environ
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -721,21 +723,6 @@ def soak(base_url: str, pid: int, *, duration_s: float, clients: int, sample_s: 
 
 
 # ---- running it all -----------------------------------------------------------------------------
-
-
-@contextmanager
-def patched_environ(values: dict[str, str]) -> Iterator[None]:
-    """Set process environment variables for a child started inside the block."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def start_server(pool: Path, workdir: Path, *flags: str, settings: dict[str, str] | None = None,
