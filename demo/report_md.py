@@ -33,7 +33,7 @@ def checks_text(checks: dict[str, Any]) -> str:
         + (" (all at least 1.2x)" if not short else f" (below 1.2x: {', '.join(short)})"),
         f"- Average over domains: generalist {checks['generalist_average']:.3f}, "
         f"specialists {checks['specialists_average']:.3f} "
-        f"({'generalist ahead' if checks['generalist_beats_specialists_on_average'] else 'generalist NOT ahead'})",  # noqa: E501, RUF100
+        f"({'generalist ahead' if checks['generalist_beats_specialists_on_average'] else 'generalist NOT ahead'})",  # noqa: E501
         f"- Per-request oracle on the mixed workload: {checks['oracle_over_generalist']:.3f}x the "
         f"generalist's MAT ({'at least' if checks['oracle_at_least_1_25'] else 'below'} 1.25x)",
     ]

@@ -8,7 +8,7 @@
 | `StatusConflict` | transition not allowed from the current status | 409 |
 | `HubError` | a download failed; the message is meant for the operator | stored in `drafters.error` |
 | `CheckpointError` | downloaded files are not a usable checkpoint | stored in `drafters.error` |
-"""  # noqa: E501, RUF100
+"""  # noqa: E501
 
 from __future__ import annotations
 
