@@ -10,10 +10,14 @@ Method. Two engines over the same target and drafters differ only in
 trees verified in one target pass; round-robin: one request's round per step, the engine as
 it was before batching). Two `hedgespec serve` processes differ only in HEDGESPEC_BATCHING.
 At each concurrency level N, N streams start together (prompts cycled, greedy, `ignore_eos`,
-a fixed token count); the modes alternate at each level (batched, round-robin, batched, ...)
-so both see the same machine load. Aggregate tokens/s = all tokens / wall time from the
-first request to the last token; inter-token latency of a stream = (last token time - first
-token time) / (tokens - 1), averaged over the streams; TTFT = first token - start.
+a fixed token count, stream i seeded with i in both modes, so that each request's learner
+draws the same drafters and both schedulers do the same rounds); the modes alternate at each
+level (batched, round-robin, round-robin, batched, ...) so both see the same machine load. One
+stream is measured `--single-repeats` times (default 6): a 5% difference is below this shared
+machine's run-to-run spread (+-10%). Every ratio is the median of the paired runs' ratios.
+Aggregate tokens/s = all tokens / wall time from the first request to the last token;
+inter-token latency of a stream = (last token time - first token time) / (tokens - 1),
+averaged over the streams; TTFT = first token - start.
 Writes batching.md, batching.json and batching.png next to each other (`--out`).
 Run it on an idle machine: the CPU box may be shared.
 """
@@ -68,12 +72,12 @@ def run_streams(engine: Any, prompts: list[list[int]], max_tokens: int,
     """All `prompts` started together in the engine, stepped to completion."""
     from core.config import SamplingParams
 
-    params = SamplingParams(max_new_tokens=max_tokens, ignore_eos=True)
     start = time.perf_counter()
     first: dict[str, float] = {}
     last: dict[str, float] = {}
     tokens = dict.fromkeys((f"s{i}" for i in range(len(prompts))), 0)
     for i, ids in enumerate(prompts):
+        params = SamplingParams(max_new_tokens=max_tokens, ignore_eos=True, seed=i)
         engine.add_request(f"s{i}", ids, params, policy)
     while engine.has_unfinished():
         for out in engine.step():
@@ -95,19 +99,29 @@ def cycled(items: list[T], n: int) -> list[T]:
     return [items[i % len(items)] for i in range(n)]
 
 
+def paired_order(repeats: int) -> Iterator[str]:
+    """The modes of `repeats` pairs, each pair in the other order than the one before (ABBA...),
+    so neither mode always runs first after a level change or a slow stretch of the machine."""
+    for k in range(repeats):
+        yield from (MODES if k % 2 == 0 else MODES[::-1])
+
+
+def level_repeats(n: int, repeats: int, single_repeats: int) -> int:
+    return max(repeats, single_repeats) if n == 1 else repeats
+
+
 def measure_in_process(base: Any, prompts: list[list[int]], levels: tuple[int, ...],
-                       max_tokens: int, policy: str, repeats: int) -> list[Cell]:
+                       max_tokens: int, policy: str, repeats: tuple[int, int]) -> list[Cell]:
     cells = []
     eng = engines(base)
     for e in eng.values():
         run_streams(e, prompts[:1], 4, policy)  # warm-up
     for n in levels:
-        for _ in range(repeats):
-            for mode in MODES:
-                runs, wall = run_streams(eng[mode], cycled(prompts, n), max_tokens, policy)
-                cells.append(Cell("in-process", mode, n, runs, wall))
-                print(f"in-process {mode:12s} {n:2d} streams: "
-                      f"{sum(r.tokens for r in runs) / wall:7.1f} tok/s")
+        for mode in paired_order(level_repeats(n, *repeats)):
+            runs, wall = run_streams(eng[mode], cycled(prompts, n), max_tokens, policy)
+            cells.append(Cell("in-process", mode, n, runs, wall))
+            print(f"in-process {mode:12s} {n:2d} streams: "
+                  f"{sum(r.tokens for r in runs) / wall:7.1f} tok/s")
     return cells
 
 
@@ -130,21 +144,21 @@ def gateways(pool: Path, workdir: Path, threads: int, dtype: str) -> Iterator[di
 
 
 def measure_gateway(urls: dict[str, str], prompts: list[list[int]], levels: tuple[int, ...],
-                    max_tokens: int, policy: str, repeats: int) -> list[Cell]:
+                    max_tokens: int, policy: str, repeats: tuple[int, int]) -> list[Cell]:
     import httpx
 
     model = httpx.get(f"{urls[MODES[0]]}/v1/models", timeout=30).json()["data"][0]["id"]
-    bodies = [completion_body(p, max_tokens, policy, model) for p in prompts]
     for url in urls.values():  # warm-up
-        asyncio.run(run_concurrent(url, bodies[:1]))
+        asyncio.run(run_concurrent(url, [completion_body(prompts[0], 4, policy, model)]))
     cells = []
     for n in levels:
-        for _ in range(repeats):
-            for mode in MODES:
-                runs, wall = asyncio.run(run_concurrent(urls[mode], cycled(bodies, n)))
-                cells.append(Cell("gateway", mode, n, runs, wall))
-                print(f"gateway    {mode:12s} {n:2d} streams: "
-                      f"{sum(r.tokens for r in runs) / wall:7.1f} tok/s")
+        bodies = [{**completion_body(p, max_tokens, policy, model), "seed": i}
+                  for i, p in enumerate(cycled(prompts, n))]
+        for mode in paired_order(level_repeats(n, *repeats)):
+            runs, wall = asyncio.run(run_concurrent(urls[mode], bodies))
+            cells.append(Cell("gateway", mode, n, runs, wall))
+            print(f"gateway    {mode:12s} {n:2d} streams: "
+                  f"{sum(r.tokens for r in runs) / wall:7.1f} tok/s")
     return cells
 
 
@@ -158,6 +172,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="auto", help="auto = what `hedgespec serve` picks here")
     parser.add_argument("--policy", default="auto")
     parser.add_argument("--repeats", type=int, default=1, help="runs per mode and level")
+    parser.add_argument("--single-repeats", type=int, default=6,
+                        help="runs per mode at one stream (quick: --repeats)")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help="tokens per stream (default 48, quick 8)")
     parser.add_argument("--levels", type=lambda s: tuple(int(x) for x in s.split(",")),
@@ -165,6 +181,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="concurrency levels, e.g. 1,8 (default 1,2,4,8,16; quick 1,2)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "batching.md")
     return parser.parse_args(argv)
+
+
+def _repeats(args: argparse.Namespace) -> tuple[int, int]:
+    return args.repeats, args.repeats if args.quick else args.single_repeats
 
 
 def run_meta(args: argparse.Namespace, pool: Path, base: Any, dtype: str, levels: tuple[int, ...],
@@ -178,6 +198,7 @@ def run_meta(args: argparse.Namespace, pool: Path, base: Any, dtype: str, levels
         "threads": args.threads, "dtype": dtype, "policy": args.policy,
         "tree": str(base.config.tree),
         "levels": list(levels), "max_tokens": max_tokens, "repeats": args.repeats,
+        "single_repeats": _repeats(args)[1],
         "max_step_tokens": base.config.max_step_tokens,
     }
 
@@ -199,11 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         dtype = auto_dtype() if args.dtype == "auto" else args.dtype
         base = open_pool_engine(pool, EngineConfig(dtype=dtype))
         prompts = [list(base.tokenizer(p)["input_ids"]) for p in PROMPTS]
-        cells = measure_in_process(base, prompts, levels, max_tokens, args.policy, args.repeats)
+        cells = measure_in_process(base, prompts, levels, max_tokens, args.policy,
+                                   _repeats(args))
         if not args.no_gateway:
             with gateways(pool, Path(tmp), args.threads, dtype) as urls:
                 cells += measure_gateway(urls, prompts, levels, max_tokens, args.policy,
-                                         args.repeats)
+                                         _repeats(args))
         meta = run_meta(args, pool, base, dtype, levels, max_tokens, load)
     summary = summarise(cells)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,17 @@
 """Chunked prefill into the slot cache: a prompt runs through the target in chunks of at most
 the step's leftover token budget (core/scheduler.py), so a long prompt never freezes the
-running streams for a whole prompt's forward. Each chunk is one prefill pass; the drafters
-catch up chunk by chunk too (under full evaluation, and for a fixed drafter), so no step pays
-a whole prompt's catch-up either. The last chunk samples the first token exactly as the
-one-pass prefill does (core/rounds.prefill).
+running streams for a whole prompt's forward. The chunks of one step share one target pass
+(one row each, as the verification pass batches trees), so a burst of new requests costs one
+pass per step instead of one per prompt: on a CPU a pass of few tokens is mostly fixed cost
+(the weights are read once per pass), and that is what a burst's first tokens wait for.
+Each chunk's drafters catch up chunk by chunk too (under full evaluation, and for a fixed
+drafter), so no step pays a whole prompt's catch-up either. The last chunk samples the first
+token exactly as the one-pass prefill does (core/rounds.prefill).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -14,34 +19,76 @@ from core.config import EngineConfig
 from core.kv_cache import SlotCache
 from core.request import RequestState
 from core.rounds import commit_first, first_token, prompt_logprobs, start_drafters
-from core.target import Target
+from core.target import Target, TargetOutput
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Prompt tokens start..end-1 of the request in `slot`."""
+
+    slot: int
+    state: RequestState
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        return self.state.params.prompt_logprobs is not None
+
+
+def plan_chunk(cache: SlotCache, slot: int, state: RequestState, budget: int) -> Chunk:
+    """The request's next chunk: at most `budget` tokens (at least one), fewer at its end."""
+    start = cache.lengths[slot]
+    return Chunk(slot, state, start, min(state.prompt_len, start + max(1, budget)))
+
+
+def forward_chunks(target: Target, cache: SlotCache, chunks: list[Chunk]) -> list[TargetOutput]:
+    """One target pass over `chunks`, one row each; nothing is committed (a failed pass is safe
+    to rerun). A chunk asking for prompt logprobs needs every row of its logits, so it runs
+    alone; the others keep only their last row."""
+    full = any(c.wants_prompt_logprobs for c in chunks)
+    if full and len(chunks) > 1:
+        raise ValueError("a chunk that wants prompt logprobs runs in a pass of its own")
+    return target.forward_rows(
+        cache, [c.slot for c in chunks],
+        [torch.tensor(c.state.token_ids[c.start : c.end], dtype=torch.long) for c in chunks],
+        [torch.arange(c.start, c.end) for c in chunks], [None] * len(chunks),
+        last_logits_only=not full)
 
 
 def prefill_chunk(target: Target, cache: SlotCache, slot: int, state: RequestState,
                   config: EngineConfig, budget: int) -> tuple[int, list[int] | None]:
-    """Run the next `budget` prompt tokens (fewer at the prompt's end) on top of the slot's
-    cache. Returns (tokens run, the committed first token(s) once the prompt is done, else None)."""
-    start = cache.lengths[slot]
-    end = min(state.prompt_len, start + max(1, budget))
-    ids = torch.tensor(state.token_ids[start:end], dtype=torch.long)
-    want_prompt = state.params.prompt_logprobs is not None
-    out = target.forward_rows(cache, [slot], [ids], [torch.arange(start, end)], [None],
-                              last_logits_only=not want_prompt)[0]
-    cache.extend(slot, end - start)
+    """Run the request's next chunk of at most `budget` tokens in a pass of its own. Returns
+    (tokens run, the committed first token(s) once the prompt is done, else None)."""
+    chunk = plan_chunk(cache, slot, state, budget)
+    out = forward_chunks(target, cache, [chunk])[0]
+    return chunk.size, finish_chunk(cache, chunk, out, config)
+
+
+def finish_chunk(cache: SlotCache, chunk: Chunk, out: TargetOutput,
+                 config: EngineConfig) -> list[int] | None:
+    """After the pass: commit the chunk's entries, feed its drafters, and at the prompt's end
+    sample and commit the first token."""
+    state, start, end = chunk.state, chunk.start, chunk.end
+    cache.extend(chunk.slot, chunk.size)
     state.stats.target_forwards += 1
-    if want_prompt:
+    if chunk.wants_prompt_logprobs:
         lps = prompt_logprobs(out.logits, state.token_ids, state.params.prompt_logprobs or 0, start)
         state.prompt_logprobs = (state.prompt_logprobs or []) + lps
     if state.learner is not None and state.dstate is None:
         start_drafters(state)
     if end < state.prompt_len:
         _feed(state, out.features, torch.tensor(state.token_ids[start + 1 : end + 1]), config)
-        return end - start, None
+        return None
     tok = first_token(state, out.logits[-1:])
     committed = commit_first(state, tok, out.logits[-1:])
     if not state.finished:
         _feed(state, out.features, torch.tensor(state.token_ids[start + 1 : end] + [tok]), config)
-    return end - start, committed
+    return committed
 
 
 def _feed(state: RequestState, features: torch.Tensor, next_tokens: torch.Tensor,

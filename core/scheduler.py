@@ -6,8 +6,9 @@ A step takes the running requests (the engine passes the first `max_running` by 
      max_step_tokens // (total_tokens + 1) of them (the budget holds their trees; when it
      cannot hold every request, the rows taken rotate from step to step);
   2. prompt chunks (core/prefill.py) for the others, in arrival order, with the budget the
-     trees left, but at least a quarter of it, so a prompt always advances.
-Target forward passes = steps that ran a round + prefill chunks. A request joins the round
+     trees left, but at least a quarter of it, so a prompt always advances; the chunks share
+     one target pass (a chunk that wants prompt logprobs takes a pass of its own).
+Target forward passes = steps that ran a round + prefill passes. A request joins the round
 of the step after its prefill completes; finished and aborted ones free their slot
 (`release`) and are gone from the next step.
 """
@@ -19,7 +20,7 @@ import time
 
 from core.batch_rounds import RowResult, batched_round, with_bookkeeping
 from core.config import EngineConfig
-from core.prefill import prefill_chunk
+from core.prefill import Chunk, finish_chunk, forward_chunks, plan_chunk
 from core.request import RequestState
 from core.target import Target
 
@@ -34,7 +35,7 @@ class BatchScheduler:
         self._owner: list[str] = []  # request id of each slot
         self._turn = 0
         self.round_passes = 0  # steps that ran a batched round (one target pass each)
-        self.prefill_passes = 0  # prompt chunks (one target pass each)
+        self.prefill_passes = 0  # passes over prompt chunks
 
     def step(self, states: list[RequestState]) -> list[RowResult]:
         """One step over the running requests; results for those that committed or failed."""
@@ -86,20 +87,38 @@ class BatchScheduler:
         return sorted(((s, self._slot[s.request_id]) for s in ready), key=lambda r: r[1])
 
     def _prefill(self, waiting: list[RequestState], budget: int) -> list[RowResult]:
-        out: list[RowResult] = []
+        """This step's chunks, in arrival order within `budget`, in as few passes as possible."""
+        chunks: list[Chunk] = []
         for state in waiting:
             if budget <= 0:
                 break
+            chunks.append(plan_chunk(self.cache, self._slot[state.request_id], state, budget))
+            budget -= chunks[-1].size
+        shared = [c for c in chunks if not c.wants_prompt_logprobs]
+        groups = ([shared] if shared else []) + [[c] for c in chunks if c.wants_prompt_logprobs]
+        return [r for group in groups for r in self._run_chunks(group)]
+
+    def _run_chunks(self, chunks: list[Chunk]) -> list[RowResult]:
+        """One pass over the chunks; if it raises, one pass per chunk, so that only the prompt
+        that causes a failure fails (one prompt's failure must not take the others down)."""
+        try:
+            outs = forward_chunks(self.target, self.cache, chunks)
+        except Exception as exc:
+            if len(chunks) > 1:
+                log.warning("a prefill pass over %d prompts failed; retrying them one by one",
+                            len(chunks))
+                return [r for c in chunks for r in self._run_chunks([c])]
+            log.exception("prefill of request %s failed", chunks[0].state.request_id)
+            return [RowResult(chunks[0].state, [], None, exc)]
+        self.prefill_passes += 1
+        out: list[RowResult] = []
+        for chunk, target_out in zip(chunks, outs, strict=True):
             try:
-                used, committed = prefill_chunk(self.target, self.cache,
-                                                self._slot[state.request_id], state,
-                                                self.config, budget)
-            except Exception as exc:  # one prompt's failure must not take the others down
-                log.exception("prefill of request %s failed", state.request_id)
-                out.append(RowResult(state, [], None, exc))
+                committed = finish_chunk(self.cache, chunk, target_out, self.config)
+            except Exception as exc:
+                log.exception("prefill of request %s failed", chunk.state.request_id)
+                out.append(RowResult(chunk.state, [], None, exc))
                 continue
-            self.prefill_passes += 1
-            budget -= used
             if committed is not None:
-                out.append(RowResult(state, committed))
+                out.append(RowResult(chunk.state, committed))
         return out

@@ -191,7 +191,8 @@ class Target:
         (a draft tree, or a causal prompt chunk when its tree mask is None) on top of its
         committed prefix, padded to the longest row. The new entries are written past each
         row's length; the caller keeps them (SlotCache.keep / extend). Returns row b's logits
-        and features [T_b, ...]. `last_logits_only` (a single prefill chunk) keeps the last row."""
+        and features [T_b, ...]; `last_logits_only` (prefill chunks) keeps each row's last
+        logits only."""
         t_max = max(x.numel() for x in tokens)
         starts = cache.begin(slots, t_max)
         ids = torch.zeros(len(slots), t_max, dtype=torch.long)
@@ -204,10 +205,10 @@ class Target:
             masks.append(torch.ones(t, t, dtype=torch.bool).tril() if m is None else m)
         mask = self._rows_mask(starts, masks, pos, cache)
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
-        if last_logits_only:
-            if len(slots) != 1:
-                raise ValueError("last_logits_only is for a single row")
-            kwargs["logits_to_keep"] = 1
+        lasts = [x.numel() - 1 for x in tokens]
+        keep = sorted(set(lasts))
+        if last_logits_only:  # the rows' last columns only: [B, len(keep), V], not [B, T, V]
+            kwargs["logits_to_keep"] = torch.tensor(keep, device=self.device)
         captured = self._captured
         captured.clear()
         out = self.model(input_ids=ids.to(self.device), position_ids=pos.to(self.device),
@@ -216,8 +217,10 @@ class Target:
         feats = torch.cat([captured[i].to(self.device) for i in self.aux_layers], dim=-1)
         captured.clear()
         logits = out.logits.to(self.device)
-        return [TargetOutput(logits=logits[b, : (1 if last_logits_only else x.numel())].float(),
-                             features=feats[b, : x.numel()]) for b, x in enumerate(tokens)]
+        rows = ([logits[b, keep.index(last)][None] for b, last in enumerate(lasts)]
+                if last_logits_only else [logits[b, : x.numel()] for b, x in enumerate(tokens)])
+        return [TargetOutput(logits=row.float(), features=feats[b, : x.numel()])
+                for b, (row, x) in enumerate(zip(rows, tokens, strict=True))]
 
     def _rows_mask(self, starts: list[int], trees: list[Tensor], positions: Tensor,
                    cache: SlotCache) -> Tensor | dict[str, Tensor]:

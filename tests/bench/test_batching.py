@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.batching import main
+from bench.batching import main, paired_order
 from bench.batching_report import Cell, render, summarise
 from bench.gateway_bench import Run
 from bench.harness.tiny_pool import build_pool
@@ -36,7 +36,26 @@ def test_aggregates_ratios_and_verdicts() -> None:
             "repeats": 1, "max_step_tokens": 512}
     text = render(s, meta)
     assert "8 streams: batched / round-robin aggregate 4.00x (target >= 2x): PASS" in text
-    assert "1 stream: batched / round-robin 0.90x (target >= 0.95): MISS" in text
+    assert ("1 stream: batched / round-robin 0.90x (median of 1 pair(s), 0.90-0.90; "
+            "target >= 0.95): MISS") in text
+
+
+def test_ratio_is_the_median_of_paired_runs() -> None:
+    # Each pair's own ratio is what the schedulers differ by (1.0, 1.0, 0.7 here); the ratio of
+    # the modes' medians (8.0 / 9.1 = 0.88 with the extra round-robin run) would mix pairs
+    # measured under different machine load.
+    walls = {"batched": (1.0, 1.25, 2.0), "round-robin": (1.0, 1.25, 1.4)}
+    cells = [cell("gateway", mode, 1, 10, w) for mode, ws in walls.items() for w in ws]
+    cells.append(cell("gateway", "round-robin", 1, 10, 0.8))  # an unpaired extra run
+    ratio = summarise(cells)["ratios"][0]
+    assert ratio["pairs"] == 3
+    assert ratio["aggregate"] == pytest.approx(1.0)
+    assert (ratio["low"], ratio["high"]) == pytest.approx((0.7, 1.0))
+
+
+def test_pairs_alternate_their_order() -> None:
+    assert list(paired_order(3)) == ["batched", "round-robin", "round-robin", "batched",
+                                     "batched", "round-robin"]
 
 
 def test_quick_in_process_run_writes_the_report(tmp_path: Path) -> None:

@@ -296,20 +296,70 @@ def test_a_failing_shared_pass_is_retried_row_by_row(bigram, monkeypatch) -> Non
     assert max(len(s) for s in d.steps) >= 4, "the good requests must still share steps"
 
 
-def test_a_failing_prefill_fails_only_its_request(bigram, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_prefill_pass_fails_only_its_request(bigram, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The shared prefill pass raises whenever the bad prompt is in it: the chunks are rerun one
+    by one and only the bad request fails."""
     target, base = bigram
-    monkeypatch.setattr(core.scheduler, "prefill_chunk",
-                        _raise_after_slot("bad", core.scheduler.prefill_chunk))
+    real = core.scheduler.forward_chunks
+
+    def flaky(target, cache, chunks):  # type: ignore[no-untyped-def]
+        if any(c.state.request_id == "bad" for c in chunks):
+            raise RuntimeError("boom")
+        return real(target, cache, chunks)
+
+    monkeypatch.setattr(core.scheduler, "forward_chunks", flaky)
     _failure_run(with_config(base), target)
 
 
-def _raise_after_slot(bad: str, real):  # type: ignore[no-untyped-def]
-    def wrapped(target, cache, slot, state, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if state.request_id == bad:
-            raise RuntimeError("boom")
-        return real(target, cache, slot, state, *args, **kwargs)
-    return wrapped
+def test_a_failing_chunk_after_the_pass_fails_only_its_request(bigram, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    target, base = bigram
+    real = core.scheduler.finish_chunk
 
+    def flaky(cache, chunk, out, config):  # type: ignore[no-untyped-def]
+        if chunk.state.request_id == "bad":
+            raise RuntimeError("boom")
+        return real(cache, chunk, out, config)
+
+    monkeypatch.setattr(core.scheduler, "finish_chunk", flaky)
+    _failure_run(with_config(base), target)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_a_burst_of_prompts_shares_one_prefill_pass(family: str) -> None:
+    """Five prompts of different lengths arriving together are prefilled in one target pass
+    (one row each), and every request's output is still plain greedy decoding."""
+    target = tiny_target(family)
+    engine = make_engine(target, {f"d{i}": random_drafter(target, seed=i) for i in range(2)}, TREE)
+    d = Driver(engine)
+    prompts = [[(5 * i + j) % 40 + 1 for j in range(2 + 4 * i)] for i in range(5)]
+    for i, prompt in enumerate(prompts):
+        d.add(f"b{i}", prompt, params(12), ("normalhedge", "fixed:d1", "none", "exp3spec",
+                                            "fixed:d0")[i])
+    before = engine.target.forward_count
+    first = d.step()
+    assert engine.target.forward_count - before == 1
+    assert sorted(o.request_id for o in first) == [f"b{i}" for i in range(5)]
+    d.drain()
+    for i, prompt in enumerate(prompts):
+        assert d.tokens[f"b{i}"] == hf_greedy(target, prompt, 12)
+    d.check_forward_accounting()
+
+
+def test_prompt_logprobs_take_a_pass_of_their_own(bigram) -> None:  # type: ignore[no-untyped-def]
+    """A prompt that wants its logprobs needs all of its logits; the others keep their last."""
+    target, engine = bigram
+    d = Driver(engine)
+    d.add("plain0", [3, 4, 5], params(6), "normalhedge")
+    d.add("lp", [6, 7, 8, 9], params(6, prompt_logprobs=1), "normalhedge")
+    d.add("plain1", [10, 11], params(6), "none")
+    before, passes = engine.target.forward_count, engine._batch.prefill_passes
+    d.step()
+    assert engine.target.forward_count - before == engine._batch.prefill_passes - passes == 2
+    d.drain()
+    assert d.tokens["lp"] == hf_greedy(target, [6, 7, 8, 9], 6)
+    lps = d.outs["lp"][0].prompt_logprobs
+    assert lps is not None and len(lps) == 4 and lps[0] is None and all(lps[1:])
+    d.check_forward_accounting()
 
 
 @pytest.mark.parametrize("policy", ["normalhedge", "fixed:d2"])
