@@ -4,6 +4,8 @@ a target verification pass (60-token tree on a 512-token context), of one drafte
 the batched evaluation (catch-up) of 8 and 32 drafters, and of the learner update; then the
 engine end to end on CUDA (a constructed target with an exactly-copying drafter vs plain), and
 the demo pool's tokens/s per method when demo/pool exists (tables and plots in OUT/gpu_demo/),
+batched rounds against round-robin at 1 and 16 concurrent streams on the 8B-shaped target
+(issue 16's GPU goal: 16 streams >= 6x one stream's aggregate),
 and whether torch.compile / CUDA graphs pay (bench/gpu_compile.py in a child process under
 --compile-timeout). The JSON is rewritten after every section, so a run stopped at its limit keeps
 what it measured. Compare: the HedgeSpec paper's Table 2 (A100): target forward 75.7 ms, drafter
@@ -170,6 +172,41 @@ def engine_tokens_per_s(device: torch.device) -> dict[str, float]:
     return res
 
 
+def batching_streams(shape: dict[str, int], device: torch.device, dtype: torch.dtype,
+                     tokens: int, prompt_len: int) -> dict[str, float]:
+    """Aggregate tokens/s of 1 and 16 streams started together, batched and round-robin, on the
+    random target with a random drafter (its drafts are rejected, so every round commits
+    one token and the figure is the verification pass's throughput: the worst case for
+    speculation, and what a batch of trees costs on this device)."""
+    from dataclasses import replace
+
+    from bench.batching import run_streams
+    from core.config import EngineConfig, SelectorConfig
+    from core.engine import SpecEngine
+
+    model, target, drafter = random_models(shape, device, dtype)
+    cfg = EngineConfig(tree=TreeConfig(top_k=4, depth=4, total_tokens=20), device=str(device),
+                       selector=SelectorConfig(policy="normalhedge"), max_running=16,
+                       aux_layers=target.aux_layers)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, shape["vocab_size"], (prompt_len,), generator=gen).tolist()
+               for _ in range(16)]
+    out: dict[str, float] = {}
+    for mode in ("batched", "round_robin"):
+        engine = SpecEngine(target, {"d0": drafter},
+                            replace(cfg, batching=mode == "batched"))
+        run_streams(engine, prompts[:2], 4, "normalhedge")  # warm-up
+        for n in (1, 16):
+            runs, wall = run_streams(engine, prompts[:n], tokens, "normalhedge")
+            out[f"{mode}_{n}_streams_tokens_per_s"] = sum(r.tokens for r in runs) / wall
+    one = out["batched_1_streams_tokens_per_s"]
+    out["batched_16_over_1_stream"] = out["batched_16_streams_tokens_per_s"] / one
+    out["batched_over_round_robin_16_streams"] = (out["batched_16_streams_tokens_per_s"]
+                                                  / out["round_robin_16_streams_tokens_per_s"])
+    del model
+    return out
+
+
 def demo_pool(device: torch.device, results_dir: Path) -> dict[str, Any]:
     pool = ROOT / "demo" / "pool" / "pool.json"
     if not pool.exists():
@@ -230,6 +267,9 @@ def main() -> None:
                  lambda: component_times(SMALL if args.small else LLAMA8B, device, dtype,
                                          64 if args.small else 512)),
                 ("engine_constructed", lambda: engine_tokens_per_s(device)),
+                ("batching", lambda: batching_streams(SMALL if args.small else LLAMA8B, device,
+                                                      dtype, 8 if args.small else 64,
+                                                      16 if args.small else 128)),
                 ("demo_pool", lambda: demo_pool(device, args.out)),
                 ("compile", lambda: compile_check(args.small, args.compile_timeout)))
     args.out.mkdir(parents=True, exist_ok=True)

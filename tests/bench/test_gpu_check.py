@@ -26,4 +26,9 @@ def test_small_gpu_check_runs_on_cpu_and_writes_every_figure(tmp_path: Path) -> 
         assert components[key] > 0, key
     engine = results["engine_constructed"]
     assert engine["copy_drafter_mat"] > 2 * engine["plain_mat"]  # the copying drafter is accepted
+    batching = results["batching"]
+    for mode in ("batched", "round_robin"):
+        for n in (1, 16):
+            assert batching[f"{mode}_{n}_streams_tokens_per_s"] > 0
+    assert batching["batched_16_over_1_stream"] > 0
     assert "demo_pool" not in results and "compile" not in results
