@@ -134,7 +134,8 @@ export class LiveView {
     if (detailDirty) this.renderDetail();
     this.renderLegend();
     const { running, finished } = model.counts();
-    setText($("#live-counts", this.root), `${running} running · ${finished} finished (last ${model.limit} kept)`);
+    const rows = model.lastBatchRows == null ? "" : ` · last step verified ${model.lastBatchRows} together`;
+    setText($("#live-counts", this.root), `${running} running · ${finished} finished (last ${model.limit} kept)${rows}`);
     $("#live-empty", this.root).hidden = model.records.size > 0;
     $("#live-dropped", this.root).hidden = model.droppedEvents === 0;
     setText($("#live-dropped", this.root), `${fmtInt(model.droppedEvents)} events dropped by the gateway (display resynced)`);
@@ -199,6 +200,7 @@ export class LiveView {
       ["Max tokens", fmtInt(rec.max_tokens)],
       ["MAT", fmt(rec.mean_acceptance_length)],
       ["Tokens/s", fmt(rec.tokens_per_s, 1)],
+      ["Batch (last round)", rec.batch_rows == null ? "—" : `${fmtInt(rec.batch_rows)} requests`],
       ["Regret (tokens)", fmt(rec.regret_tokens)],
       ["Temperature", rec.temperature == null ? "—" : fmt(rec.temperature, 2)],
       ["Finish reason", rec.finish_reason ?? (rec.status === "running" ? "—" : "none")],

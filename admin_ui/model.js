@@ -16,6 +16,7 @@ export class LiveModel {
     this.droppedEvents = 0;
     this.eventsSeen = 0;
     this.seenDrafters = new Set(); // kept up to date here, so the legend never scans rounds
+    this.lastBatchRows = null; // requests in the latest round's target pass (batched steps)
   }
 
   loadSnapshot(snapshot) {
@@ -54,6 +55,7 @@ export class LiveModel {
       }
       case "round":
         applyRound(this.ensure(event.request_id, event.ts), event);
+        if (Number.isInteger(event.batch_rows)) this.lastBatchRows = event.batch_rows;
         if (event.drafter != null) this.seenDrafters.add(String(event.drafter));
         break;
       case "request_finished":
@@ -135,6 +137,7 @@ function normalise(rec) {
     mean_acceptance_length: rec.mean_acceptance_length ?? null,
     tokens_per_s: rec.tokens_per_s ?? null,
     weights: rec.weights || {},
+    batch_rows: rec.batch_rows ?? null,
     regret_tokens: rec.regret_tokens ?? null,
     regret_curve: rec.regret_curve || [],
     finish_reason: rec.finish_reason ?? null,
@@ -163,6 +166,7 @@ export function applyRound(rec, event) {
   rec.mean_acceptance_length = event.mean_acceptance_length ?? rec.mean_acceptance_length;
   rec.tokens_per_s = event.tokens_per_s ?? rec.tokens_per_s;
   rec.weights = event.weights || rec.weights;
+  rec.batch_rows = event.batch_rows ?? rec.batch_rows;
   const windows = Number(event.feedback_windows) || 0;
   const curve = rec.regret_curve;
   if (event.regret_tokens != null && windows > 0) {

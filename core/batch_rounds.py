@@ -89,7 +89,8 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     t2 = time.perf_counter()
     _evaluate(_live(work), config)
     t3 = time.perf_counter()
-    return [_result(r, (t1 - t0, t2 - t1, t3 - t2)) for r in work]
+    rows_in_pass = sum(r.out is not None for r in work)
+    return [_result(r, (t1 - t0, t2 - t1, t3 - t2), rows_in_pass) for r in work]
 
 
 def _select(r: _Row, cache: SlotCache, config: EngineConfig) -> None:
@@ -177,12 +178,12 @@ def _sync_all(rows: list[_Row], config: EngineConfig) -> None:
         r.cur = cur
 
 
-def _result(r: _Row, times: tuple[float, float, float]) -> RowResult:
+def _result(r: _Row, times: tuple[float, float, float], rows_in_pass: int) -> RowResult:
     if r.committed is None:
         return RowResult(r.state, [], None, r.error)
     assert r.v is not None
     rs = round_stats(r.state, r.v, r.chosen, r.weights, len(r.committed), times)
-    return RowResult(r.state, r.committed, rs, r.error)
+    return RowResult(r.state, r.committed, replace(rs, batch_rows=rows_in_pass), r.error)
 
 
 def with_bookkeeping(result: RowResult, wall_s: float) -> RowResult:

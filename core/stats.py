@@ -36,6 +36,8 @@ class RoundStats:
     evaluate_s: float
     bookkeeping_s: float
     weights: dict[str, float] = field(default_factory=dict)  # learner distribution used this round
+    # Requests whose trees this round's target pass verified together (1: round-robin, plain).
+    batch_rows: int = 1
 
 
 @dataclass

@@ -375,6 +375,8 @@ class EngineRunner:
             err = APIError("The engine failed while generating.", status=500, type="server_error")
             self._abort_all(engine, err)
             return
+        if self.metrics:
+            self.metrics.observe_step([o.round for o in outputs if o.round is not None])
         for out in outputs:
             self._deliver(out)
 

@@ -13,6 +13,8 @@ Plain rounds (policy `none`) are counted under `drafter="none"` with zero draft 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -161,6 +163,18 @@ class GatewayMetrics:
         self.waiting = Gauge(
             "hedgespec_num_requests_waiting", "Requests waiting for a running slot.", registry=r
         )
+        self.batch_rows = Histogram(
+            "hedgespec_batch_rows",
+            "Requests whose trees one engine step verified in one target pass (rows per step).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=r,
+        )
+
+    def observe_step(self, outputs: Sequence[RoundStats]) -> None:
+        """One engine step's rounds: the rows its verification pass held (none: a prefill-only
+        step, not observed)."""
+        if outputs:
+            self.batch_rows.observe(max(rs.batch_rows for rs in outputs))
 
     def observe_round(self, rs: RoundStats, *, policy: str) -> None:
         drafter = rs.drafter or "none"

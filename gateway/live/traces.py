@@ -38,6 +38,7 @@ class RequestTrace:
     mean_acceptance_length: float | None = None
     tokens_per_s: float | None = None
     weights: dict[str, float] = field(default_factory=dict)
+    batch_rows: int | None = None  # requests that shared the last round's target pass
     regret_tokens: float | None = None
     regret_curve: list[list[float]] = field(default_factory=list)  # [feedback window, tokens]
     finish_reason: str | None = None
@@ -66,6 +67,7 @@ class RequestTrace:
         self.mean_acceptance_length = event.get("mean_acceptance_length")
         self.tokens_per_s = event.get("tokens_per_s")
         self.weights = dict(event.get("weights") or {})
+        self.batch_rows = event.get("batch_rows", self.batch_rows)
         windows = int(event.get("feedback_windows") or 0)
         regret = event.get("regret_tokens")
         if (
@@ -140,6 +142,7 @@ class RequestTrace:
             "mean_acceptance_length": self.mean_acceptance_length,
             "tokens_per_s": self.tokens_per_s,
             "weights": dict(self.weights),
+            "batch_rows": self.batch_rows,
             "regret_tokens": self.regret_tokens,
             "regret_curve": [list(p) for p in self.regret_curve],
             "finish_reason": self.finish_reason,

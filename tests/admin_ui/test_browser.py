@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -226,6 +227,8 @@ def test_streaming_requests_appear_live_with_mat_and_drafter_choices(
         assert drawn(page, f'{ROWS}[data-id="{result["id"]}-0"] canvas.strip')
     expect(page.locator("#legend .chip")).to_have_text(sorted(DRAFTER_IDS))
     expect(page.locator("#live-empty")).to_be_hidden()
+    expect(page.locator("#live-counts")).to_contain_text(
+        re.compile(r"last step verified \d+ together"))
     assert not page.js_errors, page.js_errors
 
 
@@ -255,6 +258,9 @@ def test_detail_view_shows_weights_regret_and_accepted_lengths(
         assert f"{name} × {n}" in chips
     expect(page.locator("#d-meta")).to_contain_text(f"{spec['mean_acceptance_length']:.2f}")
     expect(page.locator("#d-meta")).to_contain_text("Learnerfresh")  # no session: a new learner
+    # the rows its last round's target pass verified: 1 or 2 (the two requests ran together)
+    expect(page.locator("#d-meta")).to_contain_text(
+        re.compile(r"Batch \(last round\)[12] requests"))
     for canvas in ("#d-strip", "#d-regret", "#d-accepted"):
         wait_drawn(page, canvas)
     time.sleep(0.3)  # let the weight bars finish their width transition

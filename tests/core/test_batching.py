@@ -339,6 +339,8 @@ def test_a_burst_of_prompts_shares_one_prefill_pass(family: str) -> None:
     first = d.step()
     assert engine.target.forward_count - before == 1
     assert sorted(o.request_id for o in first) == [f"b{i}" for i in range(5)]
+    second = d.step()  # every request's tree in one verification pass
+    assert [o.round.batch_rows for o in second if o.round is not None] == [5] * 5
     d.drain()
     for i, prompt in enumerate(prompts):
         assert d.tokens[f"b{i}"] == hf_greedy(target, prompt, 12)

@@ -103,3 +103,16 @@ def test_render_is_prometheus_text_with_the_vllm_style_names() -> None:
     assert 'hedgespec_spec_decode_num_accepted_tokens_total{drafter="alpha"} 2.0' in text
     assert "# TYPE hedgespec_num_requests_running gauge" in text
     assert "process_cpu_seconds_total" in text  # the process collector is registered
+
+
+def test_a_step_observes_the_rows_its_verification_pass_held() -> None:
+    from dataclasses import replace
+
+    m = GatewayMetrics()
+    rows = [replace(round_stats("alpha", 4, 1), batch_rows=3) for _ in range(3)]
+    m.observe_step(rows)
+    m.observe_step([round_stats(None, 0, 0)])  # a round-robin or lone round: one row
+    m.observe_step([])  # a prefill-only step verified nothing
+    assert value(m, "hedgespec_batch_rows_count") == 2
+    assert value(m, "hedgespec_batch_rows_sum") == 4
+    assert value(m, "hedgespec_batch_rows_bucket", le="2.0") == 1

@@ -449,6 +449,30 @@ def _metric(text: str, name: str) -> float:
     )
 
 
+def test_concurrent_streams_share_verification_passes_on_metrics(
+    http: httpx.Client, server: ServerProcess
+) -> None:
+    """`hedgespec_batch_rows` counts one observation per step; a step that verified several
+    requests' trees together adds more rows than steps."""
+    before = {k: _metric(http.get("/metrics").text, f"hedgespec_batch_rows_{k}")
+              for k in ("count", "sum")}
+
+    async def run_all() -> None:
+        aclient = AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
+        try:
+            await asyncio.gather(*(aclient.completions.create(
+                model="tiny-target", prompt=f"Stream {i}", max_tokens=64, temperature=0,
+                extra_body={"ignore_eos": True}) for i in range(4)))
+        finally:
+            await aclient.close()
+
+    asyncio.run(run_all())
+    after = {k: _metric(http.get("/metrics").text, f"hedgespec_batch_rows_{k}")
+             for k in ("count", "sum")}
+    steps, rows = after["count"] - before["count"], after["sum"] - before["sum"]
+    assert steps > 0 and rows > steps, (steps, rows)
+
+
 def test_disconnect_mid_stream_frees_the_request(http: httpx.Client, server: ServerProcess) -> None:
     aborted_before = _metric(
         http.get("/metrics").text, 'hedgespec_requests_total{endpoint="chat",finish_reason="abort"}'
