@@ -60,15 +60,6 @@ def forward_chunks(target: Target, cache: SlotCache, chunks: list[Chunk]) -> lis
         last_logits_only=not full)
 
 
-def prefill_chunk(target: Target, cache: SlotCache, slot: int, state: RequestState,
-                  config: EngineConfig, budget: int) -> tuple[int, list[int] | None]:
-    """Run the request's next chunk of at most `budget` tokens in a pass of its own. Returns
-    (tokens run, the committed first token(s) once the prompt is done, else None)."""
-    chunk = plan_chunk(cache, slot, state, budget)
-    out = forward_chunks(target, cache, [chunk])[0]
-    return chunk.size, finish_chunk(cache, chunk, out, config)
-
-
 def finish_chunk(cache: SlotCache, chunk: Chunk, out: TargetOutput,
                  config: EngineConfig) -> list[int] | None:
     """After the pass: commit the chunk's entries, feed its drafters, and at the prompt's end

@@ -206,8 +206,8 @@ class Target:
         mask = self._rows_mask(starts, masks, pos, cache)
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         lasts = [x.numel() - 1 for x in tokens]
-        keep = sorted(set(lasts))
-        if last_logits_only:  # the rows' last columns only: [B, len(keep), V], not [B, T, V]
+        keep = sorted(set(lasts)) if last_logits_only else []
+        if keep:  # the rows' last columns only: [B, len(keep), V], not [B, T, V]
             kwargs["logits_to_keep"] = torch.tensor(keep, device=self.device)
         captured = self._captured
         captured.clear()
