@@ -25,7 +25,13 @@ from bench.hedgespec_bench import (
     summarize,
     variant,
 )
-from core.config import EngineConfig, SamplingParams, TreeConfig
+from core.config import (
+    EngineConfig,
+    SamplingParams,
+    SelectorConfig,
+    TreeConfig,
+    default_eval_every,
+)
 from core.engine import SpecEngine
 from demo.pool_target import open_pool_engine
 
@@ -65,6 +71,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--depth", type=int, default=None)
     ap.add_argument("--total-tokens", type=int, default=None)
+    ap.add_argument("--eval-every", type=int, default=None,
+                    help="HedgeSpec scores every drafter every n-th round (default: what "
+                         "`hedgespec serve` uses on the device); eval_every=1 runs alongside")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--device", default="cpu",
                     help="torch device of target and drafters (cuda on a GPU)")
@@ -84,7 +93,9 @@ def build_engine(args: argparse.Namespace) -> SpecEngine:
     tree = TreeConfig()
     tree = TreeConfig(top_k=args.top_k or tree.top_k, depth=args.depth or tree.depth,
                       total_tokens=args.total_tokens or tree.total_tokens)
-    config = EngineConfig(tree=tree, max_context=4096, device=args.device, dtype=args.dtype)
+    selector = SelectorConfig(eval_every=args.eval_every or default_eval_every(args.device))
+    config = EngineConfig(tree=tree, max_context=4096, device=args.device, dtype=args.dtype,
+                          selector=selector)
     return open_pool_engine(args.pool, config)
 
 
@@ -120,6 +131,8 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
         go("router", engine, "router")
     for name, learner in LEARNED.items():
         go(name, engine, learner)
+    if engine.config.selector.eval_every != 1:  # the paper's schedule, side by side
+        go("hedgespec_every_round", variant(engine, eval_every=1), "normalhedge")
     default = engine.config.selector
     for name, overrides in VARIANTS.items():
         if all(getattr(default, k) == v for k, v in overrides.items()):

@@ -35,7 +35,7 @@ from bench.hedgespec_bench import (
     summarize,
 )
 from bench.hedgespec_run import generalist_id
-from core.config import EngineConfig, SamplingParams
+from core.config import EngineConfig, SamplingParams, served_selector
 from core.engine import SpecEngine
 from demo.pool_target import open_pool_engine
 from demo.records import load_records
@@ -97,7 +97,8 @@ def routed(engine: SpecEngine, prompts: list[Prompt]) -> list[str]:
 
 def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
-    engine = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=args.dtype))
+    engine = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=args.dtype,
+                                                      selector=served_selector("cpu")))
     if engine.router is None:
         raise SystemExit(f"{args.pool} names no router: run `python -m demo.router --pool "
                          f"{args.pool}`")

@@ -15,7 +15,7 @@ would be pure cost (issue 14, "honest baselines").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -220,6 +220,10 @@ class _Unit:
     kv: KVBuffer  # [rows, nkv, synced, hd] (+ scratch capacity)
     h_last: Tensor | None  # [rows, H] pre-norm output of the last consumed pair
     synced: int  # pairs consumed = absolute position of the next pair to consume
+    # Full evaluation: the top-k of every pair consumed since the last evaluation window was
+    # taken ([rows, T, k] ids and log q per catch-up), so that a drafter that caught up early
+    # (to draft) still contributes those positions to the next window.
+    window: list[tuple[Tensor, Tensor]] = field(default_factory=list)
 
 
 @dataclass
@@ -239,12 +243,16 @@ class DrafterState:
     """
 
     def __init__(self, snapshot: PoolSnapshot, *, full: bool,
-                 drafters: list[int] | None = None) -> None:
+                 drafters: list[int] | None = None, per_drafter: bool = False) -> None:
+        """full: every drafter is evaluated (the counterfactual learners); per_drafter: under
+        full evaluation, each drafter is its own unit (rather than its whole group), so the
+        chosen drafter can catch up alone to draft between evaluations (deferred evaluation,
+        SelectorConfig.eval_every > 1)."""
         self.full = full
         self.units: list[_Unit] = []
         wanted = set(range(len(snapshot)) if drafters is None else drafters)
         for g, (group, members) in enumerate(zip(snapshot.groups, snapshot.members, strict=True)):
-            spans = ([slice(0, len(members))] if full
+            spans = ([slice(0, len(members))] if full and not per_drafter
                      else [slice(j, j + 1) for j in range(len(members))])
             for rows in spans:
                 idx = members[rows]
@@ -269,8 +277,10 @@ class DrafterState:
     def sync(self, snapshot: PoolSnapshot, top_k: int,
              drafters: list[int] | None = None) -> Candidates | None:
         """Catch the given drafters (all held ones when None) up on every pair they have not
-        consumed. Returns their top-k over the pairs just consumed when they all consumed the
-        same ones (the full-evaluation case), else None."""
+        consumed. Under full evaluation, a sync of all drafters returns the evaluation window:
+        every drafter's top-k over each pair consumed since the last window (whether consumed
+        now or earlier, to draft). Lazy catch-up returns the top-k of the pairs just consumed
+        when the drafters all consumed the same ones, else None."""
         return sync_many([(self, snapshot, drafters)], top_k)[0]
 
     def plan(self, drafters: list[int] | None = None) -> list[tuple[_Unit, CatchUpJob]]:
@@ -280,21 +290,31 @@ class DrafterState:
         end = self._base + self.held_pairs
         return [(u, self._job(u, end)) for u in units if u.synced < end]
 
-    def finish(self, done: list[tuple[_Unit, CatchUp]]) -> Candidates | None:
-        """Record the catch-ups of `plan` once run (see `sync` for the result)."""
+    def finish(self, done: list[tuple[_Unit, CatchUp]],
+               everyone: bool = False) -> Candidates | None:
+        """Record the catch-ups of `plan` once run (see `sync` for the result; `everyone`:
+        the sync was for all drafters)."""
         for u, out in done:
             steps = out.topk_ids.shape[1]
             u.h_last, u.synced = out.h_last, u.synced + steps
             self.catch_up_pairs += len(u.indices) * steps
+            if self.full:
+                u.window.append((out.topk_ids, out.topk_logp))
         self._trim()
+        if self.full:
+            return self._take_window() if everyone and any(u.window for u in self.units) else None
         if not done or len({u.synced - o.topk_ids.shape[1] for u, o in done}) != 1:
             return None
-        indices = [i for u, _ in done for i in u.indices]
-        device = done[0][1].topk_ids.device
-        order = torch.tensor(sorted(range(len(indices)), key=indices.__getitem__), device=device)
-        return Candidates(indices=sorted(indices),
-                          topk_ids=torch.cat([o.topk_ids for _, o in done])[order],
-                          topk_logp=torch.cat([o.topk_logp for _, o in done])[order])
+        return _candidates([(u, o.topk_ids, o.topk_logp) for u, o in done])
+
+    def _take_window(self) -> Candidates:
+        parts = [(u, torch.cat([i for i, _ in u.window], dim=1),
+                  torch.cat([lp for _, lp in u.window], dim=1)) for u in self.units]
+        if len({ids.shape[1] for _, ids, _ in parts}) != 1:
+            raise RuntimeError("drafters disagree on the evaluation window")
+        for u in self.units:
+            u.window = []
+        return _candidates(parts)
 
     def drafter_kv(self, index: int) -> KV:
         u = self._unit_of[index]
@@ -333,6 +353,16 @@ class DrafterState:
             self._base = floor
 
 
+def _candidates(parts: list[tuple[_Unit, Tensor, Tensor]]) -> Candidates:
+    """Units' top-k rows stacked in snapshot order."""
+    indices = [i for u, _, _ in parts for i in u.indices]
+    device = parts[0][1].device
+    order = torch.tensor(sorted(range(len(indices)), key=indices.__getitem__), device=device)
+    return Candidates(indices=sorted(indices),
+                      topk_ids=torch.cat([ids for _, ids, _ in parts])[order],
+                      topk_logp=torch.cat([lp for _, _, lp in parts])[order])
+
+
 SyncRequest = tuple[DrafterState, PoolSnapshot, "list[int] | None"]
 
 
@@ -353,4 +383,5 @@ def sync_many(requests: Sequence[SyncRequest], top_k: int) -> list[Candidates | 
         outs = group.catch_up_many([plans[r][p][1] for r, p in members], top_k, rows)
         for (r, p), out in zip(members, outs, strict=True):
             done[r].append((plans[r][p][0], out))
-    return [state.finish(d) for (state, _, _), d in zip(requests, done, strict=True)]
+    return [state.finish(d, everyone=drafters is None)
+            for (state, _, drafters), d in zip(requests, done, strict=True)]

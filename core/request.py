@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.drafter_pool import Candidates, DrafterState, PoolSnapshot
@@ -60,6 +61,17 @@ def parse_policy(policy: str, default: str, drafter_ids: tuple[str, ...],
                       f"{list(LEARNER_NAMES)}")
 
 
+@dataclass(frozen=True)
+class DeferredRound:
+    """The target's side of one verified round's evidence, kept until the drafters' side is
+    computed: the realised tokens' argmax (greedy) or p̃ at each accepted node (sampling)."""
+
+    start: int  # position of the round's root
+    target_argmax: Tensor | None  # [L+1] under greedy
+    target_probs: Tensor | None  # [L+1, V] when sampling
+    new: tuple[int, ...]  # the L+1 verified tokens
+
+
 @dataclass
 class RequestState:
     request_id: str
@@ -81,6 +93,10 @@ class RequestState:
     # drafters catch up lazily and no γ is computed.
     evaluate: bool = False
     pending: Candidates | None = None  # every drafter's top-k at the next root (evaluate only)
+    # Rounds verified since the last evaluation (SelectorConfig.eval_every): their start and the
+    # target's side of the evidence, scored together by the next evaluation's catch-up.
+    deferred: list[DeferredRound] = field(default_factory=list)
+    eval_every: int = 1
     prefilled: bool = False
     finished: bool = False
     finish_reason: str | None = None
@@ -111,7 +127,13 @@ class RequestState:
                              prompt_tokens=len(prompt))
         return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt), cache,
                             stats, gen, np.random.default_rng(seed + 1), frozenset(eos_ids),
-                            learner, feedback, evaluate=feedback is not None)
+                            learner, feedback, evaluate=feedback is not None,
+                            eval_every=config.selector.eval_every)
+
+    @property
+    def evaluation_due(self) -> bool:
+        """This round's catch-up evaluates every drafter (every eval_every-th round)."""
+        return self.evaluate and len(self.deferred) + 1 >= self.eval_every
 
     @property
     def generated(self) -> int:

@@ -15,7 +15,7 @@ from core.drafter_pool import Candidates, DrafterState
 from core.drafting import DraftRow, grow_trees, tree_scratch
 from core.grammar import apply_mask
 from core.penalties import apply_penalties, path_counts, token_counts
-from core.request import RequestState
+from core.request import DeferredRound, RequestState
 from core.sampling import log_probs, process_logits
 from core.stats import RoundStats, TokenLogprob
 from core.target import Target, TargetOutput, compact_cache
@@ -65,7 +65,8 @@ def start_drafters(state: RequestState) -> None:
     assert state.learner is not None
     fixed = state.learner.fixed_index
     state.dstate = DrafterState(state.snapshot, full=state.evaluate,
-                                drafters=None if fixed is None else [fixed])
+                                drafters=None if fixed is None else [fixed],
+                                per_drafter=state.eval_every > 1)
 
 
 def speculative_round(target: Target, state: RequestState,
@@ -82,7 +83,8 @@ def speculative_round(target: Target, state: RequestState,
     committed = commit_verified(state, v)
     t2 = time.perf_counter()
     if record_pairs(state, v):
-        cur = state.dstate.sync(state.snapshot, config.tree.top_k) if state.evaluate else None  # type: ignore[union-attr]
+        due = state.evaluation_due
+        cur = state.dstate.sync(state.snapshot, config.tree.top_k) if due else None  # type: ignore[union-attr]
         learn_from(state, v, chosen, n, config, cur)
     t3 = time.perf_counter()
     return committed, round_stats(state, v, chosen, weights, len(committed),
@@ -184,28 +186,45 @@ def draft_row(state: RequestState, chosen: int, n: int, config: EngineConfig) ->
 
 def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int,
                     config: EngineConfig, cur: Candidates | None) -> None:
-    """Every drafter has caught up (`cur`); the evidence at m = n..n+L (each drafter's top-k
-    at m against the target's p̃_m and the realised x_{m+1}) joins the feedback queue, and the
-    losses that became known update the learner."""
+    """The round's windows open now; its evidence (each drafter's top-k at m = n..n+L against
+    the target's p̃_m and the realised x_{m+1}) is scored when every drafter has caught up:
+    this round (`cur`, the drafters' top-k over every pair since the last evaluation), or a
+    later one (SelectorConfig.eval_every), then the losses that became known update the
+    learner."""
     assert state.dstate is not None and state.feedback is not None and state.pending is not None
     steps = len(v.path)
-    prev = state.pending  # top-k at position n, from the previous catch-up
-    assert cur is not None and cur.indices == prev.indices == list(range(len(state.snapshot)))
-    state.pending = cur
-    # [N, L+1, k]: the distribution at m comes from the pair ending at m (the previous pass for n)
-    ids = torch.cat([prev.topk_ids[:, -1:], cur.topk_ids[:, : steps - 1]], dim=1).cpu().numpy()
-    logp = torch.cat([prev.topk_logp[:, -1:], cur.topk_logp[:, : steps - 1]], dim=1).cpu().numpy()
-    if v.probs is None:  # greedy: the realised tokens are the target's argmax
-        evidence = evidence_greedy(v.out.logits[v.path].argmax(dim=-1).cpu().numpy(), ids, logp)
-    else:
-        evidence = evidence_sampling(v.probs[v.path].cpu().numpy().astype(np.float64), ids, logp,
-                                     np.array(v.new))
     state.feedback.open_window(n, chosen, steps)
     if config.selector.feedback == "position":
         for m in range(n + 1, n + steps):
             state.feedback.open_window(m, None, None)
-    state.feedback.add_evidence(n, evidence)
+    state.deferred.append(_target_side(v, n))
+    if cur is None:
+        return
+    rounds, state.deferred = state.deferred, []
+    prev = state.pending  # top-k at the first root, from the previous catch-up
+    state.pending = cur
+    pairs = sum(len(r.new) for r in rounds)
+    assert cur.indices == prev.indices == list(range(len(state.snapshot)))
+    assert cur.topk_ids.shape[1] == pairs, (cur.topk_ids.shape, pairs)
+    # [N, P, k]: the distribution at m comes from the pair ending at m (the previous pass for
+    # the first root)
+    ids = torch.cat([prev.topk_ids[:, -1:], cur.topk_ids[:, : pairs - 1]], dim=1).cpu().numpy()
+    logp = torch.cat([prev.topk_logp[:, -1:], cur.topk_logp[:, : pairs - 1]], dim=1).cpu().numpy()
+    if rounds[0].target_probs is None:  # greedy: the realised tokens are the target's argmax
+        argmax = torch.cat([r.target_argmax for r in rounds])  # type: ignore[misc]
+        evidence = evidence_greedy(argmax.cpu().numpy(), ids, logp)
+    else:
+        probs = torch.cat([r.target_probs for r in rounds])  # type: ignore[misc]
+        new = np.array([t for r in rounds for t in r.new])
+        evidence = evidence_sampling(probs.cpu().numpy().astype(np.float64), ids, logp, new)
+    state.feedback.add_evidence(rounds[0].start, evidence)
     state.learn()
+
+
+def _target_side(v: Verified, n: int) -> DeferredRound:
+    if v.probs is None:
+        return DeferredRound(n, v.out.logits[v.path].argmax(dim=-1), None, tuple(v.new))
+    return DeferredRound(n, None, v.probs[v.path], tuple(v.new))
 
 
 def _penalised(logits: Tensor, state: RequestState, tree: DraftTree) -> Tensor:

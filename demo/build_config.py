@@ -20,7 +20,13 @@ from demo.train_drafters import DrafterSpec, Schedule
 class RolloutSpec:
     greedy_per_domain: int = 112  # training prompts per domain answered greedily
     sampled_per_domain: int = 48  # the first of them answered once more at temperature 1
-    generalist_per_domain: int = 32  # the generalist's equal small share of every domain
+    # The generalist's data: an equal small share of every domain (the first prompts of each,
+    # both temperatures), plus optionally the synthesised general chat (`demo/general_chat.py`:
+    # the first general_greedy prompts answered greedily, every n-th once more at temperature
+    # 1; the shipped pool uses none, see PAPER_REGIME).
+    general_greedy: int = 0
+    general_sampled_every: int = 4
+    generalist_per_domain: int = 32
     prompt_chars: int = 600  # prompts keep head and tail (see records.cap_prompt)
     max_new_tokens: int = 96
     batch_size: int = 32
@@ -38,6 +44,12 @@ class BuildConfig:
     # training tokens, not by steps, so the next lever is more rollouts per domain.
     generalist: Schedule = field(default_factory=lambda: Schedule(epochs=10.0, lr=2e-3,
                                                                   warmup_steps=20))
+    # "generalist" (the shipped pool): each specialist is a fine-tuned copy of the generalist,
+    # which keeps what the generalist knows, so it rarely loses outside its domain; "scratch":
+    # a fresh drafter with its own domain's draft vocabulary trained on that domain only, weak
+    # elsewhere but, on ~13k generated tokens a domain, also weaker in it
+    # (demo/experiments/scratch-specialists.md).
+    specialist_init: str = "generalist"
     specialist: Schedule = field(default_factory=lambda: Schedule(epochs=6.0, lr=1e-3,
                                                                   warmup_steps=5))
     report: ReportSpec = field(default_factory=ReportSpec)
@@ -53,6 +65,14 @@ class BuildConfig:
 # The shipped pool was trained in fp32, so the full build pins it (a rebuild reproduces the
 # pool); `drafter.compute_dtype=auto` trains 1.6x faster per step with bf16 autocast.
 FULL = BuildConfig(drafter=DrafterSpec(compute_dtype="float32"))
+
+# The HedgeSpec paper's regime (generalist on general chat plus a small share of every domain,
+# specialists from scratch on one domain each), as `--set` overrides of the full build; built
+# once and not shipped (demo/experiments/scratch-specialists.md).
+PAPER_REGIME = [
+    "rollouts.general_greedy=320", "rollouts.generalist_per_domain=8", "specialist_init=scratch",
+    "specialist.epochs=12", "specialist.lr=2e-3", "drafter.compute_dtype=auto",
+]
 
 QUICK = BuildConfig(
     rollouts=RolloutSpec(

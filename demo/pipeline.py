@@ -31,6 +31,7 @@ from demo.build_info import build_summary
 from demo.build_timer import StageTimer
 from demo.domains import DATA_DIR, DOMAINS, POOL_DIR, ROLLOUTS_FILE, corpus_path
 from demo.features import TargetFeatures
+from demo.general_chat import GENERAL, general_records
 from demo.pool_files import GENERALIST, pool_bytes, write_pool_files
 from demo.precision import target_dtype
 from demo.records import Record, load_records
@@ -65,10 +66,17 @@ def pick(records: list[Record], n: int, seed: int) -> list[Record]:
 
 
 def prompt_jobs(cfg: BuildConfig, seed: int, data_dir: Path) -> list[PromptJob]:
-    """Greedy jobs for the first greedy_per_domain picked prompts of every domain, then
-    temperature-1 jobs for the first sampled_per_domain of them."""
+    """The general chat first (greedy jobs for the first general_greedy prompts, then
+    temperature-1 jobs for every general_sampled_every-th of them), then per domain: greedy
+    jobs for the first greedy_per_domain picked prompts and temperature-1 jobs for the first
+    sampled_per_domain of them. (The order of the rollout chunks, so stored and freshly made
+    rollouts come back in the same order.)"""
     spec = cfg.rollouts
-    jobs: list[PromptJob] = []
+    general = general_records()[: spec.general_greedy]
+    jobs = [PromptJob(r, rank, 0.0) for rank, r in enumerate(general)]
+    if spec.general_sampled_every > 0:
+        jobs += [PromptJob(r, rank, 1.0) for rank, r in enumerate(general)
+                 if rank % spec.general_sampled_every == 0]
     for domain in DOMAINS:
         picked = pick(load_records(corpus_path(domain, data_dir), domain), spec.greedy_per_domain,
                       seed + 1)
@@ -76,6 +84,10 @@ def prompt_jobs(cfg: BuildConfig, seed: int, data_dir: Path) -> list[PromptJob]:
         jobs += [PromptJob(r, rank, 1.0)
                  for rank, r in enumerate(picked[: spec.sampled_per_domain])]
     return jobs
+
+
+# Sampling seed of each rollout chunk (offset from the build seed), in the order of prompt_jobs.
+CHUNK_SEEDS = {GENERAL: 5, **{d: 10 + i for i, d in enumerate(DOMAINS)}}
 
 
 def load_target(cfg: BuildConfig) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
@@ -103,12 +115,12 @@ def build_rollouts(
     stored = {**stored_responses(cache.path("rollouts.jsonl"), key),
               **stored_responses(rollouts_file, key)}
     rollouts: list[Rollout] = []
-    for domain in DOMAINS:  # one chunk per domain: an interrupted build keeps finished chunks
-        part = [j for j in jobs if j.record.domain == domain]
+    for domain, offset in CHUNK_SEEDS.items():  # one chunk per domain: an interrupted build
+        part = [j for j in jobs if j.record.domain == domain]  # keeps its finished chunks
         chunk = cache.path(f"rollouts-{domain}.jsonl")
         done = extend_rollouts(model, tokenizer, part, {**stored, **stored_responses(chunk, key)},
                                prompt_chars=spec.prompt_chars, max_new_tokens=spec.max_new_tokens,
-                               batch_size=spec.batch_size, seed=seed + 10 + DOMAINS.index(domain))
+                               batch_size=spec.batch_size, seed=seed + offset)
         if chunk is not None:
             save_rollouts(chunk, done, key)
         rollouts += done
@@ -122,13 +134,15 @@ def train_pool(
     model: LlamaForCausalLM, rollouts: list[Rollout], cfg: BuildConfig, seed: int,
     timer: StageTimer, cache: StageCache,
 ) -> dict[str, Eagle3Drafter]:
-    """The generalist on an equal small share of every domain, then each specialist fine-tuned
-    from it on all of its own domain's rollouts (most of which the generalist never saw)."""
+    """The generalist on the general chat plus an equal small share of every domain, then each
+    specialist on all of its own domain's rollouts (most of which the generalist never saw):
+    from scratch with its domain's draft vocabulary, or fine-tuned from the generalist
+    (`specialist_init`)."""
     aux = eagle3_aux_layers(model.config.num_hidden_layers)
     with timer.stage("features"):
         features = TargetFeatures(model, aux)
         features.compute(rollouts)
-    mixture = [r for r in rollouts if r.rank < cfg.rollouts.generalist_per_domain]
+    mixture = generalist_mixture(rollouts, cfg)
     counts = response_token_counts(mixture, model.config.vocab_size)
     with timer.stage("generalist"):
         generalist = cache.load_drafter(GENERALIST, model)
@@ -142,13 +156,32 @@ def train_pool(
         for i, domain in enumerate(DOMAINS):
             specialist = cache.load_drafter(domain, model)
             if specialist is None:
-                specialist = clone_drafter(generalist, model)
                 own = [r for r in rollouts if r.domain == domain]
+                specialist = initial_specialist(model, generalist, own, cfg, aux, seed + 40 + i)
                 cache.logs[domain] = train_drafter(specialist, features, own, cfg.drafter,
                                                    cfg.specialist, seed=seed + 30 + i, desc=domain)
                 cache.save_drafter(domain, specialist)
             pool[domain] = specialist
     return pool
+
+
+def generalist_mixture(rollouts: list[Rollout], cfg: BuildConfig) -> list[Rollout]:
+    """All the general chat plus the first generalist_per_domain prompts of every domain."""
+    share = cfg.rollouts.generalist_per_domain
+    return [r for r in rollouts if r.domain == GENERAL or r.rank < share]
+
+
+def initial_specialist(
+    model: LlamaForCausalLM, generalist: Eagle3Drafter, own: list[Rollout], cfg: BuildConfig,
+    aux: tuple[int, int, int], seed: int,
+) -> Eagle3Drafter:
+    if cfg.specialist_init == "generalist":
+        return clone_drafter(generalist, model)
+    if cfg.specialist_init != "scratch":
+        raise ValueError(f"specialist_init is 'scratch' or 'generalist', got "
+                         f"{cfg.specialist_init!r}")
+    counts = response_token_counts(own, model.config.vocab_size)
+    return new_drafter(model, counts, cfg.drafter, aux, seed)
 
 
 def build(

@@ -61,19 +61,37 @@ def build_text(build: dict[str, Any]) -> str:
         f"aux layers {target['aux_layers']} (input of decoder layer idx).",
         f"Rollouts: the target's own responses (greedy to {rcfg['greedy_per_domain']} training "
         f"prompts per domain, and once more at temperature 1 to the first "
-        f"{rcfg['sampled_per_domain']} of them; at most {rcfg['max_new_tokens']} new tokens): "
+        f"{rcfg['sampled_per_domain']} of them{_general_text(rcfg)}; at most "
+        f"{rcfg['max_new_tokens']} new tokens): "
         f"{roll['sequences']} sequences, {roll['response_tokens']} generated tokens, "
-        f"{roll['ended_with_eos']} ended with EOS. The generalist trains on an equal share of "
-        f"every domain (the first {rcfg['generalist_per_domain']} prompts of each, both "
-        f"temperatures); each specialist starts from it and is fine-tuned on all of its domain's "
-        f"rollouts. Draft vocabulary: the {dcfg['draft_vocab_size']} most frequent generated "
-        f"tokens of the generalist's share, covering {100 * roll['draft_vocab_coverage']:.1f}% of "
+        f"{roll['ended_with_eos']} ended with EOS. " + _regime_text(cfg) + " "
+        f"Draft vocabulary of the generalist: the {dcfg['draft_vocab_size']} most frequent "
+        f"generated tokens of its data, covering {100 * roll['draft_vocab_coverage']:.1f}% of "
         f"all generated tokens. TTT unroll: {dcfg['ttt_steps']} steps; packed rows of "
         f"{dcfg['row_tokens']} tokens, {dcfg['batch_rows']} rows per step.",
         "Drafter training (TTT loss = Σ_s 0.8^s · loss_s; accuracy = top-1 agreement with the "
         "target per unroll step, last 25 steps):\n\n"
         + _table(["drafter", "steps", "first loss", "final loss", "acc per step"], drafter_rows),
     ])
+
+
+def _general_text(rcfg: dict[str, Any]) -> str:
+    if not rcfg.get("general_greedy"):
+        return ""
+    return (f"; greedy to {rcfg['general_greedy']} synthesised general-chat prompts and once "
+            f"more at temperature 1 to every {rcfg['general_sampled_every']}th")
+
+
+def _regime_text(cfg: dict[str, Any]) -> str:
+    share = cfg["rollouts"]["generalist_per_domain"]
+    chat = "the general chat plus " if cfg["rollouts"].get("general_greedy") else ""
+    generalist = (f"The generalist trains on {chat}an equal small share of every domain (the "
+                  f"first {share} prompts of each, both temperatures); ")
+    if cfg.get("specialist_init", "generalist") == "scratch":
+        return generalist + ("each specialist is trained from scratch on its own domain's "
+                             "rollouts only, with a draft vocabulary from that domain's tokens.")
+    return generalist + ("each specialist starts from it and is fine-tuned on all of its "
+                         "domain's rollouts.")
 
 
 METHOD = """\
@@ -90,9 +108,10 @@ target distribution). MAT is total committed tokens / total rounds over a domain
 per-prompt counts are in `report.json` (`per_prompt`), from which the per-request oracle (the
 best drafter for each prompt in hindsight, on all domains' prompts together) is computed.
 
-The specialists are fine-tuned copies of the generalist on one domain's target rollouts, so
-they gain on that domain and lose elsewhere, as in the HedgeSpec paper's Table 1 (7-8.5 MAT
-in-domain vs 5.7 for the generalist on Llama-3.1-8B).
+The generalist learns from a small share of every domain and each specialist from one domain's
+target rollouts, so that a specialist gains in its domain and the generalist leads on average,
+as in the HedgeSpec paper's Table 1 (7-8.5 MAT in-domain vs 5.7 for the generalist on
+Llama-3.1-8B); `build` below says how this pool's drafters were trained.
 """
 
 

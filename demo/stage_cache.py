@@ -35,7 +35,8 @@ def corpora_digest(data_dir: Path) -> str:
     return h.hexdigest()[:16]
 
 
-_COUNTS = ("greedy_per_domain", "sampled_per_domain", "generalist_per_domain", "batch_size")
+_COUNTS = ("greedy_per_domain", "sampled_per_domain", "general_greedy", "general_sampled_every",
+           "generalist_per_domain", "batch_size")
 
 
 def rollout_key(cfg: BuildConfig, seed: int, data_dir: Path, dtype: str) -> dict[str, Any]:

@@ -4,8 +4,8 @@ The frozen target runs over each rollout once (`demo.features.TargetFeatures`, s
 every drafter of a build, like SpecForge's offline mode); training then reads packed rows of
 rollouts (`demo.packing`) and unrolls the drafter for `ttt_steps` steps of training-time test
 (see `demo.ttt`), with soft cross-entropy to the target restricted to the draft vocabulary.
-The generalist learns from an equal small share of every domain; each specialist starts from
-the generalist and is fine-tuned on its own domain only.
+The demo build trains the generalist on general chat plus a small share of every domain and
+each specialist on its own domain (from scratch or from the generalist, `demo.pipeline`).
 """
 
 from __future__ import annotations

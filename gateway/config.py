@@ -17,7 +17,13 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.config import LEARNER_NAMES, EngineConfig, SelectorConfig, TreeConfig
+from core.config import (
+    LEARNER_NAMES,
+    EngineConfig,
+    SelectorConfig,
+    TreeConfig,
+    default_eval_every,
+)
 from core.precision import auto_dtype
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +106,9 @@ class Settings(BaseSettings):
     # Drafted nodes, root not counted: EAGLE's total_token - 1 (core.config.TreeConfig).
     tree_total_tokens: int | None = Field(default=None, ge=1)
     default_policy: str = "normalhedge"  # what `hedgespec.policy: auto` means
+    # Counterfactual evaluation every n-th round (core.config.SelectorConfig.eval_every);
+    # None: 4 on a CPU, 1 elsewhere (core.config.default_eval_every).
+    eval_every: int | None = Field(default=None, ge=1, le=64)
     # Learner sessions (`hedgespec.session`) kept between requests, least recently used
     # forgotten first; 0 turns sessions off (every request starts a fresh learner).
     max_sessions: int = Field(default=4096, ge=0, le=1_000_000)
@@ -160,7 +169,9 @@ class Settings(BaseSettings):
             device=self.device,
             dtype=auto_dtype(self.device) if self.dtype == "auto" else self.dtype,
             tree=tree,
-            selector=SelectorConfig(policy=self.default_policy, max_sessions=self.max_sessions),
+            selector=SelectorConfig(policy=self.default_policy, max_sessions=self.max_sessions,
+                                    eval_every=self.eval_every
+                                    or default_eval_every(self.device)),
             batching=self.batching,
             max_running=self.max_running,
             max_step_tokens=self.max_step_tokens,

@@ -26,6 +26,7 @@ SERVE_FLAGS: dict[str, str] = {
     "cors_origin": "cors_origins",
     "policy": "default_policy",
     "max_sessions": "max_sessions",
+    "eval_every": "eval_every",
     "device": "device",
     "device_map": "device_map",
     "compile": "compile",
@@ -59,6 +60,9 @@ def register(sub: Any) -> None:
     p.add_argument("--policy", help="what `auto` means: a learner name, none or fixed:<id>")
     p.add_argument("--max-sessions", type=int,
                    help="learner sessions kept between requests (default 4096; 0: off)")
+    p.add_argument("--eval-every", type=int,
+                   help="score every drafter every n-th round (delayed feedback, cheaper "
+                        "rounds; default 4 on a CPU, else 1)")
     p.add_argument("--device", help="torch device (default cpu)")
     p.add_argument("--dtype", help="auto (default: bf16 where native, else fp32), float32, "
                                    "bfloat16 or float16")

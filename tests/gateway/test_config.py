@@ -90,3 +90,14 @@ def test_compile_flag_is_unset_unless_given(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("HEDGESPEC_COMPILE")
     assert serve_settings(build_parser().parse_args(["serve"])).compile is False
     assert serve_settings(build_parser().parse_args(["serve", "--compile"])).compile is True
+
+
+def test_eval_every_defaults_by_device_and_the_flag_wins() -> None:
+    from core.config import CPU_EVAL_EVERY
+
+    assert Settings().engine_config().selector.eval_every == CPU_EVAL_EVERY
+    assert Settings(device="cuda").engine_config().selector.eval_every == 1
+    cfg = serve_settings(build_parser().parse_args(["serve", "--eval-every", "2"])).engine_config()
+    assert cfg.selector.eval_every == 2
+    with pytest.raises(ValidationError):
+        Settings(eval_every=0)
