@@ -144,8 +144,9 @@ class SelectorConfig:
 
 # What `eval_every` the server uses when none is given: on a CPU a round's catch-up costs the
 # drafters' weight reads (memory-bound: one pair or ten cost about the same), so scoring every
-# drafter every 4th round cuts the evaluation cost ~4x for a feedback delay of <= 3 rounds
-# (bench/results/hedgespec.md measures it side by side with eval_every=1); on an accelerator
+# drafter every 4th round (the chosen one still catches up each round, to draft) took the
+# evaluation from 20.2% to 12.7% of a round on the demo pool, HedgeSpec from 0.80x to 0.94x the
+# generalist's tokens/s at equal MAT (bench/results/hedgespec.md, side by side); on an accelerator
 # the evaluation is a small share of the round and the paper's every-round schedule stays.
 CPU_EVAL_EVERY = 4
 
