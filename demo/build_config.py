@@ -61,6 +61,12 @@ class BuildConfig:
     target_dtype: str = "auto"
     device: str = "cpu"  # the documented build is CPU; "cuda" only speeds up experiments
 
+    def __post_init__(self) -> None:
+        # Checked here, not when the specialists start training (after features and generalist)
+        if self.specialist_init not in ("generalist", "scratch"):
+            raise ValueError(f"specialist_init is 'scratch' or 'generalist', got "
+                             f"{self.specialist_init!r}")
+
 
 # The shipped pool was trained in fp32, so the full build pins it (a rebuild reproduces the
 # pool); `drafter.compute_dtype=auto` trains 1.6x faster per step with bf16 autocast.

@@ -117,6 +117,8 @@ def build_rollouts(
     rollouts: list[Rollout] = []
     for domain, offset in CHUNK_SEEDS.items():  # one chunk per domain: an interrupted build
         part = [j for j in jobs if j.record.domain == domain]  # keeps its finished chunks
+        if not part:
+            continue  # e.g. no general chat asked for
         chunk = cache.path(f"rollouts-{domain}.jsonl")
         done = extend_rollouts(model, tokenizer, part, {**stored, **stored_responses(chunk, key)},
                                prompt_chars=spec.prompt_chars, max_new_tokens=spec.max_new_tokens,
@@ -177,9 +179,6 @@ def initial_specialist(
 ) -> Eagle3Drafter:
     if cfg.specialist_init == "generalist":
         return clone_drafter(generalist, model)
-    if cfg.specialist_init != "scratch":
-        raise ValueError(f"specialist_init is 'scratch' or 'generalist', got "
-                         f"{cfg.specialist_init!r}")
     counts = response_token_counts(own, model.config.vocab_size)
     return new_drafter(model, counts, cfg.drafter, aux, seed)
 
