@@ -22,13 +22,14 @@ def test_defaults_resolve_against_the_repository() -> None:
 
 
 def test_environment_lists_accept_commas_or_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HEDGESPEC_API_KEYS", "k1, k2")
+    # Keys long enough not to occur by chance in the repr's paths (a temp dir once held "k1").
+    monkeypatch.setenv("HEDGESPEC_API_KEYS", "sk-first-9f3c, sk-second-9f3c")
     monkeypatch.setenv("HEDGESPEC_CORS_ORIGINS", '["http://a"]')
     monkeypatch.setenv("HEDGESPEC_PORT", "9001")
     s = Settings()
-    assert [k.get_secret_value() for k in s.api_keys] == ["k1", "k2"]
+    assert [k.get_secret_value() for k in s.api_keys] == ["sk-first-9f3c", "sk-second-9f3c"]
     assert s.cors_origins == ["http://a"] and s.port == 9001
-    assert "k1" not in repr(s)
+    assert "sk-first-9f3c" not in repr(s)
 
 
 def test_dotenv_file_is_read(tmp_path: Path) -> None:
