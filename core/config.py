@@ -35,7 +35,7 @@ class TreeConfig:
     counts the levels after the first, and its `total_token` counts the root (`cnets.py` keeps
     `total_tokens - 1` drafted nodes). EAGLE-3's GPU defaults top_k 10, depth 7, total_token 60
     are therefore top_k=10, depth=8, total_tokens=59 here.
-    CPU defaults were picked by measurement on the demo pool (bench/results/tree_sweep.md).
+    CPU defaults were picked by measurement on the demo pool (bench/results/cpu_defaults.md).
     """
 
     top_k: int = 4

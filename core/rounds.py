@@ -65,8 +65,7 @@ def start_drafters(state: RequestState) -> None:
     assert state.learner is not None
     fixed = state.learner.fixed_index
     state.dstate = DrafterState(state.snapshot, full=state.evaluate,
-                                drafters=None if fixed is None else [fixed],
-                                per_drafter=state.eval_every > 1)
+                                drafters=None if fixed is None else [fixed])
 
 
 def speculative_round(target: Target, state: RequestState,

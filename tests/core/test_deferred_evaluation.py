@@ -84,6 +84,36 @@ def test_between_evaluations_only_the_chosen_drafter_catches_up(setup, monkeypat
     assert drafter_passes_4 < 0.5 * drafter_passes_1
 
 
+@pytest.mark.parametrize("batching", [True, False])
+def test_a_drafter_drafts_from_its_copy_what_it_would_draft_from_its_group(  # type: ignore[no-untyped-def]
+        setup, monkeypatch, batching: bool) -> None:
+    """Between evaluations the chosen drafter drafts from a draft copy (its group row copied at
+    the last evaluation, then caught up alone); every tree must equal the tree drafted from a
+    group that caught up every round."""
+    import core.batch_rounds
+    import core.rounds
+
+    _, base = setup
+    trees: list[list[int]] = []
+    for module in (core.batch_rounds, core.rounds):
+        real = module.grow_trees
+
+        def recording(drafter, rows, cfg, real=real):  # type: ignore[no-untyped-def]
+            out = real(drafter, rows, cfg)
+            trees.extend(t.tokens.tolist() for t in out)
+            return out
+
+        monkeypatch.setattr(module, "grow_trees", recording)
+    drafted = {}
+    for every in (1, 4):
+        trees.clear()
+        engine = engine_with(base, every, batching=batching, evaluate_all=True)
+        engine.generate_ids([5, 6], SamplingParams(max_new_tokens=60, ignore_eos=True), "fixed:r2")
+        drafted[every] = list(trees)
+    assert len(drafted[1]) > 10
+    assert drafted[4] == drafted[1]
+
+
 def test_eval_every_must_be_positive() -> None:
     with pytest.raises(ValueError, match="eval_every"):
         SelectorConfig(eval_every=0)
