@@ -32,17 +32,38 @@ def test_the_report_shows_speed_up_over_plain_and_every_tree() -> None:
     assert "Best tree (2, 4, 8)" in text
 
 
-def test_a_setting_keeps_its_fastest_pass(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_tree_table_uses_the_plain_run_measured_beside_it() -> None:
+    first = [row("bfloat16", 2, (4, 5, 20), "none", 5.0),
+             row("bfloat16", 2, (4, 5, 20), "fixed:generalist", 4.0)]
+    second = [row("bfloat16", 2, (2, 4, 8), "none", 2.5),
+              row("bfloat16", 2, (2, 4, 8), "fixed:generalist", 2.0)]
+    text = render(first, second, {"machine": "m", "prompts": 7, "max_new": 48, "chosen": "c",
+                                  "repeats": 2})
+    assert "| 2 | 4 | 8 | 50.00 | 2.00 | 1.25x |" in text  # 50 / 40, not 50 / 20
+    assert "Plain decoding measured beside the trees: 40.00" in text
+
+
+def test_each_setting_keeps_its_fastest_pass_with_passes_interleaved(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Greedy passes commit the same tokens; only the wall time differs, and the fastest pass
-    is the one least disturbed by other load."""
+    is the one least disturbed by other load. Pass 1 of every setting runs before pass 2."""
     import bench.cpu_defaults as cd
 
+    order: list[str] = []
+
     class Engine:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
         def generate_ids(self, ids, params, policy):  # type: ignore[no-untyped-def]
+            if params.max_new_tokens > 4:  # not the warm-up
+                order.append(self.name)
             return [1, 2], type("Stats", (), {"rounds": 1})()
 
-    clock = iter([10.0, 12.0, 20.0, 21.0])  # pass 1 takes 2 s, pass 2 takes 1 s
+    # a: 2 s then 1 s; b: 1 s then 3 s (one perf_counter pair per pass)
+    clock = iter([0.0, 2.0, 10.0, 11.0, 20.0, 21.0, 30.0, 33.0])
     monkeypatch.setattr(cd.time, "perf_counter", lambda: next(clock))
-    prompts = [type("Prompt", (), {"ids": [1]})()] * 2
-    m = cd.measure(Engine(), prompts, Setting("bfloat16", 1, (2, 4, 8), "none"), 8, repeats=2)
-    assert m.wall_s == 1.0 and m.tokens == 4 and m.rounds == 2
+    jobs = [(Engine("a"), Setting("bfloat16", 1, (2, 4, 8), "none")),
+            (Engine("b"), Setting("bfloat16", 1, (2, 4, 8), "fixed:generalist"))]
+    a, b = cd.measure(jobs, [type("Prompt", (), {"ids": [1]})()], 8, repeats=2)
+    assert order == ["a", "b", "a", "b"]
+    assert (a.wall_s, b.wall_s) == (1.0, 1.0) and a.tokens == 2
