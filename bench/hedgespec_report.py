@@ -35,6 +35,16 @@ def where(c: dict[str, Any]) -> str:
     return f"{device}, {c.get('dtype', 'float32')}"
 
 
+def _passes_line(r: dict[str, Any]) -> list[str]:
+    """Which methods ran twice (once at each end of the run) and what each pass measured."""
+    passes = r.get("passes") or {}
+    if not passes:
+        return []
+    each = "; ".join(f"{name} {a:.1f} / {b:.1f}" for name, (a, b) in passes.items())
+    return [f"Measured at both ends of the run, the faster pass kept (tokens/s, first / second "
+            f"pass): {each}.", ""]
+
+
 def _mixed_lines(r: dict[str, Any]) -> list[str]:
     c, m = r["config"], r["methods"]
     lines = ["# HedgeSpec benchmark (one run, all methods side by side)", "",
@@ -42,7 +52,7 @@ def _mixed_lines(r: dict[str, Any]) -> list[str]:
              f"domains interleaved request by request), {c['max_new_tokens']} new tokens each, "
              f"{c['decoding']} decoding; tree {c['tree']}; {where(c)}; torch {c['torch']}. MAT = "
              "tokens committed per target verification pass (bonus included). Learners live per "
-             "request.", "",
+             "request.", "", *_passes_line(r),
              "## Mixed workload", "",
              "| method | MAT | tokens/s | x plain | eval share of round time |",
              "|---|---|---|---|---|"]

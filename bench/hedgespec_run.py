@@ -16,6 +16,7 @@ import torch
 
 from bench.hedgespec_bench import (
     DEFAULT_POOL,
+    Prompt,
     Run,
     estimator_metrics,
     load_prompts,
@@ -107,6 +108,29 @@ def generalist_id(pool_json: Path, ids: list[str]) -> str:
     return ids[0]
 
 
+# Measured twice, once at each end of the run, keeping the faster pass: this VM's speed drifts
+# within a run (one setting 18.5 and 25.4 tokens/s ten minutes apart, bench/cpu_defaults.py),
+# and the headline ratios (generalist / plain, HedgeSpec / generalist) compare these three.
+BRACKETED = ("plain", "generalist", "hedgespec")
+
+
+def bracket(runs: dict[str, list[Run]], engine: SpecEngine, prompts: list[Prompt], gen: str,
+            args: argparse.Namespace, log: Any) -> dict[str, list[float]]:
+    """Re-run the BRACKETED methods; each keeps its faster pass. Returns both passes'
+    tokens/s per method (first, second)."""
+    policies = {"plain": "none", "generalist": f"fixed:{gen}", "hedgespec": LEARNED["hedgespec"]}
+    passes = {}
+    for name in BRACKETED:
+        again = run_method(engine, prompts, name, policies[name], args.max_new_tokens)
+        first, second = summarize(runs[name]), summarize(again)
+        passes[name] = [first["tokens_per_s"], second["tokens_per_s"]]
+        log(f"  {name:<16} again: {second['tokens_per_s']:.1f} tokens/s "
+            f"(first pass {first['tokens_per_s']:.1f})")
+        if second["tokens_per_s"] > first["tokens_per_s"]:
+            runs[name] = again
+    return passes
+
+
 def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     engine = build_engine(args)
@@ -139,6 +163,10 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
             runs[name] = runs["hedgespec"]  # the default selector: already measured
         else:
             go(name, variant(engine, **overrides), "normalhedge")
+    passes = bracket(runs, engine, prompts, gen, args, log)
+    for name, overrides in VARIANTS.items():  # the aliases of the default selector, again
+        if all(getattr(default, k) == v for k, v in overrides.items()):
+            runs[name] = runs["hedgespec"]
     alone = {d: runs["generalist" if d == gen else d] for d in ids}
     runs["oracle"] = oracle_runs(alone)
     results = tabulate(runs, prompts_domains=sorted({p.domain for p in prompts}),
@@ -154,6 +182,7 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
                          "max_new_tokens": args.max_new_tokens, "threads": args.threads,
                          "decoding": "greedy", "torch": torch.__version__, "device": args.device,
                          "dtype": args.dtype}
+    results["passes"] = passes
     results["targets"] = check_targets(results)
     results["_runs"] = runs
     return results

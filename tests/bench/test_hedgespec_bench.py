@@ -34,6 +34,12 @@ def test_bench_writes_tables_plots_and_json(tmp_path: Path,
                           "mat_vs_oracle"}
         assert e["windows"] > 0 and e["mae"] >= 0
     assert "## Estimator variants" in (out / "hedgespec.md").read_text()
+    # the headline methods ran at both ends of the run and kept the faster pass
+    assert set(printed["passes"]) == {"plain", "generalist", "hedgespec"}
+    for name, (first, second) in printed["passes"].items():
+        assert first > 0 and second > 0
+        assert printed["methods"][name]["tokens_per_s"] == pytest.approx(max(first, second))
+    assert "Measured at both ends of the run" in (out / "hedgespec.md").read_text()
     assert (set(printed["pool_size"]["mat"]["hedgespec"]) == {"2", "3"}
             or set(printed["pool_size"]["mat"]["hedgespec"]) == {2, 3})
     for f in ("hedgespec.md", "hedgespec.json", "hedgespec_regret.png", "hedgespec_calibration.png",
