@@ -127,12 +127,13 @@ class SelectorConfig:
     select: Literal["sample", "argmax"] = "sample"
     hedge_eta: float = 2.0
     # Counterfactual evaluation every n-th round: between evaluations only the chosen drafter
-    # catches up (to draft); the n-th round's catch-up runs every other drafter over all the
-    # pairs since the last one, so every position is still scored and its feedback arrives up
-    # to n - 1 rounds later (NormalHedge's delayed feedback). On hardware where a catch-up
-    # costs the drafters' weight reads rather than their arithmetic (a CPU; one pair or ten
-    # cost about the same), this divides the evaluation cost by about n. The rounds still
-    # deferred when a request ends go unscored, as a request's last round always does.
+    # catches up (in its draft copy, to draft); the n-th round's stacked pass runs every
+    # drafter over all the pairs since the last one, so every position is still scored and its
+    # feedback arrives up to n - 1 rounds later (NormalHedge's delayed feedback). On hardware
+    # where a catch-up costs the drafters' weight reads rather than their arithmetic (a CPU;
+    # one pair or ten cost about the same), this divides the evaluation cost by about n. The
+    # rounds still deferred when a request ends go unscored, as a request's last round always
+    # does.
     eval_every: int = 1
     # Sessions whose learner is kept between requests (core/learner_sessions.py); LRU beyond.
     max_sessions: int = 4096
@@ -144,10 +145,10 @@ class SelectorConfig:
 
 # What `eval_every` the server uses when none is given: on a CPU a round's catch-up costs the
 # drafters' weight reads (memory-bound: one pair or ten cost about the same), so scoring every
-# drafter every 4th round (the chosen one still catches up each round, to draft) took the
-# evaluation from 20.2% to 12.7% of a round on the demo pool, HedgeSpec from 0.80x to 0.94x the
-# generalist's tokens/s at equal MAT (bench/results/hedgespec.md, side by side); on an accelerator
-# the evaluation is a small share of the round and the paper's every-round schedule stays.
+# drafter every 4th round (the chosen one drafts from its draft copy in between) took the
+# evaluation from 11.9% to 3.8% of a round on the demo pool at equal MAT
+# (bench/results/hedgespec.md, side by side); on an accelerator the evaluation is a small share
+# of the round and the paper's every-round schedule stays.
 CPU_EVAL_EVERY = 4
 
 

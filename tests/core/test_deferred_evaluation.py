@@ -1,6 +1,7 @@
 """Deferred counterfactual evaluation (SelectorConfig.eval_every): between evaluations only the
-chosen drafter catches up; the n-th round scores every pair since the last evaluation, so the
-learner sees exactly the windows it would see with eval_every=1, only later."""
+chosen drafter catches up, in its draft copy; the n-th round scores every pair since the last
+evaluation, so the learner sees exactly the windows it would see with eval_every=1, only later,
+and the chosen drafter drafts exactly the trees it would draft then."""
 
 from __future__ import annotations
 
