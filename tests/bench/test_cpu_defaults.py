@@ -18,13 +18,17 @@ def test_best_is_the_highest_tokens_per_second_of_a_policy() -> None:
     assert best(rows, "none").tokens_per_s == 100.0
 
 
-def test_the_report_shows_speed_up_over_plain_and_every_tree() -> None:
+def report(second: list[Measured]) -> str:
+    """The report of a precision sweep (plain 20 tokens/s, generalist 25) and `second`."""
     first = [row("bfloat16", 2, (4, 5, 20), "none", 5.0),
              row("bfloat16", 2, (4, 5, 20), "fixed:generalist", 4.0)]
-    second = [row("bfloat16", 2, (2, 4, 8), "fixed:generalist", 3.0),
-              row("bfloat16", 2, (4, 6, 24), "fixed:generalist", 6.0)]
-    text = render(first, second, {"machine": "m", "prompts": 7, "max_new": 48, "chosen": "c",
+    return render(first, second, {"machine": "m", "prompts": 7, "max_new": 48, "chosen": "c",
                                   "repeats": 2})
+
+
+def test_the_report_shows_speed_up_over_plain_and_every_tree() -> None:
+    text = report([row("bfloat16", 2, (2, 4, 8), "fixed:generalist", 3.0),
+                   row("bfloat16", 2, (4, 6, 24), "fixed:generalist", 6.0)])
     assert "| bfloat16 | 2 | fixed:generalist | 25.00 | 2.00 | 1.25x |" in text
     assert "| 2 | 4 | 8 | 33.33 | 2.00 | 1.67x |" in text
     assert "| 4 | 6 | 24 | 16.67 | 2.00 | 0.83x |" in text
@@ -33,12 +37,8 @@ def test_the_report_shows_speed_up_over_plain_and_every_tree() -> None:
 
 
 def test_the_tree_table_uses_the_plain_run_measured_beside_it() -> None:
-    first = [row("bfloat16", 2, (4, 5, 20), "none", 5.0),
-             row("bfloat16", 2, (4, 5, 20), "fixed:generalist", 4.0)]
-    second = [row("bfloat16", 2, (2, 4, 8), "none", 2.5),
-              row("bfloat16", 2, (2, 4, 8), "fixed:generalist", 2.0)]
-    text = render(first, second, {"machine": "m", "prompts": 7, "max_new": 48, "chosen": "c",
-                                  "repeats": 2})
+    text = report([row("bfloat16", 2, (2, 4, 8), "none", 2.5),
+                   row("bfloat16", 2, (2, 4, 8), "fixed:generalist", 2.0)])
     assert "| 2 | 4 | 8 | 50.00 | 2.00 | 1.25x |" in text  # 50 / 40, not 50 / 20
     assert "Plain decoding measured beside the trees: 40.00" in text
 
