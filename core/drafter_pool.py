@@ -337,6 +337,10 @@ class DrafterState:
             if self.full and not u.draft_copy:
                 u.window.append((out.topk_ids, out.topk_logp))
         self._trim()
+        if self.full and everyone:
+            # Every group now holds every pair, so each copy is behind its group and would be
+            # re-seeded before its next use: free their caches now rather than at request end.
+            self._copies.clear()
         if self.full:
             return self._take_window() if everyone and any(u.window for u in self.units) else None
         if not done or len({u.synced - o.topk_ids.shape[1] for u, o in done}) != 1:
