@@ -11,8 +11,9 @@ id strings to biases in [-100, 100] (ids are checked against the vocabulary in s
 
 Tool calling: `tools`, `tool_choice` and `parallel_tool_calls` are validated here into
 `gateway.openai.tools.spec` data; assistant `tool_calls` and `tool` messages (`tool_call_id`) are
-accepted in the history. `tools` with a non-text `response_format` is refused (both would
-constrain the same output).
+accepted in the history, with OpenAI's per-role rules (content required unless an assistant
+message makes calls; a tool message names its call). `tools` with a non-text `response_format`
+is refused (both would constrain the same output). Output is text only (`modalities`).
 
 Extensions, vLLM-compatible: `top_k`, `ignore_eos`, `repetition_penalty`; ours: a `hedgespec`
 object.
@@ -114,8 +115,19 @@ class ChatMessage(OpenAIBaseModel):
 
     @field_validator("content", mode="after")
     @classmethod
-    def _flatten(cls, value: Any) -> str:
-        return _text_of(value)
+    def _flatten(cls, value: Any) -> str | None:
+        return None if value is None else _text_of(value)
+
+    @model_validator(mode="after")
+    def _role_fields(self) -> ChatMessage:
+        """OpenAI's per-role rules: content is required except on an assistant message that
+        makes tool calls, and a tool message names the call it answers."""
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            needs = "content or tool_calls" if self.role == "assistant" else "content"
+            raise ValueError(f"a {self.role} message needs {needs}")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        return self
 
     @field_validator("tool_calls", mode="after")
     @classmethod
@@ -125,7 +137,7 @@ class ChatMessage(OpenAIBaseModel):
     def template_dict(self) -> dict[str, Any]:
         # Chat templates predate the `developer` role; it means `system` to them.
         role = "system" if self.role == "developer" else self.role
-        out: dict[str, Any] = {"role": role, "content": str(self.content)}
+        out: dict[str, Any] = {"role": role, "content": self.content or ""}
         if self.tool_calls and role == "assistant":
             out["tool_calls"] = self.tool_calls
         if self.tool_call_id is not None and role == "tool":
@@ -252,6 +264,7 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool = True
     functions: list[Any] | None = None
     response_format: dict[str, Any] | None = None
+    modalities: list[str] | None = None
 
     @field_validator("tools", mode="after")
     @classmethod
@@ -270,6 +283,13 @@ class ChatCompletionRequest(SamplingFields):
     def _no_functions(cls, value: list[Any] | None) -> list[Any] | None:
         if value:
             raise ValueError("the deprecated `functions` field is not supported; use `tools`")
+        return value
+
+    @field_validator("modalities", mode="after")
+    @classmethod
+    def _text_only(cls, value: list[str] | None) -> list[str] | None:
+        if value and set(value) != {"text"}:
+            raise ValueError(f"only text output is supported, got {value}")
         return value
 
     @field_validator("response_format", mode="after")

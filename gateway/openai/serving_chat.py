@@ -30,7 +30,7 @@ class OpenAIServingChat(OpenAIServing[ChatCompletionRequest]):
     chunk_object_name = "chat.completion.chunk"
 
     def _prompt_chars(self, req: ChatCompletionRequest) -> int:
-        return sum(len(str(m.content)) for m in req.messages)
+        return sum(len(m.content or "") for m in req.messages)
 
     def _add_choices(self, job: Job, req: ChatCompletionRequest, info: EngineInfo) -> None:
         tools, fmt = req.tool_request, self.models.tool_format()
@@ -64,7 +64,8 @@ class OpenAIServingChat(OpenAIServing[ChatCompletionRequest]):
         keep = frozenset(t for t in tags if t is not None)
         if keep:
             choice.detok = IncrementalDetokenizer(tokenizer, keep)
-        choice.tools = ToolParser(fmt, frozenset(t.name for t in tools.tools), tools.parallel)
+        choice.tools = ToolParser(fmt, frozenset(t.name for t in tools.tools), tools.parallel,
+                                  forced=bool(tools.forced))
 
     # ---- the body ------------------------------------------------------------------------------
 

@@ -122,3 +122,32 @@ def test_missing_field_error_shape() -> None:
             "code": "missing_required_parameter",
         }
     }
+
+
+@pytest.mark.parametrize(
+    ("message", "needs"),
+    [
+        ({"role": "user", "content": None}, "a user message needs content"),
+        ({"role": "system"}, "a system message needs content"),
+        ({"role": "assistant", "content": None}, "content or tool_calls"),
+        ({"role": "tool", "content": "sunny"}, "tool_call_id"),
+    ],
+)
+def test_each_role_has_its_required_fields(message: dict[str, Any], needs: str) -> None:
+    err = error_for(ChatCompletionRequest, {"model": "m", "messages": [*MSG, message]})
+    assert err.param == "messages[1]" and needs in err.message
+
+
+def test_an_assistant_call_without_content_renders_as_empty_text() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    req = chat(messages=[*MSG, {"role": "assistant", "content": None, "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": "c1", "content": "ok"}])
+    assert req.messages[1].template_dict()["content"] == ""
+    assert req.messages[2].template_dict()["tool_call_id"] == "c1"
+
+
+def test_only_text_output_is_accepted() -> None:
+    assert chat(modalities=["text"]).modalities == ["text"]
+    err = error_for(ChatCompletionRequest, {"model": "m", "messages": MSG,
+                                            "modalities": ["text", "audio"]})
+    assert err.param == "modalities" and "only text output" in err.message

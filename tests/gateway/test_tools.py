@@ -209,6 +209,22 @@ def test_tagged_edge_cases() -> None:
     assert parse_whole(h, string_args) == ("", [("get_time", '{"tz": "UTC"}')])
 
 
+@pytest.mark.parametrize("cut", ["\n<tool", "\n<tool_call>\n{\"name\": \"get_"])
+def test_a_forced_call_cut_short_after_complete_ones_is_not_content(cut: str) -> None:
+    # tool_choice "required": the grammar allows more calls, max_tokens stops one midway
+    for step in (1, 3, 1000):
+        p = ToolParser(formats.HERMES, NAMES, forced=True)
+        text = CALL_A + cut
+        events = [e for i in range(0, len(text), step) for e in p.feed(text[i : i + step])]
+        events += p.finish()
+        assert [e for e in events if isinstance(e, str)] == []
+        assert [(c.name, c.arguments) for c in p.calls] == [("get_weather", '{"city": "Paris"}')]
+    # with nothing complete, the cut text is all there is and stays visible as content
+    assert parse_whole(formats.HERMES, cut.lstrip()) == (cut.lstrip(), [])
+    p = ToolParser(formats.HERMES, NAMES, forced=True)
+    assert "".join(str(e) for e in p.feed(cut.lstrip()) + p.finish()) == cut.lstrip()
+
+
 def test_stream_holds_back_only_a_possible_tag() -> None:
     p = ToolParser(formats.HERMES, NAMES)
     assert p.feed("Hi <tool") == ["Hi"]  # the blank is held too: a call may follow

@@ -195,7 +195,8 @@ valid_chat_bodies = st.fixed_dictionaries(
      "messages": st.lists(st.fixed_dictionaries({
          "role": st.sampled_from(["system", "developer", "user", "assistant", "tool"]),
          "content": st.one_of(valid_texts, st.sampled_from(NASTY_TEXT[5:]).filter(
-             lambda t: "\ud800" not in t and "\udfff" not in t and "\udbff" not in t))}),
+             lambda t: "\ud800" not in t and "\udfff" not in t and "\udbff" not in t)),
+         "tool_call_id": st.just("call_1")}),  # a tool message must name its call
          min_size=1, max_size=3),
      "max_tokens": st.integers(1, 12)},
     optional={

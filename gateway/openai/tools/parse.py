@@ -7,7 +7,8 @@ known tool becomes a call, anything else stays content verbatim. An unterminated
 end (EOS right after the JSON) still counts if it parses. llama3_json: an answer whose first
 non-blank character is `{` is held to the end and must be entirely calls joined by ";", else
 it is content. Blank text around calls is dropped. Without `parallel_tool_calls` only the first
-call is kept.
+call is kept. When a grammar forces the calls (`forced`), everything generated is call syntax:
+an unfinished call cut off by `max_tokens` after complete ones is dropped, not made content.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ Event = str | ToolCall
 
 
 class ToolParser:
-    def __init__(self, fmt: ToolFormat, names: frozenset[str], parallel: bool = True) -> None:
+    def __init__(self, fmt: ToolFormat, names: frozenset[str], parallel: bool = True,
+                 forced: bool = False) -> None:
         self.fmt = fmt
         self.names = names
         self.parallel = parallel
+        self.forced = forced
         self.calls: list[ToolCall] = []
         self._buf = ""
         self._inside = False  # within a tag (tagged) or a held JSON answer (llama3_json)
@@ -54,13 +57,13 @@ class ToolParser:
         rest, self._buf = self._buf, ""
         if self._inside and self.fmt.open:
             call = self._call(rest)
-            events += self._emit(call) if call else self._text(self.fmt.open + rest)
+            events += self._emit(call) if call else self._tail(self.fmt.open + rest)
         elif self._inside:
             calls = self._bare_calls(rest)
             events += ([e for c in calls for e in self._emit(c)] if calls is not None
-                       else self._text(rest))
+                       else self._tail(rest))
         else:
-            events += self._text(rest)
+            events += self._tail(rest)
         if not self.calls and self._blank:
             events.append(self._blank)
         self._inside, self._blank = False, ""
@@ -148,6 +151,13 @@ class ToolParser:
         self.calls.append(call)
         self._blank = ""
         return [call]
+
+    def _tail(self, text: str) -> list[Event]:
+        """What is left unparsed at the end: content, unless it is a forced call cut short."""
+        if self.forced and self.calls:
+            self._blank = ""
+            return []
+        return self._text(text)
 
     def _text(self, text: str) -> list[Event]:
         # A blank tail is held (dropped if a call follows), so content does not depend on how
