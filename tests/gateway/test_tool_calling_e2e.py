@@ -8,6 +8,7 @@ the grammar in test_tool_grammar.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -18,6 +19,7 @@ from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 from openai import OpenAI
 from pydantic import BaseModel, Field
+from transformers import AutoTokenizer
 
 from bench.harness.server import ServerProcess
 from tests.gateway.conftest import API_KEY
@@ -189,3 +191,25 @@ def test_bad_tool_fields_are_400s(client: OpenAI, fields: dict[str, Any], param:
         client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, **fields)  # type: ignore[call-overload]
     body = err.value.body
     assert isinstance(body, dict) and body["param"] == param and message in body["message"]
+
+
+
+
+
+
+def test_a_forced_call_cut_by_max_tokens_is_dropped_after_complete_ones(
+        client: OpenAI, pool_file: Path) -> None:
+    """With EOS banned, a `required` answer goes on calling until `max_tokens` (what the
+    context leaves) cuts the next call short: the answer is the complete calls, with no call
+    syntax as content; cut inside the first call, the raw text is all there is and is kept."""
+    eos = AutoTokenizer.from_pretrained(pool_file.parent / MODEL).eos_token_id
+    def forced(max_tokens: int) -> Any:
+        return client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, tools=TOOLS, max_tokens=max_tokens, temperature=0,  # type: ignore[arg-type]
+            tool_choice="required", logit_bias={str(eos): -100},
+            extra_body={"hedgespec": {"policy": "none"}}).choices[0]  # fmt: skip
+    cut = forced(100)
+    assert cut.finish_reason == "length" and cut.message.content is None
+    assert_valid_calls(calls_of(cut.message))
+    early = forced(30)
+    assert early.message.tool_calls is None and early.message.content.startswith("<tool_call>")
