@@ -303,16 +303,20 @@ def test_the_audit_log_lists_the_actions(admin: Admin) -> None:
 
 
 def test_finished_requests_land_in_the_request_log(server: ServerProcess) -> None:
-    metrics = speculative(chat(server, "fixed:alpha", max_tokens=6))
+    resp = chat(server, "fixed:alpha", max_tokens=6)
+    metrics = speculative(resp)
+    engine_id = f"{resp.json()['id']}-0"  # the engine request of choice 0
 
     def logged() -> Any:
         body = httpx.get(f"{server.base_url}/admin/api/requests", headers=ADMIN).json()
         assert body["source"] == "database"
-        return [r for r in body["data"] if r["drafter_per_round"] == metrics["drafter_choices"]
-                and r["policy"] == "fixed:alpha"] or None
+        # matched by id: other tests' fixed:alpha requests may have the same rounds
+        return [r for r in body["data"] if r["request_id"] == engine_id] or None
 
     rows = wait_for(logged, 15, lambda: "the request never reached the request log")
     assert rows[0]["status"] == "finished" and rows[0]["completion_tokens"] == 6
+    assert rows[0]["policy"] == "fixed:alpha"
+    assert rows[0]["drafter_per_round"] == metrics["drafter_choices"]
     assert rows[0]["prompt"] is None  # prompt text is stored only when the operator opts in
 
 
