@@ -155,7 +155,6 @@ class ToolParser:
     def _tail(self, text: str) -> list[Event]:
         """What is left unparsed at the end: content, unless it is a forced call cut short."""
         if self.forced and self.calls:
-            self._blank = ""
             return []
         return self._text(text)
 
