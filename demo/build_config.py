@@ -18,15 +18,17 @@ from demo.train_drafters import DrafterSpec, Schedule
 
 @dataclass(frozen=True)
 class RolloutSpec:
-    greedy_per_domain: int = 112  # training prompts per domain answered greedily
-    sampled_per_domain: int = 48  # the first of them answered once more at temperature 1
-    # The generalist's data: an equal small share of every domain (the first prompts of each,
-    # both temperatures), plus optionally the synthesised general chat (`demo/general_chat.py`:
-    # the first general_greedy prompts answered greedily, every n-th once more at temperature
-    # 1; the shipped pool uses none, see PAPER_REGIME).
-    general_greedy: int = 0
+    # 640 + 160 a domain (news has 422 training prompts, all used): 5x the 112 + 48 of the
+    # previous pool, which lifted in-domain specialist MAT by 5% (demo/experiments/rollouts-5x.md)
+    greedy_per_domain: int = 640  # training prompts per domain answered greedily
+    sampled_per_domain: int = 160  # the first of them answered once more at temperature 1
+    # The generalist's data, the paper's regime: the synthesised general chat
+    # (`demo/general_chat.py`: the first general_greedy prompts answered greedily, every n-th
+    # once more at temperature 1) plus an equal small share of every domain (the first prompts
+    # of each, both temperatures).
+    general_greedy: int = 320
     general_sampled_every: int = 4
-    generalist_per_domain: int = 32
+    generalist_per_domain: int = 8
     prompt_chars: int = 600  # prompts keep head and tail (see records.cap_prompt)
     max_new_tokens: int = 96
     batch_size: int = 32
@@ -36,12 +38,10 @@ class RolloutSpec:
 class BuildConfig:
     rollouts: RolloutSpec = field(default_factory=RolloutSpec)
     drafter: DrafterSpec = field(default_factory=DrafterSpec)
-    # 4 / 3 epochs at lr 1e-3 / 6e-4 left the generalist at 33% top-1 agreement (88 steps);
-    # 10 / 6 epochs at 2e-3 / 1e-3 (the shipped pool) reach 70% (generalist) and 69-75%
-    # (specialists). 20 / 14 epochs with bf16 autocast reached 86% / 88-92% on the training
-    # rollouts but left held-out MAT where it was (generalist 1.83 vs 1.82, oracle 1.08x vs
-    # 1.12x; demo/experiments/epochs-20-14.md): the drafters are limited by the 90k generated
-    # training tokens, not by steps, so the next lever is more rollouts per domain.
+    # On the previous pool's 1x rollouts, 4 epochs at lr 1e-3 left the generalist at 33% top-1
+    # agreement; 10 at 2e-3 (kept) reached 70%; 20 reached 86% but left held-out MAT where it
+    # was (demo/experiments/epochs-20-14.md): the drafters are limited by target-labelled
+    # tokens, not by steps, hence 5x the rollouts.
     generalist: Schedule = field(default_factory=lambda: Schedule(epochs=10.0, lr=2e-3,
                                                                   warmup_steps=20))
     # "generalist" (the shipped pool): each specialist is a fine-tuned copy of the generalist,
@@ -50,14 +50,18 @@ class BuildConfig:
     # elsewhere but, on ~13k generated tokens a domain, also weaker in it
     # (demo/experiments/scratch-specialists.md).
     specialist_init: str = "generalist"
-    specialist: Schedule = field(default_factory=lambda: Schedule(epochs=6.0, lr=1e-3,
+    # 3 epochs at 2e-3 over 47k-75k generated tokens a domain; 8 epochs gained medical only
+    # 2.6% MAT while training agreement rose to 0.80 (memorising).
+    specialist: Schedule = field(default_factory=lambda: Schedule(epochs=3.0, lr=2e-3,
                                                                   warmup_steps=5))
-    report: ReportSpec = field(default_factory=ReportSpec)
+    # 9 held-out prompts a domain: 3 under-stated the specialists by ~5% (rollouts-5x.md)
+    report: ReportSpec = field(default_factory=lambda: ReportSpec(prompts_per_domain=9))
     eval_prompts_per_domain: int = 30
     threads: int = 2
     report_workers: int = 2  # single-threaded engine processes measuring the MAT tables
     # The target's forward passes (rollouts, features) run in bf16 where the CPU has native
-    # bf16 (measured 1.5-2x faster), else fp32; drafter training is fp32 on the CPU.
+    # bf16 (measured 1.5-2x faster), else fp32; drafter training autocasts to bf16 there too
+    # (`drafter.compute_dtype`).
     target_dtype: str = "auto"
     device: str = "cpu"  # the documented build is CPU; "cuda" only speeds up experiments
 
@@ -68,16 +72,15 @@ class BuildConfig:
                              f"{self.specialist_init!r}")
 
 
-# The shipped pool was trained in fp32, so the full build pins it (a rebuild reproduces the
-# pool); `drafter.compute_dtype=auto` trains 1.6x faster per step with bf16 autocast.
-FULL = BuildConfig(drafter=DrafterSpec(compute_dtype="float32"))
+# Drafter training uses bf16 autocast where the CPU has native bf16 (1.6x faster a step).
+FULL = BuildConfig()
 
-# The HedgeSpec paper's regime (generalist on general chat plus a small share of every domain,
-# specialists from scratch on one domain each), as `--set` overrides of the full build; built
-# once and not shipped (demo/experiments/scratch-specialists.md).
+# The paper's specialists are trained from scratch on one domain each; as `--set` overrides of
+# the full build (on the previous pool's 112 + 48 rollouts a domain), built once and not
+# shipped: weaker in-domain than fine-tuned copies (demo/experiments/scratch-specialists.md).
 PAPER_REGIME = [
-    "rollouts.general_greedy=320", "rollouts.generalist_per_domain=8", "specialist_init=scratch",
-    "specialist.epochs=12", "specialist.lr=2e-3", "drafter.compute_dtype=auto",
+    "rollouts.greedy_per_domain=112", "rollouts.sampled_per_domain=48",
+    "specialist_init=scratch", "specialist.epochs=12", "specialist.lr=2e-3",
 ]
 
 QUICK = BuildConfig(

@@ -45,23 +45,23 @@ def test_a_general_prompt_id_changes_with_its_text() -> None:
     assert after[1] == before[1]  # an untouched prompt keeps its id (and its stored rollout)
 
 
-def test_the_paper_regime_asks_for_general_chat_greedy_and_sampled_first() -> None:
-    paper = with_overrides(FULL, PAPER_REGIME)
-    all_jobs = pipeline.prompt_jobs(paper, 0, DATA_DIR)
+def test_the_full_build_asks_for_general_chat_greedy_and_sampled_first() -> None:
+    all_jobs = pipeline.prompt_jobs(FULL, 0, DATA_DIR)
     jobs = [j for j in all_jobs if j.record.domain == GENERAL]
     assert all_jobs[: len(jobs)] == jobs  # the chunk order: general chat first
     greedy = [j for j in jobs if j.temperature == 0.0]
     sampled = [j for j in jobs if j.temperature == 1.0]
-    assert len(greedy) == paper.rollouts.general_greedy == 320
+    assert len(greedy) == FULL.rollouts.general_greedy == 320
     assert [j.rank for j in sampled] == list(range(0, 320, 4))
-    none = with_overrides(paper, ["rollouts.general_sampled_every=0"])
+    none = with_overrides(FULL, ["rollouts.general_sampled_every=0"])
     assert all(j.temperature == 0.0 for j in pipeline.prompt_jobs(none, 0, DATA_DIR)
                if j.record.domain == GENERAL)
-    assert not any(j.record.domain == GENERAL for j in pipeline.prompt_jobs(FULL, 0, DATA_DIR))
+    no_chat = with_overrides(FULL, ["rollouts.general_greedy=0"])
+    assert not any(j.record.domain == GENERAL for j in pipeline.prompt_jobs(no_chat, 0, DATA_DIR))
 
 
-def test_the_committed_rollouts_serve_the_paper_regime() -> None:
-    """Its general chat is committed too, so that rebuild also skips generation."""
+def test_the_committed_rollouts_serve_the_scratch_regime() -> None:
+    """The scratch-specialist experiment's smaller build also skips generation."""
     import torch
 
     from demo.domains import ROLLOUTS_FILE
