@@ -101,8 +101,10 @@ Each cell is MAT, the mean number of tokens committed per target verification pa
 draft tokens plus the bonus token), of one drafter on one domain's held-out prompts
 (`eval_prompts.jsonl`, disjoint from the training corpora), measured with the real
 speculative engine (`core.engine.SpecEngine`, policy `fixed:<drafter>`) in the dtype
-`hedgespec serve` uses on this CPU. With greedy verification every drafter produces the same
-text and only the number of verification passes differs; at temperature 1 prompt i is sampled
+`hedgespec serve` uses on this CPU (each table names its dtype). With greedy verification in
+fp32 every drafter produces the same text and only the number of verification passes differs
+(in bf16 a different tree shape can tip a near-tie, so drafters may commit different texts);
+at temperature 1 prompt i is sampled
 with seed i for every drafter (verification is lossless, so each drafter's text follows the
 target distribution). MAT is total committed tokens / total rounds over a domain's prompts;
 per-prompt counts are in `report.json` (`per_prompt`), from which the per-request oracle (the
@@ -119,7 +121,7 @@ def _section(title: str, table: dict[str, Any]) -> str:
     m = table["measurement"]
     tree = m["tree"]
     return (
-        f"## {title} (tree top_k={tree['top_k']}, depth={tree['depth']}, "
+        f"## {title} ({m['dtype']}; tree top_k={tree['top_k']}, depth={tree['depth']}, "
         f"total_tokens={tree['total_tokens']}; {m['prompts_per_domain']} held-out prompts per "
         f"domain, up to {m['max_new_tokens']} new tokens)\n\n"
         + mat_table(table) + "\n\n" + checks_text(table["checks"]) + "\n"
@@ -130,13 +132,34 @@ def render_report_md(report: dict[str, Any]) -> str:
     head = (
         "# Demo pool report\n\n"
         "Built by `hedgespec demo build` (equivalently `python -m demo.pipeline`); this file and "
-        "`report.json` are written by the build.\n\n"
+        "`report.json` are written by the build (a table measured again later is listed, with the "
+        "figures it replaced, under \"Re-measured after the build\").\n\n"
     )
     parts = [_section("Mean accepted tokens per round, greedy", report)]
     for t, table in report.get("sampling", {}).items():
         parts.append(_section(f"Mean accepted tokens per round, temperature {t}", table))
+    if report.get("remeasured"):
+        parts.append(remeasured_text(report))
     return (head + "\n".join(parts) + "\n" + METHOD + "\n## Build\n\n"
             + build_text(report["build"]) + "\n")
+
+
+def remeasured_text(report: dict[str, Any]) -> str:
+    """Each table measured again after the build, with the figures it replaced."""
+    lines = ["## Re-measured after the build\n",
+             "These tables were measured again with `python -m demo.report_update` (same tree, "
+             "token budget and prompts); the tables they replaced, as the build measured them:\n"]
+    for e in report["remeasured"]:
+        old = e["replaced"]
+        where = "with" if e["native_bf16"] else "without"
+        lines += [
+            f"### Temperature {e['temperature']}: {e['dtype']} on {e['date']} (a CPU {where} "
+            f"native bf16, {e['workers']} workers, {e['seconds']} s), replacing "
+            f"{old['measurement']['dtype']}\n",
+            mat_table({**old, "domains": report["domains"], "drafters": report["drafters"]}),
+            "", checks_text(old["checks"]), "",
+        ]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,5 @@
-"""The real demo target, converted once per machine from its wheel (demo/smollm2.py)."""
+"""The real demo target, converted once per machine from its wheel (demo/smollm2.py), and a
+quick-built pool on it (shared by the pipeline and report-update tests)."""
 
 from __future__ import annotations
 
@@ -12,3 +13,19 @@ def smollm2_dir() -> Path:
     from demo.smollm2 import provision
 
     return provision(progress=False)
+
+
+@pytest.fixture(scope="session")
+def quick_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built through the documented command, `hedgespec demo build` (same options as
+    `python -m demo.pipeline`), with a stage cache and an override."""
+    from demo.domains import DOMAINS
+    from demo.records import read_jsonl
+    from gateway.cli import main as hedgespec
+
+    out, cache = tmp_path_factory.mktemp("pool"), tmp_path_factory.mktemp("cache")
+    args = ["demo", "build", "--quick", "--out", str(out), "--seed", "0", "--cache", str(cache),
+            "--set", "eval_prompts_per_domain=3"]  # fmt: skip
+    assert hedgespec(args) == 0
+    assert len(list(read_jsonl(out / "eval_prompts.jsonl"))) == 3 * len(DOMAINS)
+    return out / "pool.json"

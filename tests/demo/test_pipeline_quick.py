@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import torch
 
 from core.eagle3 import inspect_drafter
@@ -14,23 +13,8 @@ from demo import pipeline
 from demo.build_config import QUICK, with_overrides
 from demo.build_timer import StageTimer
 from demo.domains import DATA_DIR, DOMAINS
-from demo.records import read_jsonl
 from demo.rollouts import extend_rollouts, generate_rollouts, load_rollouts
 from demo.stage_cache import StageCache, rollout_key
-
-
-@pytest.fixture(scope="module")
-def quick_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Built through the documented command, `hedgespec demo build` (same options as
-    `python -m demo.pipeline`), with a stage cache and an override."""
-    from gateway.cli import main as hedgespec
-
-    out, cache = tmp_path_factory.mktemp("pool"), tmp_path_factory.mktemp("cache")
-    args = ["demo", "build", "--quick", "--out", str(out), "--seed", "0", "--cache", str(cache),
-            "--set", "eval_prompts_per_domain=3"]  # fmt: skip
-    assert hedgespec(args) == 0
-    assert len(list(read_jsonl(out / "eval_prompts.jsonl"))) == 3 * len(DOMAINS)
-    return out / "pool.json"
 
 
 def test_quick_build_writes_the_pool_layout(quick_pool: Path, smollm2_dir: Path) -> None:
