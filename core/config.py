@@ -146,7 +146,8 @@ class SelectorConfig:
 # What `eval_every` the server uses when none is given: on a CPU a round's catch-up costs the
 # drafters' weight reads (memory-bound: one pair or ten cost about the same), so scoring every
 # drafter every 4th round (the chosen one drafts from its draft copy in between) took the
-# evaluation from 11.9% to 3.8% of a round on the demo pool at equal MAT
+# evaluation from 11.9% to 3.8% of a round on the previous demo pool (bf16) at equal MAT, and
+# from 8.3% to 3.2% on the shipped one (fp32; MAT 1.84 vs 1.80)
 # (bench/results/hedgespec.md, side by side); on an accelerator the evaluation is a small share
 # of the round and the paper's every-round schedule stays.
 CPU_EVAL_EVERY = 4
