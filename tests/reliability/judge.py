@@ -55,5 +55,6 @@ def assert_storm_left_nothing(storm: dict[str, Any]) -> None:
     for i, r in enumerate(rounds, 1):
         for gauge in LEFT_BEHIND:
             assert r.get(gauge) == 0, f"round {i}: {gauge} = {r.get(gauge)!r} after the storm"
-        assert r["threads"] <= before["threads"] + THREAD_SLACK, (i, r["threads"], before)
+        assert r["threads"] <= before["threads"] + THREAD_SLACK, (
+            i, r["threads"], before, r.get("thread_names"))
         assert r["fds"] <= before["fds"] + FD_SLACK, (i, r["fds"], before)
