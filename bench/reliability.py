@@ -493,7 +493,7 @@ FD_SLACK = 2  # a probe's own connection may still be closing
 SETTLE_S = 12.0
 
 
-def settled_status(pid: int, before: dict[str, int], timeout_s: float = SETTLE_S) -> dict[str, int]:
+def settled_status(pid: int, before: dict[str, int], timeout_s: float = SETTLE_S) -> dict[str, Any]:
     """The process's figures once threads and fds are back within slack of `before`, or the
     last sample after `timeout_s` (then with the surplus threads by name, for the report)."""
     deadline = time.monotonic() + timeout_s
