@@ -85,8 +85,11 @@ PAPER_REGIME = [
 
 QUICK = BuildConfig(
     rollouts=RolloutSpec(
-        greedy_per_domain=3, sampled_per_domain=1, generalist_per_domain=2, prompt_chars=200,
+        greedy_per_domain=3, sampled_per_domain=1, generalist_per_domain=2, prompt_chars=120,
         max_new_tokens=8, batch_size=8,
+        # A handful of general chat prompts, not the full build's 400: generating and featurising
+        # those took 5 of a quick build's 6.5 minutes in fp32.
+        general_greedy=8, general_sampled_every=4,
     ),
     drafter=replace(DrafterSpec(), draft_vocab_size=256, intermediate_size=64, ttt_steps=3,
                     batch_rows=2, row_tokens=256),
@@ -96,7 +99,7 @@ QUICK = BuildConfig(
                       temperatures=(0.0, 1.0)),
     eval_prompts_per_domain=2,
     threads=1,
-    report_workers=1,
+    report_workers=2,  # the report's 112 tiny cells dominate a quick build: share them
 )
 
 

@@ -16,6 +16,11 @@ from demo.domains import DATA_DIR, DOMAINS
 from demo.rollouts import extend_rollouts, generate_rollouts, load_rollouts
 from demo.stage_cache import StageCache, rollout_key
 
+# Smaller still than --quick for the tests that run the stages themselves: one prompt a domain
+# (a sampled answer of it too) and two of general chat.
+TINY = with_overrides(QUICK, ["rollouts.greedy_per_domain=1", "rollouts.generalist_per_domain=1",
+                              "rollouts.general_greedy=2", "rollouts.general_sampled_every=2"])
+
 
 def test_quick_build_writes_the_pool_layout(quick_pool: Path, smollm2_dir: Path) -> None:
     root = quick_pool.parent
@@ -49,12 +54,12 @@ def test_quick_build_report_has_greedy_and_sampled_tables(quick_pool: Path) -> N
 
 def test_an_interrupted_build_resumes_from_its_cache(tmp_path: Path) -> None:
     """Rollout chunks and trained drafters come back from the cache, identical."""
-    model, tokenizer = pipeline.load_target(QUICK)
+    model, tokenizer = pipeline.load_target(TINY)
     runs = []
     for _ in range(2):
-        cache = StageCache(tmp_path, QUICK, 0, DATA_DIR)
-        rollouts = pipeline.build_rollouts(model, tokenizer, QUICK, 0, DATA_DIR, None, cache)
-        pool = pipeline.train_pool(model, rollouts, QUICK, 0, StageTimer(), cache)
+        cache = StageCache(tmp_path, TINY, 0, DATA_DIR)
+        rollouts = pipeline.build_rollouts(model, tokenizer, TINY, 0, DATA_DIR, None, cache)
+        pool = pipeline.train_pool(model, rollouts, TINY, 0, StageTimer(), cache)
         runs.append((rollouts, pool, cache.hits))
     (first, pool_a, hits_a), (second, pool_b, hits_b) = runs
     assert hits_a == [] and "rollouts (rollouts.jsonl)" in hits_b
@@ -66,18 +71,18 @@ def test_an_interrupted_build_resumes_from_its_cache(tmp_path: Path) -> None:
 
 
 def test_stale_rollouts_are_not_reused(tmp_path: Path) -> None:
-    model, tokenizer = pipeline.load_target(QUICK)
-    cache = StageCache(tmp_path, QUICK, 0, DATA_DIR)
-    pipeline.build_rollouts(model, tokenizer, QUICK, 0, DATA_DIR, None, cache)
+    model, tokenizer = pipeline.load_target(TINY)
+    cache = StageCache(tmp_path, TINY, 0, DATA_DIR)
+    pipeline.build_rollouts(model, tokenizer, TINY, 0, DATA_DIR, None, cache)
     path = cache.path("rollouts.jsonl")
     assert path is not None
-    jobs = pipeline.prompt_jobs(QUICK, 0, DATA_DIR)
-    key = rollout_key(QUICK, 0, DATA_DIR, str(model.dtype))
-    chars = QUICK.rollouts.prompt_chars
+    jobs = pipeline.prompt_jobs(TINY, 0, DATA_DIR)
+    key = rollout_key(TINY, 0, DATA_DIR, str(model.dtype))
+    chars = TINY.rollouts.prompt_chars
     assert load_rollouts(path, key, jobs, tokenizer, chars) is not None
     assert load_rollouts(path, {**key, "seed": 1}, jobs, tokenizer, chars) is None
     assert load_rollouts(path, key, jobs[:-1], tokenizer, chars) is not None  # fewer: served
-    bigger = with_overrides(QUICK, ["rollouts.greedy_per_domain=4"])
+    bigger = with_overrides(TINY, ["rollouts.greedy_per_domain=2"])
     assert rollout_key(bigger, 0, DATA_DIR, str(model.dtype)) == key  # counts are not the key
     assert load_rollouts(path, key, pipeline.prompt_jobs(bigger, 0, DATA_DIR), tokenizer,
                          chars) is None  # more: some are missing
