@@ -37,6 +37,7 @@ from bench.hedgespec_bench import (
 from bench.hedgespec_run import generalist_id
 from core.config import EngineConfig, SamplingParams, served_selector
 from core.engine import SpecEngine
+from core.precision import auto_dtype
 from demo.pool_target import open_pool_engine
 from demo.records import load_records
 
@@ -97,6 +98,7 @@ def routed(engine: SpecEngine, prompts: list[Prompt]) -> list[str]:
 
 def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
+    args.dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     engine = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=args.dtype,
                                                       selector=served_selector("cpu")))
     if engine.router is None:
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--max-prompt-tokens", type=int, default=160)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--dtype", default="auto", help="auto = what `hedgespec serve` picks here")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     r = run_all(args, lambda s: print(s, flush=True))
