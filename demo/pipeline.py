@@ -161,10 +161,16 @@ def train_pool(
                 own = [r for r in rollouts if r.domain == domain]
                 specialist = initial_specialist(model, generalist, own, cfg, aux, seed + 40 + i)
                 cache.logs[domain] = train_drafter(specialist, features, own, cfg.drafter,
-                                                   cfg.specialist, seed=seed + 30 + i, desc=domain)
+                                                   cfg.specialist_schedule(domain),
+                                                   seed=specialist_seed(seed, domain), desc=domain)
                 cache.save_drafter(domain, specialist)
             pool[domain] = specialist
     return pool
+
+
+def specialist_seed(seed: int, domain: str) -> int:
+    """The training seed of `domain`'s specialist (also used by `demo.retrain`)."""
+    return seed + 30 + DOMAINS.index(domain)
 
 
 def generalist_mixture(rollouts: list[Rollout], cfg: BuildConfig) -> list[Rollout]:

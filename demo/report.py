@@ -175,7 +175,7 @@ def report_dict(
         "measurement": {
             "engine": "core.engine.SpecEngine, policy fixed:<drafter>",
             "temperature": temperature,
-            "dtype": _resolved_dtype(spec.dtype),
+            "dtype": resolved_dtype(spec.dtype),
             "tree": {"top_k": spec.top_k, "depth": spec.depth, "total_tokens": spec.total_tokens},
             "max_new_tokens": spec.max_new_tokens,
             "prompts_per_domain": spec.prompts_per_domain,
@@ -192,7 +192,8 @@ def report_dict(
     return report
 
 
-def _resolved_dtype(name: str) -> str:
+def resolved_dtype(name: str) -> str:
+    """The dtype name a table measured with `name` (e.g. "auto") runs in on this machine."""
     from demo.precision import target_dtype
 
     return str(target_dtype(name)).removeprefix("torch.")

@@ -72,7 +72,20 @@ def build_text(build: dict[str, Any]) -> str:
         "Drafter training (TTT loss = Σ_s 0.8^s · loss_s; accuracy = top-1 agreement with the "
         "target per unroll step, last 25 steps):\n\n"
         + _table(["drafter", "steps", "first loss", "final loss", "acc per step"], drafter_rows),
+        *[retrained_text(e) for e in build.get("retrained", [])],
     ])
+
+
+def retrained_text(e: dict[str, Any]) -> str:
+    """One `python -m demo.retrain` run after the build (its logs are in the table above)."""
+    epochs = ", ".join(f"{d} {n:g} epochs" for d, n in e["epochs"].items())
+    where = "with" if e["native_bf16"] else "without"
+    threads = f"{e['threads']} thread" + ("s" if e["threads"] != 1 else "")
+    return (f"Retrained after the build on {e['date']} with the build's specialist recipe "
+            f"(`demo/retrain.py`: a copy of the generalist fine-tuned on the domain's rollouts, "
+            f"lr {e['lr']:g}): {epochs}; features in {e['features_dtype']} on a CPU {where} "
+            f"native bf16, {threads}, {e['seconds']} s. Their rows in every table above were "
+            f"measured again after it.")
 
 
 def _general_text(rcfg: dict[str, Any]) -> str:
@@ -152,9 +165,11 @@ def remeasured_text(report: dict[str, Any]) -> str:
     for e in report["remeasured"]:
         old = e["replaced"]
         where = "with" if e["native_bf16"] else "without"
+        rows = e.get("rows", report["drafters"])
+        which = "" if rows == report["drafters"] else f", rows {', '.join(rows)} only"
         lines += [
             f"### Temperature {e['temperature']}: {e['dtype']} on {e['date']} (a CPU {where} "
-            f"native bf16, {e['workers']} workers, {e['seconds']} s), replacing "
+            f"native bf16, {e['workers']} workers, {e['seconds']} s{which}), replacing "
             f"{old['measurement']['dtype']}\n",
             mat_table({**old, "domains": report["domains"], "drafters": report["drafters"]}),
             "", checks_text(old["checks"]), "",

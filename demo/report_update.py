@@ -1,6 +1,7 @@
 """Re-measure some of a built pool's MAT tables in place, keeping a record of what they replace.
 
     python -m demo.report_update --pool demo/pool --temperatures 0 [--dtype auto] [--workers 2]
+        [--drafters medical news]
 
 A pool's report is written by its build on the build machine, in the dtype `hedgespec serve`
 resolves there (bf16 on a CPU with native bf16, else fp32). Re-measuring a table on another
@@ -9,6 +10,10 @@ goes where the build put it (greedy at the top level, others under `sampling`), 
 token budget and prompts are taken from the table it replaces (so the two compare cell by
 cell), and `remeasured` keeps the replaced table's dtype, MAT, per-prompt counts and checks,
 which `REPORT.md` shows. The build section is left as it is.
+
+With `--drafters`, only those drafters' rows are measured (after one of them was retrained,
+`demo/retrain.py`); the other rows keep their per-prompt counts, so the rows must be measured in
+the table's own dtype: a table mixing dtypes would compare cells that are not comparable.
 """
 
 from __future__ import annotations
@@ -21,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from core.precision import cpu_has_native_bf16
-from demo.report import ReportSpec, measure_reports, report_dict, write_report
+from demo.report import (
+    Cell,
+    ReportSpec,
+    measure_jobs,
+    measure_reports,
+    report_dict,
+    resolved_dtype,
+    write_report,
+)
 from demo.report_md import render_report_md
 
 
@@ -65,9 +78,29 @@ def replace_table(report: dict[str, Any], table: dict[str, Any], note: dict[str,
     return new
 
 
-def remeasure(pool_dir: Path, temperatures: list[float], dtype: str, workers: int
-              ) -> dict[str, Any]:
-    """Measure the tables at `temperatures` again and write report.json and REPORT.md."""
+def stored_cells(table: dict[str, Any]) -> dict[tuple[str, str], Cell]:
+    """Every (drafter, domain) cell of a table, from its per-prompt counts."""
+    return {(dr, do): Cell(tuple(c["tokens"]), tuple(c["rounds"]))
+            for dr, row in table["per_prompt"].items() for do, c in row.items()}
+
+
+def check_rows(table: dict[str, Any], rows: list[str], spec: ReportSpec) -> None:
+    """Rows measured alone must be real drafters of the table and share its dtype."""
+    unknown = sorted(set(rows) - set(table["drafters"]))
+    if unknown:
+        raise SystemExit(f"no drafter {', '.join(unknown)} in the table "
+                         f"(drafters: {', '.join(table['drafters'])})")
+    have, want = resolved_dtype(spec.dtype), table["measurement"]["dtype"]
+    if have != want:
+        raise SystemExit(f"the table at temperature {table['measurement']['temperature']} is "
+                         f"{want}, rows would be measured in {have}: re-measure the whole table "
+                         f"first (without --drafters) or pass --dtype {want}")
+
+
+def remeasure(pool_dir: Path, temperatures: list[float], dtype: str, workers: int,
+              rows: list[str] | None = None) -> dict[str, Any]:
+    """Measure the tables at `temperatures` again (only the drafters `rows` when given) and
+    write report.json and REPORT.md."""
     report = json.loads((pool_dir / "report.json").read_text())
     drafters, domains = report["drafters"], report["domains"]
     for temperature in temperatures:
@@ -75,12 +108,20 @@ def remeasure(pool_dir: Path, temperatures: list[float], dtype: str, workers: in
         if old is None:
             raise SystemExit(f"no table at temperature {temperature} in {pool_dir}/report.json")
         spec = spec_like(old, dtype)
+        if rows:
+            check_rows(old, rows, spec)
         start = time.perf_counter()
-        cells = measure_reports(pool_dir / "pool.json", drafters, domains, spec, workers)
-        table = report_dict(cells[temperature], drafters, domains, spec, temperature)
+        if rows:
+            jobs = [(dr, do, temperature) for dr in rows for do in domains]
+            fresh = measure_jobs(pool_dir / "pool.json", jobs, spec, workers)
+            cells = {**stored_cells(old), **{(dr, do): c for (dr, do, _), c in fresh.items()}}
+        else:
+            cells = measure_reports(pool_dir / "pool.json", drafters, domains, spec,
+                                    workers)[temperature]
+        table = report_dict(cells, drafters, domains, spec, temperature)
         note = {"date": datetime.date.today().isoformat(), "workers": workers,
                 "native_bf16": cpu_has_native_bf16(),
-                "seconds": round(time.perf_counter() - start)}
+                "seconds": round(time.perf_counter() - start), "rows": rows or drafters}
         report = replace_table(report, table, note)
         write_report(report, pool_dir)
         (pool_dir / "REPORT.md").write_text(render_report_md(report))
@@ -94,8 +135,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="auto", help="auto (as hedgespec serve), float32, "
                                                         "bfloat16")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--drafters", nargs="+", default=None,
+                        help="measure only these drafters' rows (in the table's dtype)")
     args = parser.parse_args(argv)
-    report = remeasure(args.pool, args.temperatures, args.dtype, args.workers)
+    report = remeasure(args.pool, args.temperatures, args.dtype, args.workers, args.drafters)
     for temperature in args.temperatures:
         table = table_at(report, temperature)
         assert table is not None

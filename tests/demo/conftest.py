@@ -16,9 +16,14 @@ def smollm2_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def quick_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def quick_pool(quick_build: tuple[Path, Path]) -> Path:
+    return quick_build[0]
+
+
+@pytest.fixture(scope="session")
+def quick_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Built through the documented command, `hedgespec demo build` (same options as
-    `python -m demo.pipeline`), with a stage cache and an override."""
+    `python -m demo.pipeline`), with a stage cache and an override: (pool.json, cache dir)."""
     from demo.domains import DOMAINS
     from demo.records import read_jsonl
     from gateway.cli import main as hedgespec
@@ -28,4 +33,4 @@ def quick_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--set", "eval_prompts_per_domain=3"]  # fmt: skip
     assert hedgespec(args) == 0
     assert len(list(read_jsonl(out / "eval_prompts.jsonl"))) == 3 * len(DOMAINS)
-    return out / "pool.json"
+    return out / "pool.json", cache

@@ -31,3 +31,12 @@ def test_the_shipped_pool_fits_its_size_budget_by_shape() -> None:
     params = (3 * h * h + 2 * h * (h + 2 * 192) + h * h  # fc, q/k/v over [emb; hidden], o
               + 3 * h * d.intermediate_size + d.draft_vocab_size * h)
     assert 8 * 2 * params < 100e6
+
+
+def test_a_specialist_can_have_its_own_epochs() -> None:
+    cfg = with_overrides(FULL, ['specialist_epochs={"medical": 5}', "specialist.epochs=2"])
+    assert cfg.specialist_schedule("medical").epochs == 5.0
+    assert cfg.specialist_schedule("sql").epochs == 2.0
+    assert cfg.specialist_schedule("medical").lr == cfg.specialist.lr
+    with pytest.raises(ValueError, match="names no domain cooking"):
+        with_overrides(FULL, ['specialist_epochs={"cooking": 5}'])

@@ -14,8 +14,8 @@ import pytest
 from demo.domains import POOL_DIR
 from demo.report import Cell, ReportSpec, report_dict
 from demo.report_md import render_report_md
+from demo.report_update import check_rows, replace_table, spec_like, table_at
 from demo.report_update import main as report_update
-from demo.report_update import replace_table, spec_like, table_at
 
 NOTE = {"date": "2026-12-03", "workers": 2, "native_bf16": False, "seconds": 60}
 
@@ -111,3 +111,12 @@ def test_spec_like_keeps_the_measurement() -> None:
     assert spec_like(table, "float32") == ReportSpec(top_k=3, depth=5, total_tokens=9,
                                                      max_new_tokens=17, prompts_per_domain=4,
                                                      temperatures=(1.0,), dtype="float32")
+
+
+def test_rows_alone_need_known_drafters_and_the_tables_dtype(shipped: dict) -> None:
+    table = shifted_table(shipped, 0.0, 0)  # float32
+    check_rows(table, ["medical"], spec_like(table, "float32"))
+    with pytest.raises(SystemExit, match="no drafter cooking"):
+        check_rows(table, ["cooking"], spec_like(table, "float32"))
+    with pytest.raises(SystemExit, match="is float32, rows would be measured in bfloat16"):
+        check_rows(table, ["medical"], spec_like(table, "bfloat16"))
