@@ -161,7 +161,8 @@ def remeasured_text(report: dict[str, Any]) -> str:
     """Each table measured again after the build, with the figures it replaced."""
     lines = ["## Re-measured after the build\n",
              "These tables were measured again with `python -m demo.report_update` (same tree, "
-             "token budget and prompts); the tables they replaced, as the build measured them:\n"]
+             "token budget and prompts); the tables they replaced, as the build or an earlier "
+             "re-measurement left them:\n"]
     for e in report["remeasured"]:
         old = e["replaced"]
         where = "with" if e["native_bf16"] else "without"

@@ -36,7 +36,7 @@ def test_retrain_replaces_one_specialist_and_its_rows(pool: Path,
     others = {d: files(pool, d) for d in before["drafters"] if d != "sql"}
     old_sql = files(pool, "sql")
     retrain(["--pool", str(pool), "--drafters", "sql", "--quick", "--rollouts", str(rollouts),
-             "--set", 'specialist_epochs={"sql": 2}', "--workers", "2"])
+             "--set", 'specialist_epochs={"sql": 2}', "--workers", "1"])
     after = json.loads((pool / "report.json").read_text())
     assert files(pool, "sql") != old_sql
     assert {d: files(pool, d) for d in others} == others
