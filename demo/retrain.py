@@ -36,8 +36,7 @@ from demo.domains import DATA_DIR, DOMAINS, ROLLOUTS_FILE
 from demo.features import TargetFeatures
 from demo.pipeline import eagle3_aux_layers, load_target, prompt_jobs, specialist_seed
 from demo.pool_files import GENERALIST
-from demo.report import resolved_dtype
-from demo.report_md import render_report_md
+from demo.report import resolved_dtype, write_report
 from demo.report_update import remeasure
 from demo.rollouts import Rollout, load_rollouts
 from demo.stage_cache import rollout_key
@@ -125,12 +124,10 @@ def retrain(pool_dir: Path, drafters: list[str], cfg: BuildConfig, seed: int,
         specialist, logs[domain] = train_one(model, generalist, own, cfg, seed, domain)
         save_drafter(specialist, pool_dir / "drafters" / domain, dtype=torch.float16)
     dtype = str(model.dtype).removeprefix("torch.")
-    report = record(report, logs, cfg, dtype, time.perf_counter() - start)
-    (pool_dir / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_report(record(report, logs, cfg, dtype, time.perf_counter() - start), pool_dir)
     temperatures = [float(t["measurement"]["temperature"]) for t in tables_of(report)]
-    report = remeasure(pool_dir, temperatures, cfg.report.dtype, workers, rows=drafters)
-    (pool_dir / "REPORT.md").write_text(render_report_md(report))
-    return report
+    # remeasure reads the recorded report back and writes report.json and REPORT.md
+    return remeasure(pool_dir, temperatures, cfg.report.dtype, workers, rows=drafters)
 
 
 def main(argv: list[str] | None = None) -> None:
