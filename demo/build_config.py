@@ -22,6 +22,11 @@ class RolloutSpec:
     # 640 + 160 a domain (news has 422 training prompts, all used): 5x the 112 + 48 of the
     # previous pool, which lifted in-domain specialist MAT by 5% (demo/experiments/rollouts-5x.md)
     greedy_per_domain: int = 640  # training prompts per domain answered greedily
+    # Domains answering another number of prompts greedily (at most their corpus's size).
+    # Medical, the specialist furthest from 1.2x its domain at 640 (1.18x; 8 epochs on the same
+    # data gained nothing, demo/experiments/more-epochs.md), answers all 2,000 of its prompts
+    # (demo/experiments/medical-all-prompts.md).
+    domain_greedy: dict[str, int] = field(default_factory=lambda: {"medical": 2000})
     sampled_per_domain: int = 160  # the first of them answered once more at temperature 1
     # The generalist's data, the paper's regime: the synthesised general chat
     # (`demo/general_chat.py`: the first general_greedy prompts answered greedily, every n-th
@@ -75,10 +80,12 @@ class BuildConfig:
         if self.specialist_init not in ("generalist", "scratch"):
             raise ValueError(f"specialist_init is 'scratch' or 'generalist', got "
                              f"{self.specialist_init!r}")
-        unknown = sorted(set(self.specialist_epochs) - set(DOMAINS))
-        if unknown:
-            raise ValueError(f"specialist_epochs names no domain {', '.join(unknown)} "
-                             f"(domains: {', '.join(DOMAINS)})")
+        for name, per_domain in (("specialist_epochs", self.specialist_epochs),
+                                 ("rollouts.domain_greedy", self.rollouts.domain_greedy)):
+            unknown = sorted(set(per_domain) - set(DOMAINS))
+            if unknown:
+                raise ValueError(f"{name} names no domain {', '.join(unknown)} "
+                                 f"(domains: {', '.join(DOMAINS)})")
 
     def specialist_schedule(self, domain: str) -> Schedule:
         """The training schedule of `domain`'s specialist."""
@@ -93,13 +100,15 @@ FULL = BuildConfig()
 # the full build (on the previous pool's 112 + 48 rollouts a domain), built once and not
 # shipped: weaker in-domain than fine-tuned copies (demo/experiments/scratch-specialists.md).
 PAPER_REGIME = [
-    "rollouts.greedy_per_domain=112", "rollouts.sampled_per_domain=48",
+    "rollouts.greedy_per_domain=112", "rollouts.domain_greedy={}",
+    "rollouts.sampled_per_domain=48",
     "specialist_init=scratch", "specialist.epochs=12", "specialist.lr=2e-3",
 ]
 
 QUICK = BuildConfig(
     rollouts=RolloutSpec(
-        greedy_per_domain=3, sampled_per_domain=1, generalist_per_domain=2, prompt_chars=120,
+        greedy_per_domain=3, domain_greedy={}, sampled_per_domain=1, generalist_per_domain=2,
+        prompt_chars=120,
         max_new_tokens=8, batch_size=8,
         # A handful of general chat prompts, not the full build's 400: generating and featurising
         # those took 5 of a quick build's 6.5 minutes in fp32.

@@ -33,12 +33,20 @@ def log_summary(log: TrainLog) -> dict[str, Any]:
     }
 
 
+def rollout_counts(rollouts: Sequence[Rollout]) -> dict[str, dict[str, int]]:
+    """Rollouts by sampling temperature and by the precision that generated them."""
+    temps = sorted({r.temperature for r in rollouts})
+    dtypes = sorted({r.dtype for r in rollouts})
+    return {"by_temperature": {str(t): sum(r.temperature == t for r in rollouts) for t in temps},
+            "by_dtype": {d.removeprefix("torch.") or "unknown": sum(r.dtype == d for r in rollouts)
+                         for d in dtypes}}
+
+
 def rollout_summary(rollouts: Sequence[Rollout], eos_id: int,
                     generalist: Eagle3Drafter) -> dict[str, Any]:
-    temps = sorted({r.temperature for r in rollouts})
     return {
         "sequences": len(rollouts),
-        "by_temperature": {str(t): sum(r.temperature == t for r in rollouts) for t in temps},
+        **rollout_counts(rollouts),
         "prompt_tokens": sum(len(r.prompt_ids) for r in rollouts),
         "response_tokens": sum(len(r.response_ids) for r in rollouts),
         "ended_with_eos": sum(bool(r.response_ids) and r.response_ids[-1] == eos_id

@@ -68,9 +68,9 @@ def pick(records: list[Record], n: int, seed: int) -> list[Record]:
 def prompt_jobs(cfg: BuildConfig, seed: int, data_dir: Path) -> list[PromptJob]:
     """The general chat first (greedy jobs for the first general_greedy prompts, then
     temperature-1 jobs for every general_sampled_every-th of them), then per domain: greedy
-    jobs for the first greedy_per_domain picked prompts and temperature-1 jobs for the first
-    sampled_per_domain of them. (The order of the rollout chunks, so stored and freshly made
-    rollouts come back in the same order.)"""
+    jobs for the first greedy_per_domain picked prompts (domain_greedy's count for the domains
+    it names) and temperature-1 jobs for the first sampled_per_domain of them. (The order of
+    the rollout chunks, so stored and freshly made rollouts come back in the same order.)"""
     spec = cfg.rollouts
     general = general_records()[: spec.general_greedy]
     jobs = [PromptJob(r, rank, 0.0) for rank, r in enumerate(general)]
@@ -78,8 +78,8 @@ def prompt_jobs(cfg: BuildConfig, seed: int, data_dir: Path) -> list[PromptJob]:
         jobs += [PromptJob(r, rank, 1.0) for rank, r in enumerate(general)
                  if rank % spec.general_sampled_every == 0]
     for domain in DOMAINS:
-        picked = pick(load_records(corpus_path(domain, data_dir), domain), spec.greedy_per_domain,
-                      seed + 1)
+        picked = pick(load_records(corpus_path(domain, data_dir), domain),
+                      spec.domain_greedy.get(domain, spec.greedy_per_domain), seed + 1)
         jobs += [PromptJob(r, rank, 0.0) for rank, r in enumerate(picked)]
         jobs += [PromptJob(r, rank, 1.0)
                  for rank, r in enumerate(picked[: spec.sampled_per_domain])]
@@ -105,7 +105,7 @@ def build_rollouts(
 ) -> list[Rollout]:
     spec = cfg.rollouts
     jobs = prompt_jobs(cfg, seed, data_dir)
-    key = rollout_key(cfg, seed, data_dir, str(model.dtype))
+    key = rollout_key(cfg, seed, data_dir)
     for path in (rollouts_file, cache.path("rollouts.jsonl")):
         if path is not None:
             found = load_rollouts(path, key, jobs, tokenizer, spec.prompt_chars)

@@ -60,10 +60,11 @@ def build_text(build: dict[str, Any]) -> str:
         f"{target['layers']} layers, from {target['source']}; build passes in {target['dtype']}; "
         f"aux layers {target['aux_layers']} (input of decoder layer idx).",
         f"Rollouts: the target's own responses (greedy to {rcfg['greedy_per_domain']} training "
-        f"prompts per domain, and once more at temperature 1 to the first "
-        f"{rcfg['sampled_per_domain']} of them{_general_text(rcfg)}; at most "
+        f"prompts per domain{_domain_greedy_text(rcfg)}, and once more at temperature 1 to "
+        f"the first {rcfg['sampled_per_domain']} of them{_general_text(rcfg)}; at most "
         f"{rcfg['max_new_tokens']} new tokens): "
-        f"{roll['sequences']} sequences, {roll['response_tokens']} generated tokens, "
+        f"{roll['sequences']} sequences{_dtype_text(roll)}, {roll['response_tokens']} "
+        "generated tokens, "
         f"{roll['ended_with_eos']} ended with EOS. " + _regime_text(cfg) + " "
         f"Draft vocabulary of the generalist: the {dcfg['draft_vocab_size']} most frequent "
         f"generated tokens of its data, covering {100 * roll['draft_vocab_coverage']:.1f}% of "
@@ -83,9 +84,32 @@ def retrained_text(e: dict[str, Any]) -> str:
     threads = f"{e['threads']} thread" + ("s" if e["threads"] != 1 else "")
     return (f"Retrained after the build on {e['date']} with the build's specialist recipe "
             f"(`demo/retrain.py`: a copy of the generalist fine-tuned on the domain's rollouts, "
-            f"lr {e['lr']:g}): {epochs}; features in {e['features_dtype']} on a CPU {where} "
+            f"lr {e['lr']:g}): {epochs}{_retrain_data_text(e)}; features in "
+            f"{e['features_dtype']} on a CPU {where} "
             f"native bf16, {threads}, {e['seconds']} s. Their rows in every table above were "
             f"measured again after it.")
+
+
+def _retrain_data_text(e: dict[str, Any]) -> str:
+    """What each retrained specialist learnt from (recorded since the medical retrain)."""
+    data = e.get("rollouts") or {}
+    return "".join(
+        f"; {d} on {r['sequences']} rollouts ("
+        + " + ".join(f"{n} at temperature {t}" for t, n in r["by_temperature"].items())
+        + f"{_dtype_text(r)}, {r['response_tokens']} generated tokens)"
+        for d, r in data.items())
+
+
+def _dtype_text(counts: dict[str, Any]) -> str:
+    """Which precision generated the rollouts ("" for a report made before they recorded it)."""
+    by_dtype = counts.get("by_dtype") or {}
+    return "; generated in " + ", ".join(f"{d} ({n})" for d, n in by_dtype.items()) \
+        if by_dtype else ""
+
+
+def _domain_greedy_text(rcfg: dict[str, Any]) -> str:
+    counts = rcfg.get("domain_greedy") or {}
+    return "".join(f", {d} {n}" for d, n in counts.items())
 
 
 def _general_text(rcfg: dict[str, Any]) -> str:

@@ -12,8 +12,8 @@ every table of the report (`demo.report_update`, in each table's own dtype) and 
 recorded under `build.retrained`, which `REPORT.md` shows.
 
 Nothing is generated: the rollouts are the build's (the committed file for a full build),
-looked up with the dtype the build generated them in (`build.target.dtype`), so a machine
-computing in another dtype still finds them. Features are computed in this machine's dtype.
+whatever precision made them (each records its own), so a machine computing in another dtype
+still finds them. Features are computed in this machine's dtype.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 from core.eagle3 import Eagle3Drafter, load_drafter, save_drafter
 from core.precision import cpu_has_native_bf16
 from demo.build_config import FULL, QUICK, BuildConfig, with_overrides
-from demo.build_info import log_summary
+from demo.build_info import log_summary, rollout_counts
 from demo.domains import DATA_DIR, DOMAINS, ROLLOUTS_FILE
 from demo.features import TargetFeatures
 from demo.pipeline import eagle3_aux_layers, load_target, prompt_jobs, specialist_seed
@@ -69,15 +69,15 @@ def check_request(report: dict[str, Any], drafters: list[str], cfg: BuildConfig)
 
 def domain_rollouts(
     cfg: BuildConfig, seed: int, rollouts_file: Path, tokenizer: PreTrainedTokenizerBase,
-    build_dtype: str, domain: str,
+    domain: str,
 ) -> list[Rollout]:
     """The build's rollouts of one domain, as the build's specialist stage reads them."""
     jobs = [j for j in prompt_jobs(cfg, seed, DATA_DIR) if j.record.domain == domain]
-    key = rollout_key(cfg, seed, DATA_DIR, f"torch.{build_dtype}")
+    key = rollout_key(cfg, seed, DATA_DIR)
     found = load_rollouts(rollouts_file, key, jobs, tokenizer, cfg.rollouts.prompt_chars)
     if found is None:
-        raise SystemExit(f"{rollouts_file} lacks {domain}'s rollouts for this config "
-                         f"(generated in {build_dtype}): run the full build instead")
+        raise SystemExit(f"{rollouts_file} lacks {domain}'s rollouts for this config: "
+                         "run the full build instead (it generates the missing ones)")
     return found
 
 
@@ -93,14 +93,20 @@ def train_one(
     return specialist, log
 
 
-def record(report: dict[str, Any], logs: dict[str, TrainLog], cfg: BuildConfig,
-           dtype: str, seconds: float) -> dict[str, Any]:
+def data_summary(own: list[Rollout]) -> dict[str, Any]:
+    """What one specialist learnt from: rollouts by temperature and generated tokens."""
+    return {"sequences": len(own), **rollout_counts(own),
+            "response_tokens": sum(len(r.response_ids) for r in own)}
+
+
+def record(report: dict[str, Any], logs: dict[str, TrainLog], data: dict[str, Any],
+           cfg: BuildConfig, dtype: str, seconds: float) -> dict[str, Any]:
     """The report with the new training logs and a `build.retrained` entry."""
     build = dict(report["build"])
     build["drafters"] = {**build["drafters"], **{d: log_summary(log) for d, log in logs.items()}}
     entry = {"date": datetime.date.today().isoformat(), "drafters": list(logs),
              "epochs": {d: cfg.specialist_schedule(d).epochs for d in logs},
-             "lr": cfg.specialist.lr, "features_dtype": dtype,
+             "lr": cfg.specialist.lr, "rollouts": data, "features_dtype": dtype,
              "native_bf16": cpu_has_native_bf16(), "threads": cfg.threads,
              "seconds": round(seconds)}
     build["retrained"] = [*build.get("retrained", []), entry]
@@ -118,13 +124,15 @@ def retrain(pool_dir: Path, drafters: list[str], cfg: BuildConfig, seed: int,
     generalist = load_drafter(pool_dir / "drafters" / GENERALIST, embed_tokens=embed,
                               dtype=torch.float32, device=model.device)
     logs: dict[str, TrainLog] = {}
+    data: dict[str, Any] = {}
     for domain in drafters:
-        own = domain_rollouts(cfg, seed, rollouts_file, tokenizer,
-                              report["build"]["target"]["dtype"], domain)
+        own = domain_rollouts(cfg, seed, rollouts_file, tokenizer, domain)
+        data[domain] = data_summary(own)
         specialist, logs[domain] = train_one(model, generalist, own, cfg, seed, domain)
         save_drafter(specialist, pool_dir / "drafters" / domain, dtype=torch.float16)
     dtype = str(model.dtype).removeprefix("torch.")
-    write_report(record(report, logs, cfg, dtype, time.perf_counter() - start), pool_dir)
+    seconds = time.perf_counter() - start
+    write_report(record(report, logs, data, cfg, dtype, seconds), pool_dir)
     temperatures = [float(t["measurement"]["temperature"]) for t in tables_of(report)]
     # remeasure reads the recorded report back and writes report.json and REPORT.md
     return remeasure(pool_dir, temperatures, cfg.report.dtype, workers, rows=drafters)

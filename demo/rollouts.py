@@ -5,6 +5,10 @@ EAGLE-3 drafters learn to predict the target, not the dataset, so (as SpecForge'
 and sampled. Rollouts are small (token ids only), so the shipped ones are committed under
 `demo/data/rollouts/` with the key of everything they depend on: a drafter rebuild with the
 same target, prompts and settings reuses them instead of spending the build's longest stage.
+Each rollout also records the precision of the target passes that made it (`dtype`): that is
+provenance, not part of the key, so a build computing in fp32 (a CPU without native bf16)
+reuses rollouts made in bf16 instead of regenerating all of them (~2 hours in fp32), and can
+add its own to the same file.
 """
 
 from __future__ import annotations
@@ -30,10 +34,23 @@ class Rollout:
     prompt_ids: tuple[int, ...]  # rendered chat prefix, ending with the assistant header
     response_ids: tuple[int, ...]  # generated tokens, ending with EOS when the target stopped
     rank: int = 0  # position of the prompt in its domain's seeded order
+    dtype: str = ""  # precision of the target passes that generated it, e.g. "torch.bfloat16"
 
     @property
     def ids(self) -> list[int]:
         return [*self.prompt_ids, *self.response_ids]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A stored response and the precision it was generated in."""
+
+    response_ids: tuple[int, ...]
+    dtype: str
+
+
+# Stored responses by (record id, temperature)
+Responses = dict[tuple[str, float], Stored]
 
 
 @dataclass(frozen=True)
@@ -96,9 +113,10 @@ def generate_rollouts(
             outs = _generate_batch(model, [encoded[i] for i in part], max_new_tokens=max_new_tokens,
                                    temperature=temperature, eos_id=eos)
             responses.update(zip(part, outs, strict=True))
+    dtype = str(model.dtype)
     return [
         Rollout(j.record.domain, j.record.id, j.temperature, tuple(encoded[i]), responses[i],
-                j.rank)
+                j.rank, dtype)
         for i, j in enumerate(jobs)
     ]
 
@@ -113,17 +131,20 @@ def save_rollouts(path: Path, rollouts: Sequence[Rollout], key: dict[str, Any]) 
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
-def stored_responses(path: Path | None,
-                     key: dict[str, Any]) -> dict[tuple[str, float], tuple[int, ...]]:
+def stored_responses(path: Path | None, key: dict[str, Any]) -> Responses:
     """The responses stored in `path` by (record id, temperature); empty when the file is
-    absent or its key differs (another target, dtype, corpus, seed or generation setting)."""
+    absent or its key differs (another target, corpus, seed or generation setting). A file
+    written before rollouts carried their dtype has it in its key: its lines get that one."""
     if path is None or not path.is_file():
         return {}
     lines = path.read_text(encoding="utf-8").splitlines()
-    if not lines or json.loads(lines[0]).get("key") != json.loads(json.dumps(key, sort_keys=True)):
+    stored_key = dict(json.loads(lines[0]).get("key") or {}) if lines else {}
+    legacy_dtype = str(stored_key.pop("dtype", ""))
+    if not lines or stored_key != json.loads(json.dumps(key, sort_keys=True)):
         return {}
     rows = (json.loads(line) for line in lines[1:])
-    return {(r["record_id"], float(r["temperature"])): tuple(r["response_ids"]) for r in rows}
+    return {(r["record_id"], float(r["temperature"])):
+            Stored(tuple(r["response_ids"]), r.get("dtype", legacy_dtype)) for r in rows}
 
 
 def load_rollouts(
@@ -142,21 +163,23 @@ def load_rollouts(
             for j in jobs]
 
 
-def _rollout(job: PromptJob, response: tuple[int, ...], tokenizer: PreTrainedTokenizerBase,
+def _rollout(job: PromptJob, stored: Stored, tokenizer: PreTrainedTokenizerBase,
              prompt_chars: int) -> Rollout:
     prompt = tuple(encode_prompt(tokenizer, job.record.prompt, prompt_chars))
-    return Rollout(job.record.domain, job.record.id, job.temperature, prompt, response, job.rank)
+    return Rollout(job.record.domain, job.record.id, job.temperature, prompt,
+                   stored.response_ids, job.rank, stored.dtype)
 
 
 def extend_rollouts(
     model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, jobs: Sequence[PromptJob],
-    stored: dict[tuple[str, float], tuple[int, ...]], *, prompt_chars: int, max_new_tokens: int,
-    batch_size: int, seed: int,
+    stored: Responses, *, prompt_chars: int, max_new_tokens: int, batch_size: int, seed: int,
 ) -> list[Rollout]:
-    """The rollouts of `jobs` in order: stored responses reused, only the missing generated."""
+    """The rollouts of `jobs` in order: stored responses reused (with the dtype they were made
+    in), only the missing generated."""
     missing = [j for j in jobs if (j.record.id, j.temperature) not in stored]
     fresh = generate_rollouts(model, tokenizer, missing, prompt_chars=prompt_chars,
                               max_new_tokens=max_new_tokens, batch_size=batch_size,
                               seed=seed) if missing else []
-    found = {**stored, **{(r.record_id, r.temperature): r.response_ids for r in fresh}}
+    found = {**stored,
+             **{(r.record_id, r.temperature): Stored(r.response_ids, r.dtype) for r in fresh}}
     return [_rollout(j, found[(j.record.id, j.temperature)], tokenizer, prompt_chars) for j in jobs]

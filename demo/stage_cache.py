@@ -35,15 +35,17 @@ def corpora_digest(data_dir: Path) -> str:
     return h.hexdigest()[:16]
 
 
-_COUNTS = ("greedy_per_domain", "sampled_per_domain", "general_greedy", "general_sampled_every",
-           "generalist_per_domain", "batch_size")
+_COUNTS = ("greedy_per_domain", "domain_greedy", "sampled_per_domain", "general_greedy",
+           "general_sampled_every", "generalist_per_domain", "batch_size")
 
 
-def rollout_key(cfg: BuildConfig, seed: int, data_dir: Path, dtype: str) -> dict[str, Any]:
+def rollout_key(cfg: BuildConfig, seed: int, data_dir: Path) -> dict[str, Any]:
     """What one rollout depends on; stored with the rollouts and compared on load. How many
-    prompts a build answers is not part of it: a larger build reuses a smaller one's rollouts."""
+    prompts a build answers is not part of it: a larger build reuses a smaller one's rollouts;
+    nor is the precision of the passes that made it, which each rollout records instead
+    (demo/rollouts.py)."""
     settings = {k: v for k, v in asdict(cfg.rollouts).items() if k not in _COUNTS}
-    return {"target": smollm2.GGUF_SHA256[:16], "dtype": dtype, "corpora": corpora_digest(data_dir),
+    return {"target": smollm2.GGUF_SHA256[:16], "corpora": corpora_digest(data_dir),
             "seed": seed, "rollouts": settings}
 
 

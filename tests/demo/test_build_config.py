@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from demo.build_config import FULL, with_overrides
-from demo.pipeline import eagle3_aux_layers
+from demo.build_config import FULL, PAPER_REGIME, QUICK, BuildConfig, with_overrides
+from demo.domains import DATA_DIR, DOMAINS
+from demo.pipeline import eagle3_aux_layers, prompt_jobs
 
 
 def test_feature_layers_are_eagle3s_for_smollm2() -> None:
@@ -40,3 +41,27 @@ def test_a_specialist_can_have_its_own_epochs() -> None:
     assert cfg.specialist_schedule("medical").lr == cfg.specialist.lr
     with pytest.raises(ValueError, match="names no domain cooking"):
         with_overrides(FULL, ['specialist_epochs={"cooking": 5}'])
+
+
+def test_a_domain_can_answer_more_prompts_greedily() -> None:
+    """domain_greedy raises one domain's greedy count; the first ranks stay the same prompts
+    (the seeded order is a prefix), so the rollouts already made are reused, and the other
+    domains are untouched."""
+    base = with_overrides(QUICK, ["rollouts.greedy_per_domain=4"])
+    more = with_overrides(base, ['rollouts.domain_greedy={"medical": 9}'])
+
+    def greedy(cfg: BuildConfig, domain: str) -> list[str]:
+        return [j.record.id for j in prompt_jobs(cfg, 0, DATA_DIR)
+                if j.record.domain == domain and j.temperature == 0.0]
+
+    assert len(greedy(more, "medical")) == 9
+    assert greedy(more, "medical")[:4] == greedy(base, "medical")
+    assert all(greedy(more, d) == greedy(base, d) for d in DOMAINS if d != "medical")
+    with pytest.raises(ValueError, match=r"rollouts\.domain_greedy names no domain cooking"):
+        with_overrides(FULL, ['rollouts.domain_greedy={"cooking": 5}'])
+
+
+def test_the_full_build_answers_every_medical_prompt() -> None:
+    assert FULL.rollouts.domain_greedy == {"medical": 2000}
+    assert with_overrides(FULL, PAPER_REGIME).rollouts.domain_greedy == {}
+    assert QUICK.rollouts.domain_greedy == {}

@@ -62,14 +62,12 @@ def test_the_full_build_asks_for_general_chat_greedy_and_sampled_first() -> None
 
 def test_the_committed_rollouts_serve_the_scratch_regime() -> None:
     """The scratch-specialist experiment's smaller build also skips generation."""
-    import torch
-
     from demo.domains import ROLLOUTS_FILE
     from demo.rollouts import stored_responses
     from demo.stage_cache import rollout_key
 
     paper = with_overrides(FULL, PAPER_REGIME)
-    stored = stored_responses(ROLLOUTS_FILE, rollout_key(paper, 0, DATA_DIR, str(torch.bfloat16)))
+    stored = stored_responses(ROLLOUTS_FILE, rollout_key(paper, 0, DATA_DIR))
     jobs = pipeline.prompt_jobs(paper, 0, DATA_DIR)
     assert len(jobs) == 1520 and all((j.record.id, j.temperature) in stored for j in jobs)
 

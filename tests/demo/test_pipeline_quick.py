@@ -13,7 +13,7 @@ from demo import pipeline
 from demo.build_config import QUICK, with_overrides
 from demo.build_timer import StageTimer
 from demo.domains import DATA_DIR, DOMAINS
-from demo.rollouts import extend_rollouts, generate_rollouts, load_rollouts
+from demo.rollouts import Stored, extend_rollouts, generate_rollouts, load_rollouts
 from demo.stage_cache import StageCache, rollout_key
 
 # Smaller still than --quick for the tests that run the stages themselves: one prompt a domain
@@ -77,31 +77,33 @@ def test_stale_rollouts_are_not_reused(tmp_path: Path) -> None:
     path = cache.path("rollouts.jsonl")
     assert path is not None
     jobs = pipeline.prompt_jobs(TINY, 0, DATA_DIR)
-    key = rollout_key(TINY, 0, DATA_DIR, str(model.dtype))
+    key = rollout_key(TINY, 0, DATA_DIR)
     chars = TINY.rollouts.prompt_chars
     assert load_rollouts(path, key, jobs, tokenizer, chars) is not None
     assert load_rollouts(path, {**key, "seed": 1}, jobs, tokenizer, chars) is None
     assert load_rollouts(path, key, jobs[:-1], tokenizer, chars) is not None  # fewer: served
     bigger = with_overrides(TINY, ["rollouts.greedy_per_domain=2"])
-    assert rollout_key(bigger, 0, DATA_DIR, str(model.dtype)) == key  # counts are not the key
+    assert rollout_key(bigger, 0, DATA_DIR) == key  # counts are not the key
     assert load_rollouts(path, key, pipeline.prompt_jobs(bigger, 0, DATA_DIR), tokenizer,
                          chars) is None  # more: some are missing
 
 
 def test_a_larger_build_generates_only_the_missing_rollouts() -> None:
-    """Stored responses (a sentinel no model would produce) come back as stored; the one
-    missing job is generated, exactly as generating it alone would."""
+    """Stored responses (a sentinel no model would produce) come back as stored, with the
+    dtype they were stored with; the one missing job is generated, exactly as generating it
+    alone would, and labelled with the model's dtype."""
     model, tokenizer = pipeline.load_target(QUICK)
     jobs = pipeline.prompt_jobs(QUICK, 0, DATA_DIR)[:3]
     spec = QUICK.rollouts
     settings = {"prompt_chars": spec.prompt_chars, "max_new_tokens": spec.max_new_tokens,
                 "batch_size": spec.batch_size, "seed": 7}
     sentinel = (999, 998, 997)
-    stored = {(j.record.id, j.temperature): sentinel for j in jobs[:-1]}
+    stored = {(j.record.id, j.temperature): Stored(sentinel, "torch.float64") for j in jobs[:-1]}
     out = extend_rollouts(model, tokenizer, jobs, stored, **settings)
-    assert [r.response_ids for r in out[:-1]] == [sentinel, sentinel]
+    assert [(r.response_ids, r.dtype) for r in out[:-1]] == [(sentinel, "torch.float64")] * 2
     alone = generate_rollouts(model, tokenizer, jobs[-1:], **settings)
     assert out[-1] == alone[0] and out[-1].response_ids != sentinel
+    assert out[-1].dtype == str(model.dtype)
 
 
 def test_the_committed_rollouts_serve_every_job_of_the_full_build() -> None:
@@ -110,9 +112,10 @@ def test_the_committed_rollouts_serve_every_job_of_the_full_build() -> None:
     from demo.domains import ROLLOUTS_FILE
     from demo.rollouts import stored_responses
 
-    key = rollout_key(FULL, 0, DATA_DIR, str(torch.bfloat16))
+    key = rollout_key(FULL, 0, DATA_DIR)
     stored = stored_responses(ROLLOUTS_FILE, key)
     jobs = pipeline.prompt_jobs(FULL, 0, DATA_DIR)
-    # general chat 320 + 80; 640 + 160 a domain, but news has only 422 training prompts
-    assert len(jobs) == 400 + (len(DOMAINS) - 1) * 800 + 422 + 160 == len(stored)
+    # general chat 320 + 80; 640 + 160 a domain, but news has only 422 training prompts and
+    # medical answers all 2,000 of its own greedily
+    assert len(jobs) == 400 + (len(DOMAINS) - 2) * 800 + 422 + 160 + 2000 + 160 == len(stored)
     assert all((j.record.id, j.temperature) in stored for j in jobs)

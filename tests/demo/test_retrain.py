@@ -44,12 +44,16 @@ def test_retrain_replaces_one_specialist_and_its_rows(pool: Path,
     assert after["build"]["drafters"]["sql"]["steps"] == 2 * steps
     (entry,) = after["build"]["retrained"]
     assert entry["drafters"] == ["sql"] and entry["epochs"] == {"sql": 2.0}
+    # what it learnt from: the quick build's 3 greedy + 1 sampled sql rollouts
+    assert entry["rollouts"]["sql"]["sequences"] == 4
+    assert entry["rollouts"]["sql"]["by_temperature"] == {"0.0": 3, "1.0": 1}
     for new, old in ((after, before), (after["sampling"]["1.0"], before["sampling"]["1.0"])):
         assert rows_except(new, "sql") == rows_except(old, "sql")
         assert new["measurement"] == old["measurement"]
     assert [e["rows"] for e in after["remeasured"]] == [["sql"], ["sql"]]
     text = (pool / "REPORT.md").read_text()
     assert "Retrained after the build on" in text and "sql 2 epochs" in text
+    assert "sql on 4 rollouts (3 at temperature 0.0 + 1 at temperature 1.0" in text
     assert "rows sql only" in text
 
 
