@@ -90,13 +90,15 @@ def test_report_has_greedy_and_temperature_one_tables(report: dict) -> None:
 
 
 def test_report_shows_the_specialisation_pattern(report: dict) -> None:
-    """Each specialist beats the generalist on its own domain; the generalist wins on average."""
+    """The issue's pattern in the greedy table: each specialist at least 1.2x the generalist's
+    MAT on its own domain, the generalist ahead on average, the per-request oracle at least
+    1.25x the generalist on the mixed workload."""
     drafters, domains, mat = report["drafters"], report["domains"], report["mat"]
     g = drafters.index("generalist")
     for d in domains:
-        assert mat[drafters.index(d)][domains.index(d)] > mat[g][domains.index(d)], d
+        assert mat[drafters.index(d)][domains.index(d)] >= 1.2 * mat[g][domains.index(d)], d
     assert report["checks"]["generalist_beats_specialists_on_average"]
-    assert report["checks"]["oracle_over_generalist"] > 1.0
+    assert report["checks"]["oracle_over_generalist"] >= 1.25
 
 
 def test_a_slice_of_the_report_reproduces(report: dict) -> None:
@@ -114,6 +116,26 @@ def test_a_slice_of_the_report_reproduces(report: dict) -> None:
         # Greedy decoding is deterministic in fp32; bf16 results depend on the shape of each
         # pass and the CPU's kernels, so a tolerance absorbs that.
         assert cell.mat == pytest.approx(expected.mat, rel=0.15), (dr, do)
+
+
+def test_the_shipped_medical_specialist_is_the_one_its_report_row_measured(report: dict) -> None:
+    """The medical row was re-measured after the specialist was retrained on all of medical's
+    prompts (demo/retrain.py): its first three medical prompts take the rounds the report
+    records (greedy fp32: within one round a prompt, for thread-count rounding in the
+    drafter's near-ties; the previous medical file took two rounds more on the third)."""
+    m = report["measurement"]
+    spec = ReportSpec(
+        top_k=m["tree"]["top_k"], depth=m["tree"]["depth"], total_tokens=m["tree"]["total_tokens"],
+        max_new_tokens=m["max_new_tokens"], prompts_per_domain=3, dtype=m["dtype"],
+    )
+    ((_, cell),) = measure_table(POOL_JSON, ["medical"], ["medical"], spec, workers=1).items()
+    shipped = report["per_prompt"]["medical"]["medical"]
+    if m["dtype"] != "float32":  # bf16: drafters may commit different texts (near-ties)
+        expected = Cell(tuple(shipped["tokens"][:3]), tuple(shipped["rounds"][:3]))
+        assert cell.mat == pytest.approx(expected.mat, rel=0.15)
+        return
+    assert list(cell.tokens) == shipped["tokens"][:3]
+    assert all(abs(a - b) <= 1 for a, b in zip(cell.rounds, shipped["rounds"], strict=False))
 
 
 def test_the_shipped_router_routes_held_out_prompts_to_their_domain(pool: dict,
