@@ -17,6 +17,9 @@ from typing import Literal
 
 LearnerName = Literal["normalhedge", "adanormalhedge", "hedge", "ucbspec", "exp3spec"]
 LEARNER_NAMES: tuple[str, ...] = ("normalhedge", "adanormalhedge", "hedge", "ucbspec", "exp3spec")
+# The policy of NormalHedge started from the prompt router's probabilities as its prior
+# (core/learners.py, core/engine.py); served when the pool ships a router.
+ROUTER_PRIOR = "normalhedge_router"
 LossName = Literal["length", "prob"]
 # Counterfactual candidate sets (core/counterfactual.py): the unpruned top_k ("topk", the
 # paper's estimator as usually read) or the children the drafter's own tree would keep.

@@ -40,6 +40,11 @@ from core.scheduler import BatchScheduler
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
 from core.target import Target
 
+# Share of the router's probabilities in the prior of policy normalhedge_router; the rest is
+# uniform. Half keeps every drafter at 1/(2N) or more while a confident route still starts the
+# learner with more than half its weight on the routed drafter.
+ROUTER_PRIOR_MIX = 0.5
+
 log = logging.getLogger(__name__)
 
 
@@ -170,6 +175,8 @@ class SpecEngine:
         resolved = self.check_request(prompt_ids, params, policy)
         if resolved.routed:
             resolved = replace(resolved, name=self._route(prompt_ids))
+        if resolved.router_prior:
+            resolved = replace(resolved, prior=self._router_prior(prompt_ids))
         state = RequestState.create(request_id, list(prompt_ids), params, resolved, self.snapshot,
                                     self.config, cache=self.target.new_cache(),
                                     eos_ids=self.target.eos_token_ids)
@@ -189,6 +196,20 @@ class SpecEngine:
         assert self.router is not None  # check_request resolves `router` only with one
         did = self.router.route(prompt_ids)
         return did if did in self.snapshot.ids else self.snapshot.ids[0]
+
+    def _router_prior(self, prompt_ids: list[int]) -> tuple[float, ...]:
+        """The learner's prior over this request's pool: the router's probabilities, mixed
+        half and half with uniform so that every drafter keeps at least 1/(2N) (a wrong route
+        then costs the learner at most ln 2 in its regret bound's log term); a drafter the
+        router has no label for gets the uniform half only."""
+        assert self.router is not None  # check_request resolves the policy only with one
+        probs = self.router.probabilities([prompt_ids])[0]
+        by_label = dict(zip(self.router.labels, probs.tolist(), strict=True))
+        ids = self.snapshot.ids
+        routed = [by_label.get(d, 0.0) for d in ids]
+        total = sum(routed) or 1.0
+        return tuple(ROUTER_PRIOR_MIX * r / total + (1.0 - ROUTER_PRIOR_MIX) / len(ids)
+                     for r in routed)
 
     def grammar_compiler(self) -> GrammarCompiler:
         """The target tokenizer in the grammar engine's form, built on first use."""

@@ -166,6 +166,20 @@ def check_losses(losses: npt.ArrayLike, n: int) -> list[float]:
     return [min(max(x, 0.0), 1.0) for x in values]
 
 
+def check_prior(prior: Sequence[float] | None, n: int) -> list[float]:
+    """A prior over n experts, normalised; uniform when None. Every expert needs positive
+    mass: one with none could never gain weight, whatever its losses."""
+    if prior is None:
+        return [1.0 / n] * n
+    values = [float(x) for x in prior]
+    if len(values) != n:
+        raise ValueError(f"expected a prior over {n} experts, got {len(values)}")
+    if not all(math.isfinite(x) and x > 0.0 for x in values):
+        raise ValueError(f"every expert needs a positive finite prior, got {values}")
+    total = sum(values)
+    return [x / total for x in values]
+
+
 def softmax_log(log_w: FloatArray) -> FloatArray:
     """Normalise log-weights ([N], -inf allowed); uniform when every weight is zero."""
     top = log_w.max()
@@ -176,31 +190,35 @@ def softmax_log(log_w: FloatArray) -> FloatArray:
 
 
 def solve_normalhedge_scale(v: list[float], guess: float | None = None,
-                            max_iter: int = 60, rtol: float = 1e-13) -> float:
-    """Solve (1/N) Σ_i exp(v_i·y) = e for y, given v_i ∈ [0, 1] with max_i v_i = 1.
+                            max_iter: int = 60, rtol: float = 1e-13,
+                            prior: list[float] | None = None) -> float:
+    """Solve Σ_i π_i exp(v_i·y) = e for y, given v_i ∈ [0, 1] with max_i v_i = 1 and a prior
+    π (uniform 1/N when None).
 
-    This is NormalHedge's equation (1/N) Σ_i exp([R_i]_+² / 2c) = e in the scale-free
+    This is NormalHedge's equation Σ_i π_i exp([R_i]_+² / 2c) = e in the scale-free
     variable y = u_max / c, u_i = [R_i]_+² / 2, v_i = u_i / u_max. The reference bracket
-    c ∈ [u_max/(1 + ln N), u_max] becomes y ∈ [1, 1 + ln N], and every exponent stays in
-    [0, 1 + ln N]: the sum cannot overflow however large R grows, so the log-sum-exp shift is
-    built in. h(y) = log Σ exp(v_i·y) is convex and increasing, so Newton steps from the
+    c ∈ [u_max/(1 + ln(1/π_top)), u_max] (π_top: the prior of an expert with v = 1; ln N when
+    uniform) becomes y ∈ [1, 1 + ln(1/π_top)], and every exponent stays in that range: the
+    sum cannot overflow however large R grows, so the log-sum-exp shift is built in.
+    h(y) = log Σ π_i exp(v_i·y) is convex and increasing, so Newton steps from the
     right of the root approach it monotonically and quadratically; any step that leaves the
     shrinking bracket is replaced by a bisection step in log y (= bisection in log c). A warm
     start from the previous round's y makes a typical update 2-3 iterations.
     """
     n = len(v)
-    lo, hi = 1.0, 1.0 + math.log(n)
-    log_target = math.log(n) + 1.0  # log(N·e)
+    pi = prior if prior is not None else [1.0 / n] * n
+    top = max(p for p, vi in zip(pi, v, strict=True) if vi >= 1.0)
+    lo, hi = 1.0, 1.0 - math.log(top)
     y = hi if guess is None else min(max(guess, lo), hi)
     for _ in range(max_iter):
-        terms = [math.exp(vi * y) for vi in v]
+        terms = [p * math.exp(vi * y) for p, vi in zip(pi, v, strict=True)]
         total = sum(terms)
-        excess = math.log(total) - log_target  # h(y) - 1 in the docstring's terms
+        excess = math.log(total) - 1.0  # h(y) - 1 in the docstring's terms
         if excess > 0.0:
             hi = y
         else:
             lo = y
-        slope = sum(vi * t for vi, t in zip(v, terms, strict=True)) / total  # h'(y) >= e^y/Σ > 0
+        slope = sum(vi * t for vi, t in zip(v, terms, strict=True)) / total  # h'(y) > 0
         nxt = y - excess / slope
         if not lo <= nxt <= hi:
             nxt = math.sqrt(lo * hi)
@@ -213,18 +231,27 @@ def solve_normalhedge_scale(v: list[float], guess: float | None = None,
 class NormalHedge(FullInformationLearner):
     """NormalHedge (Chaudhuri, Freund, Hsu 2009), exact update, no learning rate.
 
-    R_i = Σ_t (⟨p_t, ℓ_t⟩ - ℓ_{t,i}); p_i ∝ ([R_i]_+ / c) · exp([R_i]_+² / 2c), with c
-    solving (1/N) Σ_i exp([R_i]_+² / 2c) = e; uniform while no expert has positive regret.
+    R_i = Σ_t (⟨p_t, ℓ_t⟩ - ℓ_{t,i}); p_i ∝ π_i · ([R_i]_+ / c) · exp([R_i]_+² / 2c), with c
+    solving Σ_i π_i exp([R_i]_+² / 2c) = e; p = π while no expert has positive regret. The
+    prior π is uniform unless given (the paper's setting); a prior puts weight where a side
+    signal (the prompt router, core/router.py) expects the best drafter, and the regret
+    against expert i grows as sqrt(T · ln(1/π_i)) instead of sqrt(T · ln N), so a prior that
+    keeps every π_i >= 1/(2N) costs at most ln 2 inside the root when it is wrong.
     State is plain Python floats (see `check_losses`): an update costs microseconds.
     """
 
-    _expert_state = ("_regret", "_p")
+    _expert_state = ("_regret", "_p", "_prior")
 
-    def __init__(self, num_experts: int) -> None:
+    def __init__(self, num_experts: int, prior: Sequence[float] | None = None) -> None:
         super().__init__(num_experts)
         self._regret = [0.0] * num_experts
-        self._p = [1.0 / num_experts] * num_experts
+        self._prior = check_prior(prior, num_experts)
+        self._p = list(self._prior)
         self._y: float | None = None  # u_max / c of the last update; warm start of the solver
+
+    @property
+    def prior(self) -> FloatArray:
+        return np.array(self._prior)
 
     @property
     def regrets(self) -> FloatArray:
@@ -247,26 +274,33 @@ class NormalHedge(FullInformationLearner):
         self._reweight()
 
     def add_expert(self) -> None:
-        # A newcomer starts with zero regret: it gains weight only by beating the learner.
+        # A newcomer starts with zero regret: it gains weight only by beating the learner. Its
+        # prior is the mean one (1/N when uniform), the others' shrink in proportion.
         self._n += 1
         self._regret.append(0.0)
+        self._prior = [x * (self._n - 1) / self._n for x in self._prior] + [1.0 / self._n]
         self._reweight()
 
     def remove_expert(self, index: int) -> None:
         self._shrink(index)
         del self._regret[index]
+        del self._prior[index]
+        total = sum(self._prior)
+        self._prior = [x / total for x in self._prior]
         self._reweight()
 
     def _reweight(self) -> None:
         top = max(self._regret)
         if top <= 0.0:
-            self._p, self._y = [1.0 / self._n] * self._n, None
+            self._p, self._y = list(self._prior), None
             return
         ratio = [r / top if r > 0.0 else 0.0 for r in self._regret]  # [R_i]_+ / max_j [R_j]_+
         v = [x * x for x in ratio]
-        y = self._y = solve_normalhedge_scale(v, self._y)
-        # log w_i = log [R_i]_+ - log c + u_i/c = log ratio_i + v_i·y + (terms equal for all i)
-        w = [x * math.exp(vi * y) for x, vi in zip(ratio, v, strict=True)]
+        y = self._y = solve_normalhedge_scale(v, self._y, prior=self._prior)
+        # log w_i = log π_i + log [R_i]_+ - log c + u_i/c
+        #         = log π_i + log ratio_i + v_i·y + (terms equal for all i)
+        w = [pi * x * math.exp(vi * y)
+             for pi, x, vi in zip(self._prior, ratio, v, strict=True)]
         total = sum(w)
         self._p = [wi / total for wi in w]
 
@@ -520,14 +554,17 @@ class Fixed(Learner):
 
 
 def make_learner(name: str, num_experts: int, *, hedge_eta: float = 2.0, max_len: int = 8,
-                 fixed_index: int | None = None) -> Learner:
+                 fixed_index: int | None = None, prior: Sequence[float] | None = None) -> Learner:
     """Build a learner by name (one of LEARNER_KINDS).
 
     max_len = K + 1 is UCBSpec's initial reward scale (each observation refreshes it);
-    fixed_index is required by "fixed" and ignored otherwise.
+    fixed_index is required by "fixed" and ignored otherwise; a prior over the experts is
+    taken by NormalHedge only (others refuse one).
     """
+    if prior is not None and name != "normalhedge":
+        raise ValueError(f"learner {name!r} takes no prior (only normalhedge does)")
     if name == "normalhedge":
-        return NormalHedge(num_experts)
+        return NormalHedge(num_experts, prior)
     if name == "adanormalhedge":
         return AdaNormalHedge(num_experts)
     if name == "hedge":

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
+from core.config import LEARNER_NAMES, ROUTER_PRIOR, EngineConfig, SamplingParams
 from core.drafter_pool import Candidates, DrafterState, PoolSnapshot
 from core.errors import PolicyError
 from core.feedback import FeedbackQueue, Window
@@ -26,30 +26,42 @@ class Policy:
     kind: str  # "none" | "fixed" | "learner"
     name: str  # learner name or drafter id ("" for none)
     routed: bool = False  # a fixed drafter the prompt router chose (core/router.py)
+    # The learner's prior comes from the prompt router; the engine fills in `prior` (one
+    # positive weight per drafter of the request's pool snapshot, in its order).
+    router_prior: bool = False
+    prior: tuple[float, ...] | None = None
 
     @property
     def label(self) -> str:
         if self.routed:
-            return "router"
+            return ROUTER
+        if self.router_prior:
+            return ROUTER_PRIOR
         return {"none": "none", "fixed": f"fixed:{self.name}"}.get(self.kind, self.name)
 
 
 def parse_policy(policy: str, default: str, drafter_ids: tuple[str, ...],
                  has_router: bool = False) -> Policy:
     """auto -> server default; none; fixed:<drafter id>; a learner name; router (a drafter the
-    prompt router picks, fixed for the request: the engine fills in its name). An empty pool
-    means plain decoding for auto, learners and the router (there is nothing to choose from).
+    prompt router picks, fixed for the request: the engine fills in its name);
+    normalhedge_router (NormalHedge with the router's probabilities as its prior: the engine
+    fills them in). An empty pool means plain decoding for auto, learners and the router
+    policies (there is nothing to choose from).
     Raises PolicyError for anything else."""
     p = (policy or "auto").strip()
     if p == "auto":
         p = default if default != "auto" else "normalhedge"
-    if p == "none" or (p == ROUTER and not drafter_ids):
+        if p == ROUTER_PRIOR and not has_router:
+            p = "normalhedge"  # a server default that needs a router: the pool has none
+    if p == "none" or (p in (ROUTER, ROUTER_PRIOR) and not drafter_ids):
         return Policy("none", "")
+    if p in (ROUTER, ROUTER_PRIOR) and not has_router:
+        raise PolicyError(f"policy {p!r} needs a prompt router and this pool has none "
+                          "(python -m demo.router --pool <pool.json> trains one)")
     if p == ROUTER:
-        if not has_router:
-            raise PolicyError("policy 'router' needs a prompt router and this pool has none "
-                              "(python -m demo.router --pool <pool.json> trains one)")
         return Policy("fixed", "", routed=True)
+    if p == ROUTER_PRIOR:
+        return Policy("learner", "normalhedge", router_prior=True)
     if p.startswith("fixed:"):
         if p.removeprefix("fixed:") not in drafter_ids:
             raise PolicyError(f"unknown drafter in policy {p!r}; "
@@ -57,8 +69,8 @@ def parse_policy(policy: str, default: str, drafter_ids: tuple[str, ...],
         return Policy("fixed", p.removeprefix("fixed:"))
     if p in LEARNER_NAMES:
         return Policy("learner", p) if drafter_ids else Policy("none", "")
-    raise PolicyError(f"unknown policy {p!r}: use auto, none, fixed:<drafter id>, router or one of "
-                      f"{list(LEARNER_NAMES)}")
+    raise PolicyError(f"unknown policy {p!r}: use auto, none, fixed:<drafter id>, router, "
+                      f"{ROUTER_PRIOR} or one of {list(LEARNER_NAMES)}")
 
 
 @dataclass(frozen=True)
@@ -118,7 +130,7 @@ class RequestState:
             fixed = snapshot.index(policy.name) if policy.kind == "fixed" else None
             name = "fixed" if policy.kind == "fixed" else policy.name
             learner = make_learner(name, n, hedge_eta=sel.hedge_eta, max_len=config.tree.depth + 1,
-                                   fixed_index=fixed)
+                                   fixed_index=fixed, prior=policy.prior)
             if learner.counterfactual or config.evaluate_all:
                 feedback = FeedbackQueue(n, config.tree.depth, loss=sel.loss,
                                          estimator=sel.estimator,

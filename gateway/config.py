@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.config import (
     LEARNER_NAMES,
+    ROUTER_PRIOR,
     EngineConfig,
     SelectorConfig,
     TreeConfig,
@@ -137,8 +138,9 @@ class Settings(BaseSettings):
     @field_validator("default_policy")
     @classmethod
     def _check_policy(cls, value: str) -> str:
-        if value not in LEARNER_NAMES and value != "none" and not value.startswith("fixed:"):
-            raise ValueError(f"default_policy must be one of {LEARNER_NAMES}, none or fixed:<id>")
+        named = (*LEARNER_NAMES, ROUTER_PRIOR, "none")
+        if value not in named and not value.startswith("fixed:"):
+            raise ValueError(f"default_policy must be one of {named} or fixed:<id>")
         return value
 
     def drafter_dirs(self) -> list[tuple[str, Path]]:

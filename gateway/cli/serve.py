@@ -57,7 +57,9 @@ def register(sub: Any) -> None:
     p.add_argument("--api-key", action="append", help="accepted client key (repeatable)")
     p.add_argument("--admin-key", help="key for /admin/*")
     p.add_argument("--cors-origin", action="append", help="allowed CORS origin (repeatable)")
-    p.add_argument("--policy", help="what `auto` means: a learner name, none or fixed:<id>")
+    p.add_argument("--policy", help="what `auto` means: a learner name, normalhedge_router "
+                   "(NormalHedge with the pool's prompt router as its prior; plain "
+                   "normalhedge on a pool without a router), none or fixed:<id>")
     p.add_argument("--max-sessions", type=int,
                    help="learner sessions kept between requests (default 4096; 0: off)")
     p.add_argument("--eval-every", type=int,

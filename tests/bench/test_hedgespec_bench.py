@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from transformers import AutoTokenizer
 
-from bench.harness.tiny_pool import build_pool
+from bench.harness.tiny_pool import DRAFTER_IDS, MODEL_NAME, build_pool
 from bench.hedgespec_bench import Prompt, Run, oracle_runs, padded_pool
 from bench.hedgespec_run import main
+from core.router import PromptRouter
 
 
 def test_bench_writes_tables_plots_and_json(tmp_path: Path,
@@ -18,12 +20,17 @@ def test_bench_writes_tables_plots_and_json(tmp_path: Path,
     rows = [{"id": f"{d}{i}", "domain": d, "prompt": f"question {i} about {d}"} for d in ("a", "b")
             for i in range(2)]
     (pool.parent / "eval_prompts.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    add_router(pool, rows)
     out = tmp_path / "out"
     assert main(["--pool", str(pool), "--quick", "--json", "--out", str(out), "--max-new-tokens",
                  "8", "--pool-sizes", "2,3"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    for name in ("plain", "generalist", "ucbspec", "exp3spec", "hedgespec", "oracle"):
+    for name in ("plain", "generalist", "ucbspec", "exp3spec", "hedgespec", "router",
+                 "hedgespec_router", "oracle"):
         assert set(printed["methods"][name]) >= {"mat", "tokens_per_s", "speedup_vs_plain"}
+    assert set(printed["sampling"]) == {"plain", "generalist", "hedgespec", "hedgespec_router"}
+    assert {"hedgespec_router: MAT >= 0.95x oracle",
+            "hedgespec_router: MAT above the router"} <= set(printed["targets"])
     assert (printed["workload"] == "mixed"
             and printed["methods"]["plain"]["mat"] == pytest.approx(1.0))
     from bench.hedgespec_run import VARIANTS
@@ -45,6 +52,17 @@ def test_bench_writes_tables_plots_and_json(tmp_path: Path,
     for f in ("hedgespec.md", "hedgespec.json", "hedgespec_regret.png", "hedgespec_calibration.png",
               "hedgespec_pool_size.png", "hedgespec_domains.png"):
         assert (out / f).stat().st_size > 0
+
+
+def add_router(pool: Path, rows: list[dict[str, str]]) -> None:
+    """A prompt router for the tiny pool (domain a -> alpha, b -> beta), named in pool.json,
+    so the router baseline and HedgeSpec with the router's prior run too."""
+    tokenizer = AutoTokenizer.from_pretrained(str(pool.parent / MODEL_NAME))
+    prompts = [tokenizer(r["prompt"])["input_ids"] for r in rows]
+    labels = [DRAFTER_IDS[0] if r["domain"] == "a" else DRAFTER_IDS[1] for r in rows]
+    PromptRouter.fit(prompts, labels).save(pool.parent / "router.npz")
+    spec = json.loads(pool.read_text())
+    pool.write_text(json.dumps({**spec, "router": "router.npz"}))
 
 
 def test_oracle_takes_each_requests_best_drafter() -> None:

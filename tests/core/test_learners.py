@@ -359,3 +359,104 @@ def test_make_learner_builds_every_kind_and_rejects_unknown_names() -> None:
 def test_invalid_loss_vectors_are_rejected(bad: list[float]) -> None:
     with pytest.raises(ValueError):
         NormalHedge(2).update(np.array(bad))
+
+
+def reference_prior_normalhedge(loss_rounds: list[list[float]],
+                                prior: list[float]) -> list[list[float]]:
+    """NormalHedge with a prior on raw regrets: Σ π_i exp([R_i]_+²/2c) = e by bisection,
+    p_i ∝ π_i [R_i]_+ exp([R_i]_+²/2c), p = π without positive regret."""
+    n = len(prior)
+    regret, p, trace = [0.0] * n, list(prior), []
+    for losses in loss_rounds:
+        learner = sum(pi * li for pi, li in zip(p, losses, strict=True))
+        regret = [r + learner - li for r, li in zip(regret, losses, strict=True)]
+        pos = [max(r, 0.0) for r in regret]
+        if max(pos) == 0.0:
+            p = list(prior)
+        else:
+            def excess(c: float, pos: list[float] = pos) -> float:
+                return sum(w * math.exp(x * x / (2 * c))
+                           for w, x in zip(prior, pos, strict=True)) - math.e
+
+            lo, hi = 1e-3, 1e3
+            for _ in range(200):
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
+            c = 0.5 * (lo + hi)
+            w = [pi * x / c * math.exp(x * x / (2 * c)) for pi, x in zip(prior, pos, strict=True)]
+            p = [wi / sum(w) for wi in w]
+        trace.append(p)
+    return trace
+
+
+def test_normalhedge_with_a_prior_matches_the_reference_and_starts_at_the_prior() -> None:
+    rounds = [[0.2, 0.5, 0.9], [0.6, 0.1, 0.3], [0.0, 1.0, 0.5], [0.7, 0.2, 0.4],
+              [0.5, 0.5, 0.1]]
+    prior = [0.1, 0.3, 0.6]
+    learner = NormalHedge(3, prior=[1.0, 3.0, 6.0])  # normalised on the way in
+    np.testing.assert_allclose(learner.distribution(), prior, rtol=0, atol=1e-15)
+    learner.update(np.full(3, 0.4))  # equal losses: no positive regret, the prior still rules
+    np.testing.assert_allclose(learner.distribution(), prior, rtol=0, atol=1e-15)
+    for losses, p_ref in zip(rounds, reference_prior_normalhedge(rounds, prior), strict=True):
+        learner.update(np.array(losses))
+        np.testing.assert_allclose(learner.distribution(), p_ref, rtol=0, atol=1e-9)
+    uniform = NormalHedge(3, prior=[1.0, 1.0, 1.0])
+    plain = NormalHedge(3)
+    for losses in rounds:
+        uniform.update(np.array(losses))
+        plain.update(np.array(losses))
+        np.testing.assert_allclose(uniform.distribution(), plain.distribution(), atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 5, 21])
+def test_scale_solver_with_a_prior_finds_the_root(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for _ in range(50):
+        v = rng.random(n) ** 2
+        top = int(rng.integers(n))
+        v[top] = 1.0
+        prior = rng.random(n) + 1e-3
+        prior /= prior.sum()
+        for guess in (None, 0.01, 1.0, 3.0, 100.0):
+            y = solve_normalhedge_scale(v.tolist(), guess, prior=prior.tolist())
+            assert 1.0 <= y <= 1.0 - math.log(prior[top]) + 1e-12
+            assert np.log(np.sum(prior * np.exp(v * y))) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_right_prior_saves_loss_and_a_wrong_one_still_converges() -> None:
+    """Expert 2 is best. A prior on it plays it from the first round; a prior on expert 0
+    (2/3 of the mass) is overcome and the learner still concentrates on expert 2."""
+    rng = np.random.default_rng(5)
+    rounds = [np.clip(np.array([0.6, 0.5, 0.3]) + rng.normal(0, 0.1, 3), 0, 1)
+              for _ in range(300)]
+
+    def run(prior: list[float] | None) -> tuple[float, float]:
+        learner = NormalHedge(3, prior=prior)
+        total = 0.0
+        for losses in rounds:
+            total += float(learner.distribution() @ losses)
+            learner.update(losses)
+        return total, float(learner.distribution()[2])
+
+    uniform, right, wrong = run(None), run([0.2, 0.2, 0.6]), run([4.0, 1.0, 1.0])
+    assert right[0] < uniform[0] < wrong[0]
+    best = float(sum(r[2] for r in rounds))
+    assert wrong[0] - best < 0.05 * len(rounds)  # no regret despite the wrong prior
+    assert wrong[1] > 0.9 and right[1] > 0.9
+
+
+def test_a_prior_follows_pool_changes_and_bad_priors_are_refused() -> None:
+    learner = NormalHedge(3, prior=[0.5, 0.25, 0.25])
+    learner.permute([2, 0, 1])
+    np.testing.assert_allclose(learner.prior, [0.25, 0.5, 0.25])
+    np.testing.assert_allclose(learner.distribution(), [0.25, 0.5, 0.25])
+    learner.add_expert()  # the newcomer gets the mean prior, the others shrink in proportion
+    np.testing.assert_allclose(learner.prior, [0.1875, 0.375, 0.1875, 0.25])
+    learner.remove_expert(1)
+    np.testing.assert_allclose(learner.prior, [0.3, 0.3, 0.4])
+    assert learner.distribution().sum() == pytest.approx(1.0)
+    for bad in ([1.0, 0.0], [1.0, -1.0], [1.0, float("nan")], [1.0, 1.0, 1.0]):
+        with pytest.raises(ValueError):
+            NormalHedge(2, prior=bad)
+    with pytest.raises(ValueError, match="takes no prior"):
+        make_learner("hedge", 2, prior=[0.5, 0.5])

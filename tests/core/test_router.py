@@ -59,3 +59,40 @@ def test_router_policy_without_a_router_is_refused_and_an_empty_pool_decodes_pla
     routed = parse_policy("router", "normalhedge", ("a", "b"), has_router=True)
     assert (routed.kind, routed.routed, routed.label) == ("fixed", True, "router")
 
+
+
+def test_normalhedge_router_starts_from_the_routers_probabilities_and_stays_lossless() -> None:
+    """The learner's first round plays from the prior (half the router's probabilities, half
+    uniform), the output is plain greedy decoding's, and the stats name the policy."""
+    target = tiny_target(vocab=64, seed=2)
+    drafters = {f"d{i}": random_drafter(target, seed=i) for i in range(3)}
+    engine = make_engine(target, drafters, TreeConfig(top_k=2, depth=3, total_tokens=6))
+    router = engine.router = PromptRouter.fit(*synthetic(90, 0))
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    for prompt, label in zip(*synthetic(3, 3), strict=True):
+        probs = dict(zip(router.labels, router.probabilities([prompt])[0], strict=True))
+        expected = [0.5 * probs[d] + 0.5 / 3 for d in ("d0", "d1", "d2")]
+        assert max(expected) == 0.5 * probs[label] + 0.5 / 3  # the routed drafter leads
+        outputs = list(engine.generate(prompt, params, policy="normalhedge_router"))
+        first = next(o.round for o in outputs if o.round is not None and o.round.drafter)
+        ids = [t for out in outputs for t in out.token_ids]
+        plain, _ = engine.generate_ids(prompt, params, policy="none")
+        assert outputs[-1].stats.policy == "normalhedge_router" and ids == plain
+        np.testing.assert_allclose([first.weights[d] for d in ("d0", "d1", "d2")], expected,
+                                   atol=1e-6)
+
+
+def test_normalhedge_router_needs_a_router() -> None:
+    with pytest.raises(ValueError, match="'normalhedge_router' needs a prompt router"):
+        parse_policy("normalhedge_router", "normalhedge", ("a", "b"))
+    assert parse_policy("normalhedge_router", "normalhedge", ()).kind == "none"
+    policy = parse_policy("normalhedge_router", "normalhedge", ("a", "b"), has_router=True)
+    assert (policy.kind, policy.name, policy.router_prior) == ("learner", "normalhedge", True)
+    assert policy.label == "normalhedge_router"
+
+
+def test_a_server_default_of_normalhedge_router_falls_back_without_a_router() -> None:
+    plain = parse_policy("auto", "normalhedge_router", ("a", "b"))
+    assert (plain.name, plain.router_prior, plain.label) == ("normalhedge", False, "normalhedge")
+    prior = parse_policy("auto", "normalhedge_router", ("a", "b"), has_router=True)
+    assert (prior.name, prior.router_prior) == ("normalhedge", True)

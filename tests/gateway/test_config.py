@@ -72,6 +72,7 @@ def test_invalid_values_are_refused() -> None:
         Settings(default_policy="greedy-bandit")
     with pytest.raises(ValidationError):
         Settings(port=70000)
+    assert Settings(default_policy="normalhedge_router").default_policy == "normalhedge_router"
 
 
 def test_engine_config_keeps_core_defaults_unless_set() -> None:

@@ -376,6 +376,8 @@ ENGINE_REFUSALS = [  # what only the engine judges: the context window and the p
      "hedgespec.policy", "invalid_policy"),
     ("/v1/completions", {"prompt": "hello", "hedgespec": {"policy": "router"}},  # no router
      "hedgespec.policy", "invalid_policy"),
+    ("/v1/completions", {"prompt": "hello", "hedgespec": {"policy": "normalhedge_router"}},
+     "hedgespec.policy", "invalid_policy"),
 ]  # fmt: skip
 
 
