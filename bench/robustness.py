@@ -8,8 +8,10 @@ against online learning, side by side in one run on three workloads:
   ood      HumanEval prompts (demo/data/ood/humaneval.jsonl), a domain no drafter trained on.
 
 Methods: the generalist, the router (its drafter fixed per request), HedgeSpec (NormalHedge,
-a fresh learner per request) and the per-request oracle (the best drafter in hindsight among
-every fixed drafter's runs). Greedy decoding, so every method emits the same text and only the
+a fresh learner per request), HedgeSpec started from the router's probabilities as its prior
+(policy normalhedge_router: where the router is wrong, the prior is, and the learner must
+recover) and the per-request oracle (the best drafter in hindsight among every fixed drafter's
+runs). Greedy decoding, so every method emits the same text and only the
 number of target passes differs. Writes bench/results/robustness.{md,json,png}.
 
     python -m bench.robustness [--per-domain 2] [--ood 6] [--max-new-tokens 48] [--threads 2]
@@ -35,7 +37,7 @@ from bench.hedgespec_bench import (
     summarize,
 )
 from bench.hedgespec_run import generalist_id
-from core.config import EngineConfig, SamplingParams, served_selector
+from core.config import ROUTER_PRIOR, EngineConfig, SamplingParams, served_selector
 from core.engine import SpecEngine
 from core.precision import auto_dtype
 from demo.pool_target import open_pool_engine
@@ -50,7 +52,7 @@ WRAPPERS = (
     "{p}\n\nKeep the answer short and end with a one-line summary for a busy manager.",
     "A colleague forwarded this and asked for your take, informally:\n---\n{p}\n---",
 )
-METHODS = ("generalist", "router", "hedgespec", "oracle")
+METHODS = ("generalist", "router", "hedgespec", "hedgespec_router", "oracle")
 
 
 def eval_rows(pool_json: Path, per_domain: int) -> list[dict[str, str]]:
@@ -86,6 +88,8 @@ def measure(engine: SpecEngine, prompts: list[Prompt], gen: str, max_new: int,
     runs["generalist"] = fixed[gen]
     runs["router"] = run_method(engine, prompts, "router", "router", max_new)
     runs["hedgespec"] = run_method(engine, prompts, "hedgespec", "normalhedge", max_new)
+    runs["hedgespec_router"] = run_method(engine, prompts, "hedgespec_router", ROUTER_PRIOR,
+                                          max_new)
     runs["oracle"] = oracle_runs(fixed)
     log("   " + "  ".join(f"{m} {summarize(runs[m])['mat']:.2f}" for m in METHODS))
     return runs
@@ -139,8 +143,9 @@ def markdown(r: dict[str, Any]) -> str:
         "pass; tok/s measured in the same run.",
         "",
         "| workload | prompts | router accuracy | generalist MAT | router MAT | HedgeSpec MAT | "
-        "oracle MAT | HedgeSpec / router | HedgeSpec / oracle | router tok/s | HedgeSpec tok/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "oracle MAT | HedgeSpec / router | HedgeSpec / oracle | router tok/s | HedgeSpec tok/s | "
+        "HedgeSpec + router prior MAT | its / oracle |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, w in r["workloads"].items():
         m = w["methods"]
@@ -150,7 +155,9 @@ def markdown(r: dict[str, Any]) -> str:
             f"{m['router']['mat']:.2f} | {m['hedgespec']['mat']:.2f} | {m['oracle']['mat']:.2f} | "
             f"{m['hedgespec']['mat'] / m['router']['mat']:.3f}x | "
             f"{m['hedgespec']['mat'] / m['oracle']['mat']:.3f}x | "
-            f"{m['router']['tokens_per_s']:.1f} | {m['hedgespec']['tokens_per_s']:.1f} |"
+            f"{m['router']['tokens_per_s']:.1f} | {m['hedgespec']['tokens_per_s']:.1f} | "
+            f"{m['hedgespec_router']['mat']:.2f} | "
+            f"{m['hedgespec_router']['mat'] / m['oracle']['mat']:.3f}x |"
         )
     lines += ["", "Router picks per workload: " + "; ".join(
         f"{name}: {w['router_picks']}" for name, w in r["workloads"].items()), ""]
@@ -165,9 +172,9 @@ def plot(r: dict[str, Any], path: Path) -> None:
 
     names = list(r["workloads"])
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    width = 0.2
+    width = 0.16
     for k, m in enumerate(METHODS):
-        ax.bar([i + (k - 1.5) * width for i in range(len(names))],
+        ax.bar([i + (k - (len(METHODS) - 1) / 2) * width for i in range(len(names))],
                [r["workloads"][n]["methods"][m]["mat"] for n in names], width, label=m)
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("MAT (tokens per target pass)")

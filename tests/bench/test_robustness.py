@@ -29,9 +29,10 @@ def test_the_report_puts_hedgespec_against_router_and_oracle() -> None:
         return {"mat": mat, "tokens_per_s": 10 * mat}
 
     w = {"prompts": 4, "router_accuracy": 0.5, "router_picks": {"math": 4}, "seconds": 1.0,
-         "methods": {"generalist": m(1.5), "router": m(1.6), "hedgespec": m(2.0), "oracle": m(2.5)}}
+         "methods": {"generalist": m(1.5), "router": m(1.6), "hedgespec": m(2.0),
+                     "hedgespec_router": m(2.25), "oracle": m(2.5)}}
     text = markdown({"workloads": {"wrapped": w},
                      "config": {"max_new_tokens": 8, "tree": {}, "threads": 1, "dtype": "float32",
                                 "pool": "p"}})
-    assert ("| wrapped | 4 | 50% | 1.50 | 1.60 | 2.00 | 2.50 | 1.250x | 0.800x | 16.0 | 20.0 |"
-            in text)
+    assert ("| wrapped | 4 | 50% | 1.50 | 1.60 | 2.00 | 2.50 | 1.250x | 0.800x | 16.0 | 20.0 | "
+            "2.25 | 0.900x |" in text)
