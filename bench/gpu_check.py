@@ -110,10 +110,12 @@ def target_times(target: Target, vocab: int, device: torch.device, ctx: int) -> 
 
     return {
         "target_verify_61_tokens_ms": timed(
-            lambda: target.forward(base_cache(), tree.tokens, ctx + tree.depths, tree.mask),
-            device),
+            # .logits: every node's, as verification computes them on a GPU (verify_logits)
+            lambda: target.forward(base_cache(), tree.tokens, ctx + tree.depths,
+                                   tree.mask).logits, device),
         "target_decode_1_token_ms": timed(
-            lambda: target.forward(base_cache(), tree.tokens[:1], torch.tensor([ctx])), device),
+            lambda: target.forward(base_cache(), tree.tokens[:1], torch.tensor([ctx])).logits,
+            device),
     }
 
 

@@ -37,12 +37,13 @@ from core.rounds import (
     commit_verified,
     draft_row,
     learn_from,
+    logit_rows,
     record_pairs,
     round_stats,
     verify_tree,
 )
 from core.stats import RoundStats
-from core.target import Target, TargetOutput
+from core.target import Target, TargetOutput, fill_rows
 from core.tree import DraftTree, chain_tree
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     _draft(_live(work), config)
     t1 = time.perf_counter()
     _batched(_live(work), lambda rs: _forward(target, cache, rs))
+    _batched(_live(work), lambda rs: _head(rs, config))
     _each(_live(work), _verify)
     live = _live(work)
     cache.keep([r.slot for r in live], [r.v.path for r in live if r.v is not None])
@@ -141,6 +143,13 @@ def _forward(target: Target, cache: SlotCache, rows: list[_Row]) -> None:
                                [t.mask for t in trees])
     for r, out in zip(rows, outs, strict=True):
         r.out = out
+
+
+def _head(rows: list[_Row], config: EngineConfig) -> None:
+    """The rows' first logits in one LM-head call: every row's root (the walks compute the
+    nodes they visit further), or every node (EngineConfig.verify_logits)."""
+    pairs = [(r.out, r.tree) for r in rows if r.out is not None and r.tree is not None]
+    fill_rows([out for out, _ in pairs], [logit_rows(tree, config) for _, tree in pairs])
 
 
 def _verify(r: _Row) -> None:

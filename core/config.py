@@ -198,7 +198,22 @@ class EngineConfig:
     # least a quarter of it. It bounds a step's latency: a long prompt is prefilled over
     # several steps instead of freezing the running streams.
     max_step_tokens: int = 512
+    # Target logits of a verified tree: "visited" runs the LM head on the nodes the acceptance
+    # walk visits only (about MAT rows: on a CPU the head reads its weights for each call and
+    # a row costs ~2 ms, so 20 rows cost 55 ms against 10 ms for one), "all" on every node in
+    # one call (a GPU, where one call for 60 rows costs what one row does and each further
+    # call is a launch and a sync); "auto" = "visited" on a CPU, "all" elsewhere.
+    verify_logits: str = "auto"
 
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.max_step_tokens < 1:
             raise ValueError("max_running and max_step_tokens must be >= 1")
+        if self.verify_logits not in ("auto", "visited", "all"):
+            raise ValueError("verify_logits must be 'auto', 'visited' or 'all'")
+
+    @property
+    def logits_of_visited_nodes(self) -> bool:
+        """verify_logits resolved: "visited" (or "auto" on a CPU)."""
+        if self.verify_logits == "auto":
+            return str(self.device).startswith("cpu")
+        return self.verify_logits == "visited"

@@ -117,7 +117,12 @@ class TokenMatcher:
 
     def tree_masks(self, tokens: Tensor, parents: Tensor) -> Tensor:
         """[N+1, V] bool for a draft tree's nodes (node 0 = the committed root)."""
-        return self.masks_after(node_paths(tokens, parents))
+        return self.node_masks(tokens, parents, range(tokens.numel()))
+
+    def node_masks(self, tokens: Tensor, parents: Tensor, nodes: Sequence[int]) -> Tensor:
+        """[len(nodes), V] bool for the given nodes of a draft tree, each over its own path."""
+        paths = node_paths(tokens, parents)
+        return self.masks_after([paths[n] for n in nodes])
 
 
 def node_paths(tokens: Tensor, parents: Tensor) -> list[list[int]]:

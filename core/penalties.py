@@ -31,10 +31,11 @@ def token_counts(tokens: list[int], vocab: int, device: torch.device | str = "cp
 
 
 def path_counts(base: Tensor, tokens: Tensor, mask: Tensor) -> Tensor:
-    """[N+1, V] counts at every tree node: `base` [V] (the committed output) plus the draft
-    tokens on the node's path. tokens [N+1] (tokens[0] = the committed root, not counted
-    again); mask [N+1, N+1], mask[i, j] = j is i or an ancestor of i (core/tree.DraftTree)."""
-    n = tokens.numel()
+    """[R, V] counts at tree nodes: `base` [V] (the committed output) plus the draft tokens on
+    the node's path. tokens [N+1] (tokens[0] = the committed root, not counted again); mask
+    [R, N+1]: rows of the tree's mask (core/tree.DraftTree), mask[i, j] = j is the row's node
+    or an ancestor of it (all N+1 rows: every node)."""
+    n = mask.shape[0]
     counts = base.expand(n, base.numel()).clone()
     # (node i, path member j >= 1) pairs: O(N · depth) scatter instead of an [N, N] × [N, V] matmul
     rows, cols = mask[:, 1:].to(counts.device).nonzero(as_tuple=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -13,8 +13,7 @@ from core.config import EngineConfig
 from core.counterfactual import evidence_greedy, evidence_sampling
 from core.drafter_pool import Candidates, DrafterState
 from core.drafting import DraftRow, grow_trees, tree_scratch
-from core.grammar import apply_mask
-from core.penalties import apply_penalties, path_counts, token_counts
+from core.node_logits import NodeLogits, penalise
 from core.request import DeferredRound, RequestState
 from core.sampling import log_probs, process_logits
 from core.stats import RoundStats, TokenLogprob
@@ -45,7 +44,7 @@ def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[i
 
 def first_token(state: RequestState, raw: Tensor) -> int:
     """The first generated token from the prompt's last logits raw [1, V]."""
-    last = _penalised(raw, state, chain_tree(state.token_ids[-1:]))
+    last = penalise(raw, state, chain_tree(state.token_ids[-1:]), [0])
     if state.params.greedy:
         return int(last[0].argmax())
     probs = _processed(last, state).cpu()  # the request's generator lives on the CPU
@@ -76,8 +75,9 @@ def speculative_round(target: Target, state: RequestState,
     n = len(state.token_ids) - 1  # committed tokens in the target KV cache; the root is next
     tree = _draft(state, chosen, n, config)
     t1 = time.perf_counter()
-    v = verify_tree(state, tree,
-                    target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask))
+    out = target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask)
+    out.compute(logit_rows(tree, config))
+    v = verify_tree(state, tree, out)
     compact_cache(state.cache, n, torch.tensor(v.path))
     committed = commit_verified(state, v)
     t2 = time.perf_counter()
@@ -90,16 +90,25 @@ def speculative_round(target: Target, state: RequestState,
                                   (t1 - t0, t2 - t1, t3 - t2))
 
 
+def logit_rows(tree: DraftTree, config: EngineConfig) -> list[int]:
+    """The nodes whose logits to compute right after the tree pass, in one head call: every
+    node ("all"), or only the root ("visited": the walk computes the rest as it goes)."""
+    return [0] if config.logits_of_visited_nodes else list(range(tree.tokens.numel()))
+
+
 @dataclass
 class Verified:
     """One request's verified tree."""
 
     tree: DraftTree
-    out: TargetOutput  # logits: the penalised target's (what verification and γ use)
-    raw: Tensor  # [N+1, V] the raw target logits (what `logprobs` report)
-    probs: Tensor | None  # [N+1, V] p̃ at every node when sampling, None under greedy
+    out: TargetOutput  # features of every node
+    rows: NodeLogits  # the target's distributions at the nodes (those of the path computed)
     path: list[int]  # accepted nodes, the root first
     bonus: int
+
+    @property
+    def sampled(self) -> bool:
+        return not self.rows.greedy
 
     @property
     def new(self) -> list[int]:
@@ -110,21 +119,20 @@ class Verified:
 def verify_tree(state: RequestState, tree: DraftTree, out: TargetOutput) -> Verified:
     """Lossless acceptance of `tree` against the target pass `out` (core/verify.py). From here
     on (verification and the counterfactual evaluation) the logits are the penalised target's:
-    each node scored with its own path's counts. p̃ stays on the logits' device: verification
-    reads only the rows of the nodes it visits."""
-    raw = out.logits
-    out = replace(out, logits=_penalised(raw, state, tree))
+    each node scored with its own path's counts. The walk reads only the nodes it visits, so
+    only their logits are computed (core/node_logits.py)."""
+    rows = NodeLogits(out, state, tree)
     if state.params.greedy:
-        path, bonus = verify_greedy(tree, out.logits)
-        return Verified(tree, out, raw, None, path, bonus)
-    probs = _processed(out.logits, state)
-    path, bonus = verify_sampling(tree, probs, state.generator)
-    return Verified(tree, out, raw, probs, path, bonus)
+        path, bonus = verify_greedy(tree, rows)
+    else:
+        path, bonus = verify_sampling(tree, rows, state.generator)
+    return Verified(tree, out, rows, path, bonus)
 
 
 def commit_verified(state: RequestState, v: Verified) -> list[int]:
     new = v.new
-    return state.commit(new, _maybe_logprobs(state, v.raw[v.path], new))
+    raw = v.rows.raw(v.path) if state.params.logprobs is not None else None
+    return state.commit(new, _maybe_logprobs(state, raw, new))
 
 
 def record_pairs(state: RequestState, v: Verified) -> bool:
@@ -221,25 +229,9 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
 
 
 def _target_side(v: Verified, n: int) -> DeferredRound:
-    if v.probs is None:
-        return DeferredRound(n, v.out.logits[v.path].argmax(dim=-1), None, tuple(v.new))
-    return DeferredRound(n, None, v.probs[v.path], tuple(v.new))
-
-
-def _penalised(logits: Tensor, state: RequestState, tree: DraftTree) -> Tensor:
-    """logits [N+1, V] at the tree nodes -> the penalised (core/penalties.py) and
-    grammar-masked (core/grammar.py) target's logits, each node over its own path: the
-    committed output plus the draft tokens from the root down to it."""
-    pen = state.params.penalties
-    if pen.active:
-        vocab = logits.shape[-1]
-        output = token_counts(state.token_ids[state.prompt_len :], vocab, logits.device)
-        prompt_seen = token_counts(state.token_ids[: state.prompt_len], vocab, logits.device) > 0
-        logits = apply_penalties(logits, path_counts(output, tree.tokens, tree.mask),
-                                 prompt_seen, pen)
-    if state.matcher is not None:
-        logits = apply_mask(logits, state.matcher.tree_masks(tree.tokens, tree.parents))
-    return logits
+    if not v.sampled:
+        return DeferredRound(n, v.rows.penalised(v.path).argmax(dim=-1), None, tuple(v.new))
+    return DeferredRound(n, None, v.rows.probs(v.path), tuple(v.new))
 
 
 def _processed(logits: Tensor, state: RequestState) -> Tensor:
@@ -247,13 +239,13 @@ def _processed(logits: Tensor, state: RequestState) -> Tensor:
     return process_logits(logits, p.temperature, p.top_p, p.top_k)
 
 
-def _maybe_logprobs(state: RequestState, logits: Tensor,
+def _maybe_logprobs(state: RequestState, logits: Tensor | None,
                     tokens: list[int]) -> list[TokenLogprob] | None:
     """Target log-probabilities of `tokens`, row j of `logits` being the distribution of token j.
     These are the raw model's, before penalties and temperature (vLLM's default
     `logprobs_mode`, raw_logprobs), so they do not depend on how the request samples."""
     k = state.params.logprobs
-    if k is None:
+    if k is None or logits is None:
         return None
     return _token_logprobs(log_probs(logits), tokens, k)
 

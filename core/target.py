@@ -18,7 +18,8 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -37,10 +38,57 @@ class TargetLoadError(ValueError):
     """The target directory cannot be served."""
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class TargetOutput:
-    logits: Tensor  # [T, V] float32
+    """One forward's outputs per new token. Logits are computed on demand, row by row:
+    verification reads only the nodes its acceptance walk visits (about MAT of a 20-node tree),
+    and on a CPU the LM head (49,152 x 576 for SmolLM2) is a fifth of a tree pass's work."""
+
+    hidden: Tensor  # [T, H] the decoder's final (normed) hidden states, model dtype
     features: Tensor  # [T, 3H] fused (low, mid, high) inputs of the aux decoder layers
+    head: Callable[[Tensor], Tensor]  # hidden rows [R, H] -> float32 logits [R, V]
+    _rows: dict[int, Tensor] = field(default_factory=dict, repr=False)
+    _all: Tensor | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.hidden.shape[0])
+
+    @property
+    def logits(self) -> Tensor:
+        """[T, V] float32, every row (prompt log-probabilities, the last row of a prefill)."""
+        if self._all is None:
+            self._all = (torch.stack([self._rows[n] for n in range(len(self))])
+                         if len(self._rows) == len(self) else self.head(self.hidden))
+            self._rows.clear()
+        return self._all
+
+    def rows(self, nodes: Sequence[int]) -> Tensor:
+        """[len(nodes), V] float32 logits of the given rows, each computed once."""
+        if self._all is not None:
+            return self._all[list(nodes)]
+        self.compute([n for n in nodes if n not in self._rows])
+        return torch.stack([self._rows[n] for n in nodes])
+
+    def compute(self, nodes: Sequence[int]) -> None:
+        """Compute (and keep) the logits of `nodes` in one head call."""
+        fill_rows([self], [list(nodes)])
+
+
+def fill_rows(outs: Sequence[TargetOutput], nodes: Sequence[Sequence[int]]) -> None:
+    """Compute the logits of rows `nodes[b]` of `outs[b]` for every b in one head call (the
+    head's weights are read once for the batch: a 1-row call costs nearly as much as 20 rows
+    on a CPU, the weight read dominating)."""
+    want = [(o, sorted({n for n in ns if n not in o._rows and o._all is None}))
+            for o, ns in zip(outs, nodes, strict=True)]
+    want = [(o, ns) for o, ns in want if ns]
+    if not want:
+        return
+    logits = want[0][0].head(torch.cat([o.hidden[ns] for o, ns in want]))
+    at = 0
+    for o, ns in want:
+        for n in ns:
+            o._rows[n] = logits[at]
+            at += 1
 
 
 def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
@@ -69,10 +117,14 @@ class Target:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.forward_count = 0  # every target forward pass (prefill, verification, plain step)
+        # The decoder stack and the LM head run separately: logits only for the rows asked for
+        # (TargetOutput.rows).
+        self.decoder = model.get_decoder()
+        self.lm_head = model.get_output_embeddings()
         # transformers renamed `past_key_values` to `cache` (5.2x); accept either release.
-        params = inspect.signature(model.forward).parameters
+        params = inspect.signature(self.decoder.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
-        self.decoder_layers = model.get_decoder().layers
+        self.decoder_layers = self.decoder.layers
         # Inputs of the aux decoder layers, written by pre-hooks registered once, for good: only
         # 3 of the L+1 hidden states are kept (output_hidden_states would hold all of them for
         # long prompts), and a compiled forward (compile_model) sees the same hooks every call.
@@ -118,13 +170,13 @@ class Target:
         return target
 
     def compile_model(self) -> None:
-        """torch.compile the model's whole forward, aux-layer hooks included, with dynamic
+        """torch.compile the decoder stack's forward, aux-layer hooks included, with dynamic
         shapes (every round has a new context length: no recompilation per round). Measured on
         an H200 with a Llama-3.1-8B-shaped target (bench/results/gpu_check.md): 1-token decode and
         61-token verification 2.2-3x faster; compiling each decoder layer separately instead
         gained nothing. The first prefill, decode and verification shapes pay the compilation
         (about a minute each at 8B), so a server warms up before it reports ready."""
-        self.model.forward = torch.compile(self.model.forward, dynamic=True)
+        self.decoder.forward = torch.compile(self.decoder.forward, dynamic=True)
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -160,23 +212,29 @@ class Target:
         if tree_mask is None:
             tree_mask = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()
         mask = self._attention_mask(n, tree_mask.to(self.device), positions.to(self.device))
-        kwargs: dict[str, Any] = {self._cache_kwarg: cache}
-        if last_logits_only:
-            kwargs["logits_to_keep"] = 1
         captured = self._captured
         captured.clear()
-        out = self.model(
-            input_ids=input_ids.view(1, t).to(self.device),
-            position_ids=positions.view(1, t).to(self.device),
-            attention_mask=mask,
-            use_cache=True,
-            **kwargs,
-        )
-        self.forward_count += 1
-        # .to(device): with device_map="auto" the layers (and logits) may sit on other GPUs
+        hidden = self._decode(ids=input_ids.view(1, t), pos=positions.view(1, t), mask=mask,
+                              cache=cache)
+        # .to(device): with device_map="auto" the layers may sit on other GPUs
         feats = torch.cat([captured[i][0].to(self.device) for i in self.aux_layers], dim=-1)
         captured.clear()  # hold no activations between passes
-        return TargetOutput(logits=out.logits[0].to(self.device).float(), features=feats)
+        out = TargetOutput(hidden[0, -1:] if last_logits_only else hidden[0], feats, self.head)
+        if last_logits_only:
+            out.compute([0])  # the only row anyone reads; hold no other hidden state
+        return out
+
+    def _decode(self, *, ids: Tensor, pos: Tensor, mask: Any, cache: Any) -> Tensor:
+        """The decoder stack over [B, T] new tokens on top of `cache`: final hidden [B, T, H]."""
+        out = self.decoder(input_ids=ids.to(self.device), position_ids=pos.to(self.device),
+                           attention_mask=mask, use_cache=True, **{self._cache_kwarg: cache})
+        self.forward_count += 1
+        return cast(Tensor, out.last_hidden_state)
+
+    def head(self, hidden: Tensor) -> Tensor:
+        """float32 logits [R, V] of final hidden states [R, H] (the model's LM head)."""
+        weight = self.lm_head.weight
+        return cast(Tensor, self.lm_head(hidden.to(weight.device))).to(self.device).float()
 
     def new_slot_cache(self) -> SlotCache:
         """The batched cache of core/kv_cache.py (one slot per running request)."""
@@ -204,23 +262,17 @@ class Target:
             ids[b, :t], pos[b, :t], pos[b, t:] = tok.cpu(), p.cpu(), int(p[-1])
             masks.append(torch.ones(t, t, dtype=torch.bool).tril() if m is None else m)
         mask = self._rows_mask(starts, masks, pos, cache)
-        kwargs: dict[str, Any] = {self._cache_kwarg: cache}
-        lasts = [x.numel() - 1 for x in tokens]
-        keep = sorted(set(lasts)) if last_logits_only else []
-        if keep:  # the rows' last columns only: [B, len(keep), V], not [B, T, V]
-            kwargs["logits_to_keep"] = torch.tensor(keep, device=self.device)
         captured = self._captured
         captured.clear()
-        out = self.model(input_ids=ids.to(self.device), position_ids=pos.to(self.device),
-                         attention_mask=mask, use_cache=True, **kwargs)
-        self.forward_count += 1
+        hidden = self._decode(ids=ids, pos=pos, mask=mask, cache=cache).to(self.device)
         feats = torch.cat([captured[i].to(self.device) for i in self.aux_layers], dim=-1)
         captured.clear()
-        logits = out.logits.to(self.device)
-        rows = ([logits[b, keep.index(last)][None] for b, last in enumerate(lasts)]
-                if last_logits_only else [logits[b, : x.numel()] for b, x in enumerate(tokens)])
-        return [TargetOutput(logits=row.float(), features=feats[b, : x.numel()])
-                for b, (row, x) in enumerate(zip(rows, tokens, strict=True))]
+        outs = [TargetOutput(hidden[b, x.numel() - 1 : x.numel()] if last_logits_only
+                             else hidden[b, : x.numel()], feats[b, : x.numel()], self.head)
+                for b, x in enumerate(tokens)]
+        if last_logits_only:  # every row's last logits in one head call
+            fill_rows(outs, [[0]] * len(outs))
+        return outs
 
     def _rows_mask(self, starts: list[int], trees: list[Tensor], positions: Tensor,
                    cache: SlotCache) -> Tensor | dict[str, Tensor]:

@@ -11,19 +11,28 @@ sampling: at each accepted node try its children in order; accept child c with p
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import Tensor
 
 from core.tree import DraftTree
 
 
-def verify_greedy(tree: DraftTree, logits: Tensor) -> tuple[list[int], int]:
-    """Returns (accepted node path starting at the root, bonus token). logits [N+1, V]."""
-    argmax = logits.argmax(dim=-1).tolist()
+class NodeRows(Protocol):
+    """Row `node` [V] of the target's logits (greedy) or p̃ (sampling) at a tree node: a
+    [N+1, V] tensor, or core/node_logits.NodeLogits, which computes a row when first read."""
+
+    def __getitem__(self, node: int) -> Tensor: ...
+
+
+def verify_greedy(tree: DraftTree, logits: NodeRows) -> tuple[list[int], int]:
+    """Returns (accepted node path starting at the root, bonus token). Reads the rows of the
+    path's nodes only."""
     tokens = tree.tokens.tolist()
     node, path = 0, [0]
     while True:
-        want = argmax[node]
+        want = int(logits[node].argmax())
         nxt = next((c for c in tree.children[node] if tokens[c] == want), None)
         if nxt is None:
             return path, want
@@ -31,10 +40,10 @@ def verify_greedy(tree: DraftTree, logits: Tensor) -> tuple[list[int], int]:
         path.append(node)
 
 
-def verify_sampling(tree: DraftTree, probs: Tensor,
+def verify_sampling(tree: DraftTree, probs: NodeRows,
                     generator: torch.Generator | None) -> tuple[list[int], int]:
-    """probs [N+1, V] = p̃ at every node, on any device: only the rows of the nodes visited
-    are copied to the CPU, where the request's generator lives. Returns (accepted node path,
+    """probs[node] = p̃ at a node, on any device: only the rows of the nodes visited are read
+    and copied to the CPU, where the request's generator lives. Returns (accepted node path,
     bonus token)."""
     tokens = tree.tokens.tolist()
     node, path = 0, [0]

@@ -1,4 +1,4 @@
-"""Target.compile_model (torch.compile of the whole forward) changes speed, never tokens: greedy
+"""Target.compile_model (torch.compile of the decoder stack) changes speed, never tokens: greedy
 output and per-round acceptances equal the eager run, so the aux-layer features the drafters
 read are still captured by the hooks traced into the compiled graph."""
 
@@ -40,7 +40,7 @@ def test_compiled_layers_keep_tokens_acceptances_and_features() -> None:
         assert counters["stats"]["unique_graphs"] >= 1  # the layers really ran compiled
         assert compiled.target._captured == {}  # no activations held between passes
     finally:
-        del target.forward  # back to the eager method for anything sharing this model
+        del target.model.forward  # back to the eager method for anything sharing this model
         torch._dynamo.reset()
 
 
@@ -59,5 +59,5 @@ def test_engine_config_compile_reaches_the_loaded_target(tmp_path: Path) -> None
     pool = build_pool(tmp_path)
     eager = SpecEngine.from_pool_file(pool, EngineConfig())
     engine = SpecEngine.from_pool_file(pool, EngineConfig(compile=True))
-    assert "forward" not in vars(eager.target.model)
-    assert hasattr(vars(engine.target.model)["forward"], "_torchdynamo_orig_callable")
+    assert "forward" not in vars(eager.target.decoder)
+    assert hasattr(vars(engine.target.decoder)["forward"], "_torchdynamo_orig_callable")

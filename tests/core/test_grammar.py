@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
+from collections.abc import Sequence
 
 import jsonschema
 import llguidance
@@ -207,10 +208,11 @@ def third_in_ad_z(counts: Counter, exact: dict, n: int) -> float:
 def test_control_masking_every_node_like_the_root_is_detected(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def root_masks(self: TokenMatcher, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
-        return self.masks_after([[]]).expand(tokens.numel(), -1)
+    def root_masks(self: TokenMatcher, tokens: torch.Tensor, parents: torch.Tensor,
+                   nodes: Sequence[int]) -> torch.Tensor:
+        return self.masks_after([[]]).expand(len(nodes), -1)
 
-    monkeypatch.setattr(TokenMatcher, "tree_masks", root_masks)
+    monkeypatch.setattr(TokenMatcher, "node_masks", root_masks)
     counts, exact, _ = sample_first_three(600)
     assert abs(third_in_ad_z(counts, exact, 600)) > 4.5
 

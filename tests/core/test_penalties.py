@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import core.node_logits
 import core.rounds
 from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
 from core.config import Penalties, SamplingParams, TreeConfig
@@ -153,9 +154,9 @@ def test_the_bound_catches_root_counts_at_every_node(monkeypatch: pytest.MonkeyP
     """Control: scoring every node with the root's counts (the bug this design avoids)."""
 
     def root_counts(base: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return base.expand(tokens.numel(), base.numel()).clone()
+        return base.expand(mask.shape[0], base.numel()).clone()
 
-    monkeypatch.setattr(core.rounds, "path_counts", root_counts)
+    monkeypatch.setattr(core.node_logits, "path_counts", root_counts)
     # Half the seeds suffice: the bug's z grows as sqrt(n), ~13 at 1000 against the bound's 9.
     n = N_SEEDS // 2
     counts, exact, _ = sample_first_three(n)

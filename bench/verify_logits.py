@@ -1,0 +1,187 @@
+"""The target's LM head over the visited nodes of a verified tree against every node, side by
+side on the shipped pool (EngineConfig.verify_logits).
+
+    python -m bench.verify_logits [--quick] [--pool demo/pool/pool.json] [--threads 2]
+                                  [--dtype auto] [--per-domain 1] [--max-new 48] [--repeats 2]
+
+The same engine (one target, one pool) runs plain decoding, the generalist and HedgeSpec
+under both settings, greedy, on held-out prompts; the settings alternate pass by pass and each
+keeps its fastest pass. Also counted: the LM-head rows computed per round, and whether both
+settings commit the same tokens. Writes bench/results/verify_logits.{md,json,png}. Run it on
+an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
+from core.config import EngineConfig, SamplingParams
+from core.engine import SpecEngine
+from core.precision import auto_dtype, cpu_has_native_bf16
+from demo.pool_target import open_pool_engine
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODES = ("all", "visited")
+POLICIES = {"plain": "none", "generalist": "fixed:generalist", "hedgespec": "normalhedge"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    method: str
+    mode: str
+    tokens: int
+    rounds: int
+    head_rows: int
+    wall_s: float
+    outputs: tuple[tuple[int, ...], ...]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_s
+
+    @property
+    def mat(self) -> float:
+        return self.tokens / max(1, self.rounds)
+
+
+class HeadCounter:
+    """Counts the rows the target's LM head computes (wraps Target.head)."""
+
+    def __init__(self, engine: SpecEngine) -> None:
+        self.rows = 0
+        self._head = engine.target.head
+        engine.target.head = self  # type: ignore[method-assign]
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        self.rows += int(hidden.shape[0])
+        return self._head(hidden)
+
+
+def one_pass(engine: SpecEngine, counter: HeadCounter, prompts: list[Prompt], method: str,
+             mode: str, max_new: int) -> Cell:
+    params = SamplingParams(max_new_tokens=max_new)
+    tokens = rounds = 0
+    outputs = []
+    counter.rows = 0
+    t0 = time.perf_counter()
+    for p in prompts:
+        ids, stats = engine.generate_ids(p.ids, params, POLICIES[method])
+        tokens, rounds = tokens + len(ids), rounds + stats.rounds + 1  # + the prefill pass
+        outputs.append(tuple(ids))
+    return Cell(method, mode, tokens, rounds, counter.rows, time.perf_counter() - t0,
+                tuple(outputs))
+
+
+def measure(engines: dict[str, SpecEngine], counter: HeadCounter, prompts: list[Prompt],
+            max_new: int, repeats: int) -> list[Cell]:
+    best: dict[tuple[str, str], Cell] = {}
+    for _ in range(repeats):
+        for method in POLICIES:
+            for mode, engine in engines.items():
+                cell = one_pass(engine, counter, prompts, method, mode, max_new)
+                key = (method, mode)
+                if key not in best or cell.tokens_per_s > best[key].tokens_per_s:
+                    best[key] = cell
+                print(f"  {method:<10} {mode:<7} {cell.tokens_per_s:6.2f} tokens/s  MAT "
+                      f"{cell.mat:.2f}  head rows/round {cell.head_rows / cell.rounds:.1f}",
+                      flush=True)
+    return list(best.values())
+
+
+def render(cells: list[Cell], meta: dict[str, Any]) -> str:
+    by = {(c.method, c.mode): c for c in cells}
+    lines = [
+        "# LM head over visited nodes vs every node (verification)", "",
+        f"`python -m bench.verify_logits` on {meta['machine']}; {meta['dtype']}, "
+        f"{meta['threads']} thread(s), tree {meta['tree']}; {meta['prompts']} held-out prompts "
+        f"(one per domain), greedy, {meta['max_new']} new tokens each, shipped demo pool. "
+        "Both settings share one engine's target and drafters and alternate pass by pass; "
+        f"each keeps the fastest of {meta['repeats']} passes. Rows per pass = LM-head rows "
+        "computed per target pass (prefill included).", "",
+        "| method | logits of | tokens/s | MAT | head rows per pass | x plain (same setting) "
+        "| x 'all' | same tokens as 'all' |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        plain = by[("plain", c.mode)].tokens_per_s
+        ref = by[(c.method, "all")]
+        lines.append(
+            f"| {c.method} | {c.mode} | {c.tokens_per_s:.2f} | {c.mat:.2f} "
+            f"| {c.head_rows / c.rounds:.1f} | {c.tokens_per_s / plain:.2f} "
+            f"| {c.tokens_per_s / ref.tokens_per_s:.2f} | {c.outputs == ref.outputs} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(cells: list[Cell], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    width = 0.38
+    for i, mode in enumerate(MODES):
+        vals = [next(c.tokens_per_s for c in cells if c.method == m and c.mode == mode)
+                for m in POLICIES]
+        ax.bar([x + (i - 0.5) * width for x in range(len(POLICIES))], vals, width,
+               label=f"logits of {mode} nodes")
+    ax.set_xticks(range(len(POLICIES)), list(POLICIES))
+    ax.set_ylabel("tokens/s")
+    ax.set_title("Verification LM head: visited nodes vs all (SmolLM2-135M, CPU)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pool", type=Path, default=DEFAULT_POOL)
+    ap.add_argument("--per-domain", type=int, default=1)
+    ap.add_argument("--max-new", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=2, help="passes per setting (fastest kept)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--quick", action="store_true", help="8 tokens, one pass: a smoke test")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.max_new, args.repeats = 8, 1
+    torch.set_num_threads(args.threads)
+    dtype = auto_dtype() if args.dtype == "auto" else args.dtype
+    base = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=dtype))
+    engines = {mode: SpecEngine(base.target, dict(base.snapshot.drafters),
+                                replace(base.config, verify_logits=mode), base.model_name)
+               for mode in MODES}
+    counter = HeadCounter(base)
+    prompts = load_prompts(args.pool, base.tokenizer, args.per_domain, 200)
+    base.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=4))  # warm-up
+    cells = measure(engines, counter, prompts, args.max_new, args.repeats)
+    tree = base.config.tree
+    meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
+                       f"cores visible, native bf16: {cpu_has_native_bf16()}",
+            "dtype": dtype, "threads": args.threads, "prompts": len(prompts),
+            "max_new": args.max_new, "repeats": args.repeats,
+            "tree": (tree.top_k, tree.depth, tree.total_tokens)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = [{**{k: v for k, v in asdict(c).items() if k != "outputs"},
+             "tokens_per_s": c.tokens_per_s, "mat": c.mat} for c in cells]
+    (args.out / "verify_logits.json").write_text(json.dumps({"meta": meta, "rows": rows},
+                                                            indent=1) + "\n")
+    (args.out / "verify_logits.md").write_text(render(cells, meta))
+    plot(cells, args.out / "verify_logits.png")
+    print(render(cells, meta))
+
+
+if __name__ == "__main__":
+    main()
