@@ -27,6 +27,7 @@ from bench.hedgespec_bench import (
     variant,
 )
 from core.config import (
+    PROMPT_WINDOWS,
     ROUTER_PRIOR,
     EngineConfig,
     SamplingParams,
@@ -76,6 +77,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--eval-every", type=int, default=None,
                     help="HedgeSpec scores every drafter every n-th round (default: what "
                          "`hedgespec serve` uses on the device); eval_every=1 runs alongside")
+    ap.add_argument("--prompt-windows", type=int, default=None,
+                    help="HedgeSpec's prompt windows (default: what `hedgespec serve` uses); "
+                         "the learners also run without them (hedgespec_cold)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--device", default="cpu",
                     help="torch device of target and drafters (cuda on a GPU)")
@@ -95,7 +99,9 @@ def build_engine(args: argparse.Namespace) -> SpecEngine:
     tree = TreeConfig()
     tree = TreeConfig(top_k=args.top_k or tree.top_k, depth=args.depth or tree.depth,
                       total_tokens=args.total_tokens or tree.total_tokens)
-    selector = SelectorConfig(eval_every=args.eval_every or default_eval_every(args.device))
+    selector = SelectorConfig(eval_every=args.eval_every or default_eval_every(args.device),
+                              prompt_windows=PROMPT_WINDOWS if args.prompt_windows is None
+                              else args.prompt_windows)
     config = EngineConfig(tree=tree, max_context=4096, device=args.device, dtype=args.dtype,
                           selector=selector)
     return open_pool_engine(args.pool, config)
@@ -157,6 +163,8 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
         go("hedgespec_router", engine, ROUTER_PRIOR)  # HedgeSpec started from the router's prior
     for name, learner in LEARNED.items():
         go(name, engine, learner)
+    if engine.config.selector.prompt_windows:  # HedgeSpec starting uniform, side by side
+        go("hedgespec_cold", variant(engine, prompt_windows=0), "normalhedge")
     if engine.config.selector.eval_every != 1:  # the paper's schedule, side by side
         go("hedgespec_every_round", variant(engine, eval_every=1), "normalhedge")
     default = engine.config.selector

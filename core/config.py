@@ -140,10 +140,15 @@ class SelectorConfig:
     eval_every: int = 1
     # Sessions whose learner is kept between requests (core/learner_sessions.py); LRU beyond.
     max_sessions: int = 4096
+    # The prompt's last positions scored as feedback windows before the first round
+    # (core/prompt_feedback.py; counterfactual learners only). 0: the learner starts uniform.
+    prompt_windows: int = 0
 
     def __post_init__(self) -> None:
         if self.eval_every < 1:
             raise ValueError(f"eval_every must be >= 1, got {self.eval_every}")
+        if self.prompt_windows < 0:
+            raise ValueError(f"prompt_windows must be >= 0, got {self.prompt_windows}")
 
 
 # What `eval_every` the server uses when none is given: on a CPU a round's catch-up costs the
@@ -160,9 +165,17 @@ def default_eval_every(device: str) -> int:
     return CPU_EVAL_EVERY if str(device).startswith("cpu") else 1
 
 
+# Prompt positions scored before the first round by default (core/prompt_feedback.py), by
+# measurement on the shipped pool (bench/results/prompt_windows.md, greedy, 21 requests of 48
+# tokens): HedgeSpec's MAT 0.898x the per-request oracle's with none, 0.965x with 16, 0.987x
+# with 48, 0.992x with 96; past 48 the gain no longer pays for the extra LM-head rows of the
+# prefill (about 2 ms each on a two-core CPU).
+PROMPT_WINDOWS = 48
+
+
 def served_selector(device: str) -> SelectorConfig:
     """The selector `hedgespec serve` runs on `device` (benchmarks compare against it)."""
-    return SelectorConfig(eval_every=default_eval_every(device))
+    return SelectorConfig(eval_every=default_eval_every(device), prompt_windows=PROMPT_WINDOWS)
 
 
 @dataclass(frozen=True)

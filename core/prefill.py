@@ -17,6 +17,7 @@ import torch
 
 from core.config import EngineConfig
 from core.kv_cache import SlotCache
+from core.prompt_feedback import learn_from_prompt
 from core.request import RequestState
 from core.rounds import commit_first, first_token, prompt_logprobs, start_drafters
 from core.target import Target, TargetOutput
@@ -46,10 +47,12 @@ def plan_chunk(cache: SlotCache, slot: int, state: RequestState, budget: int) ->
     return Chunk(slot, state, start, min(state.prompt_len, start + max(1, budget)))
 
 
-def forward_chunks(target: Target, cache: SlotCache, chunks: list[Chunk]) -> list[TargetOutput]:
+def forward_chunks(target: Target, cache: SlotCache, chunks: list[Chunk],
+                   tail: int = 1) -> list[TargetOutput]:
     """One target pass over `chunks`, one row each; nothing is committed (a failed pass is safe
     to rerun). A chunk asking for prompt logprobs needs every row of its logits, so it runs
-    alone; the others keep only their last row."""
+    alone; the others compute only their last row's logits (and keep the hidden states of
+    their last `tail` tokens, core/prompt_feedback.py)."""
     full = any(c.wants_prompt_logprobs for c in chunks)
     if full and len(chunks) > 1:
         raise ValueError("a chunk that wants prompt logprobs runs in a pass of its own")
@@ -57,7 +60,7 @@ def forward_chunks(target: Target, cache: SlotCache, chunks: list[Chunk]) -> lis
         cache, [c.slot for c in chunks],
         [torch.tensor(c.state.token_ids[c.start : c.end], dtype=torch.long) for c in chunks],
         [torch.arange(c.start, c.end) for c in chunks], [None] * len(chunks),
-        last_logits_only=not full)
+        last_logits_only=not full, tail=tail)
 
 
 def finish_chunk(cache: SlotCache, chunk: Chunk, out: TargetOutput,
@@ -75,10 +78,12 @@ def finish_chunk(cache: SlotCache, chunk: Chunk, out: TargetOutput,
     if end < state.prompt_len:
         _feed(state, out.features, torch.tensor(state.token_ids[start + 1 : end + 1]), config)
         return None
-    tok = first_token(state, out.logits[-1:])
-    committed = commit_first(state, tok, out.logits[-1:])
+    last = out.rows([len(out) - 1])
+    tok = first_token(state, last)
+    committed = commit_first(state, tok, last)
     if not state.finished:
         _feed(state, out.features, torch.tensor(state.token_ids[start + 1 : end] + [tok]), config)
+        learn_from_prompt(state, out, start, config)
     return committed
 
 

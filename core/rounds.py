@@ -14,6 +14,7 @@ from core.counterfactual import evidence_greedy, evidence_sampling
 from core.drafter_pool import Candidates, DrafterState
 from core.drafting import DraftRow, grow_trees, tree_scratch
 from core.node_logits import NodeLogits, penalise
+from core.prompt_feedback import learn_from_prompt, prompt_tail
 from core.request import DeferredRound, RequestState
 from core.sampling import log_probs, process_logits
 from core.stats import RoundStats, TokenLogprob
@@ -27,18 +28,20 @@ def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[i
     ids = torch.tensor(state.token_ids, dtype=torch.long)
     want_prompt = state.params.prompt_logprobs is not None
     out = target.forward(state.cache, ids, torch.arange(ids.numel()),
-                         last_logits_only=not want_prompt)
+                         last_logits_only=not want_prompt, tail=prompt_tail(config))
     state.stats.target_forwards += 1
     if want_prompt:
         state.prompt_logprobs = prompt_logprobs(out.logits, state.token_ids,
                                                 state.params.prompt_logprobs or 0)
-    tok = first_token(state, out.logits[-1:])
-    committed = commit_first(state, tok, out.logits[-1:])
+    last = out.rows([len(out) - 1])
+    tok = first_token(state, last)
+    committed = commit_first(state, tok, last)
     if state.learner is not None and not state.finished:
         start_drafters(state)
         state.dstate.record(out.features, torch.cat([ids[1:], torch.tensor([tok])]))  # type: ignore[union-attr]
         if state.evaluate:  # the first γ (at the first root) needs every drafter's prediction now
             state.pending = state.dstate.sync(state.snapshot, config.tree.top_k)  # type: ignore[union-attr]
+            learn_from_prompt(state, out, 0, config)
     return committed
 
 

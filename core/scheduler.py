@@ -21,6 +21,7 @@ import time
 from core.batch_rounds import RowResult, batched_round, with_bookkeeping
 from core.config import EngineConfig
 from core.prefill import Chunk, finish_chunk, forward_chunks, plan_chunk
+from core.prompt_feedback import prompt_tail
 from core.request import RequestState
 from core.target import Target
 
@@ -102,7 +103,7 @@ class BatchScheduler:
         """One pass over the chunks; if it raises, one pass per chunk, so that only the prompt
         that causes a failure fails (one prompt's failure must not take the others down)."""
         try:
-            outs = forward_chunks(self.target, self.cache, chunks)
+            outs = forward_chunks(self.target, self.cache, chunks, prompt_tail(self.config))
         except Exception as exc:
             if len(chunks) > 1:
                 log.warning("a prefill pass over %d prompts failed; retrying them one by one",

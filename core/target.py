@@ -199,14 +199,14 @@ class Target:
     @torch.no_grad()
     def forward(
         self, cache: DynamicCache, input_ids: Tensor, positions: Tensor,
-        tree_mask: Tensor | None = None, *, last_logits_only: bool = False,
+        tree_mask: Tensor | None = None, *, last_logits_only: bool = False, tail: int = 1,
     ) -> TargetOutput:
         """Run T new tokens on top of `cache` (which grows by T).
 
         input_ids/positions: [T]; tree_mask: [T, T] bool (node i may attend node j), None =
         causal. The committed prefix in the cache is visible to every new token.
-        `last_logits_only` (prefill) keeps only the last row of logits: a long prompt would
-        otherwise materialise [T, V] logits for nothing.
+        `last_logits_only` (prefill) computes only the last row's logits and keeps the hidden
+        states of the last `tail` rows (what core/prompt_feedback.py reads), not the prompt's.
         """
         n, t = cache.get_seq_length(), input_ids.numel()
         if tree_mask is None:
@@ -219,9 +219,10 @@ class Target:
         # .to(device): with device_map="auto" the layers may sit on other GPUs
         feats = torch.cat([captured[i][0].to(self.device) for i in self.aux_layers], dim=-1)
         captured.clear()  # hold no activations between passes
-        out = TargetOutput(hidden[0, -1:] if last_logits_only else hidden[0], feats, self.head)
+        out = TargetOutput(hidden[0, -max(1, tail):] if last_logits_only else hidden[0], feats,
+                           self.head)
         if last_logits_only:
-            out.compute([0])  # the only row anyone reads; hold no other hidden state
+            out.compute([len(out) - 1])
         return out
 
     def _decode(self, *, ids: Tensor, pos: Tensor, mask: Any, cache: Any) -> Tensor:
@@ -243,14 +244,14 @@ class Target:
     @torch.no_grad()
     def forward_rows(
         self, cache: SlotCache, slots: list[int], tokens: list[Tensor], positions: list[Tensor],
-        tree_masks: list[Tensor | None], *, last_logits_only: bool = False,
+        tree_masks: list[Tensor | None], *, last_logits_only: bool = False, tail: int = 1,
     ) -> list[TargetOutput]:
         """One forward pass over several requests, row b = slot `slots[b]`: its T_b new tokens
         (a draft tree, or a causal prompt chunk when its tree mask is None) on top of its
         committed prefix, padded to the longest row. The new entries are written past each
         row's length; the caller keeps them (SlotCache.keep / extend). Returns row b's logits
-        and features [T_b, ...]; `last_logits_only` (prefill chunks) keeps each row's last
-        logits only."""
+        and features [T_b, ...]; `last_logits_only` (prefill chunks) computes each row's last
+        logits only, keeping the hidden states of its last `tail` tokens."""
         t_max = max(x.numel() for x in tokens)
         starts = cache.begin(slots, t_max)
         ids = torch.zeros(len(slots), t_max, dtype=torch.long)
@@ -267,11 +268,12 @@ class Target:
         hidden = self._decode(ids=ids, pos=pos, mask=mask, cache=cache).to(self.device)
         feats = torch.cat([captured[i].to(self.device) for i in self.aux_layers], dim=-1)
         captured.clear()
-        outs = [TargetOutput(hidden[b, x.numel() - 1 : x.numel()] if last_logits_only
+        keep = max(1, tail)
+        outs = [TargetOutput(hidden[b, max(0, x.numel() - keep) : x.numel()] if last_logits_only
                              else hidden[b, : x.numel()], feats[b, : x.numel()], self.head)
                 for b, x in enumerate(tokens)]
         if last_logits_only:  # every row's last logits in one head call
-            fill_rows(outs, [[0]] * len(outs))
+            fill_rows(outs, [[len(o) - 1] for o in outs])
         return outs
 
     def _rows_mask(self, starts: list[int], trees: list[Tensor], positions: Tensor,

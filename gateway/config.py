@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.config import (
     LEARNER_NAMES,
+    PROMPT_WINDOWS,
     ROUTER_PRIOR,
     EngineConfig,
     SelectorConfig,
@@ -110,6 +111,9 @@ class Settings(BaseSettings):
     # Counterfactual evaluation every n-th round (core.config.SelectorConfig.eval_every);
     # None: 4 on a CPU, 1 elsewhere (core.config.default_eval_every).
     eval_every: int | None = Field(default=None, ge=1, le=64)
+    # The prompt's last positions scored as learner feedback before the first round
+    # (core.config.SelectorConfig.prompt_windows); None: core.config.PROMPT_WINDOWS, 0: off.
+    prompt_windows: int | None = Field(default=None, ge=0, le=4096)
     # Learner sessions (`hedgespec.session`) kept between requests, least recently used
     # forgotten first; 0 turns sessions off (every request starts a fresh learner).
     max_sessions: int = Field(default=4096, ge=0, le=1_000_000)
@@ -173,7 +177,9 @@ class Settings(BaseSettings):
             tree=tree,
             selector=SelectorConfig(policy=self.default_policy, max_sessions=self.max_sessions,
                                     eval_every=self.eval_every
-                                    or default_eval_every(self.device)),
+                                    or default_eval_every(self.device),
+                                    prompt_windows=PROMPT_WINDOWS if self.prompt_windows is None
+                                    else self.prompt_windows),
             batching=self.batching,
             max_running=self.max_running,
             max_step_tokens=self.max_step_tokens,

@@ -27,6 +27,7 @@ SERVE_FLAGS: dict[str, str] = {
     "policy": "default_policy",
     "max_sessions": "max_sessions",
     "eval_every": "eval_every",
+    "prompt_windows": "prompt_windows",
     "device": "device",
     "device_map": "device_map",
     "compile": "compile",
@@ -65,6 +66,9 @@ def register(sub: Any) -> None:
     p.add_argument("--eval-every", type=int,
                    help="score every drafter every n-th round (delayed feedback, cheaper "
                         "rounds; default 4 on a CPU, else 1)")
+    p.add_argument("--prompt-windows", type=int,
+                   help="the prompt's last positions scored as learner feedback before the "
+                        "first round (default 48; 0: the learner starts uniform)")
     p.add_argument("--device", help="torch device (default cpu)")
     p.add_argument("--dtype", help="auto (default: bf16 where native, else fp32), float32, "
                                    "bfloat16 or float16")

@@ -16,17 +16,13 @@ from core.router import PromptRouter
 
 def test_bench_writes_tables_plots_and_json(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    pool = build_pool(tmp_path / "pool")
-    rows = [{"id": f"{d}{i}", "domain": d, "prompt": f"question {i} about {d}"} for d in ("a", "b")
-            for i in range(2)]
-    (pool.parent / "eval_prompts.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    add_router(pool, rows)
+    pool = pool_with_prompts(tmp_path)
     out = tmp_path / "out"
     assert main(["--pool", str(pool), "--quick", "--json", "--out", str(out), "--max-new-tokens",
                  "8", "--pool-sizes", "2,3"]) == 0
     printed = json.loads(capsys.readouterr().out)
     for name in ("plain", "generalist", "ucbspec", "exp3spec", "hedgespec", "router",
-                 "hedgespec_router", "oracle"):
+                 "hedgespec_router", "hedgespec_cold", "oracle"):
         assert set(printed["methods"][name]) >= {"mat", "tokens_per_s", "speedup_vs_plain"}
     assert set(printed["sampling"]) == {"plain", "generalist", "hedgespec", "hedgespec_router"}
     assert {"hedgespec_router: MAT >= 0.95x oracle",
@@ -52,6 +48,16 @@ def test_bench_writes_tables_plots_and_json(tmp_path: Path,
     for f in ("hedgespec.md", "hedgespec.json", "hedgespec_regret.png", "hedgespec_calibration.png",
               "hedgespec_pool_size.png", "hedgespec_domains.png"):
         assert (out / f).stat().st_size > 0
+
+
+def pool_with_prompts(tmp_path: Path) -> Path:
+    """The tiny pool with two held-out prompts in each of two domains and a router."""
+    pool = build_pool(tmp_path / "pool")
+    rows = [{"id": f"{d}{i}", "domain": d, "prompt": f"question {i} about {d}"} for d in ("a", "b")
+            for i in range(2)]
+    (pool.parent / "eval_prompts.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    add_router(pool, rows)
+    return pool
 
 
 def add_router(pool: Path, rows: list[dict[str, str]]) -> None:

@@ -302,10 +302,10 @@ def test_a_failing_prefill_pass_fails_only_its_request(bigram, monkeypatch) -> N
     target, base = bigram
     real = core.scheduler.forward_chunks
 
-    def flaky(target, cache, chunks):  # type: ignore[no-untyped-def]
+    def flaky(target, cache, chunks, *args):  # type: ignore[no-untyped-def]
         if any(c.state.request_id == "bad" for c in chunks):
             raise RuntimeError("boom")
-        return real(target, cache, chunks)
+        return real(target, cache, chunks, *args)
 
     monkeypatch.setattr(core.scheduler, "forward_chunks", flaky)
     _failure_run(with_config(base), target)

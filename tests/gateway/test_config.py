@@ -103,3 +103,17 @@ def test_eval_every_defaults_by_device_and_the_flag_wins() -> None:
     assert cfg.selector.eval_every == 2
     with pytest.raises(ValidationError):
         Settings(eval_every=0)
+
+
+def test_prompt_windows_default_the_flag_and_zero_turns_them_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.config import PROMPT_WINDOWS
+
+    assert PROMPT_WINDOWS > 0
+    assert Settings().engine_config().selector.prompt_windows == PROMPT_WINDOWS
+    args = build_parser().parse_args(["serve", "--prompt-windows", "0"])
+    assert serve_settings(args).engine_config().selector.prompt_windows == 0
+    monkeypatch.setenv("HEDGESPEC_PROMPT_WINDOWS", "32")
+    assert Settings().engine_config().selector.prompt_windows == 32
+    with pytest.raises(ValidationError):
+        Settings(prompt_windows=-1)
