@@ -6,7 +6,7 @@ core/grammar.py, each over node i's own path), and under sampling p̃ after temp
 and top-p. Only the nodes the acceptance walk visits are ever asked for (the accepted path,
 L + 1 of the tree's N + 1), so the LM head runs on those rows alone (TargetOutput.rows):
 measured on the 2-core CPU with SmolLM2-135M in fp32, the head costs 55 ms for a 20-node tree
-against 10 ms a row (bench/results/core_speed.md).
+against 10 ms a row (bench/results/verify_logits.md).
 """
 
 from __future__ import annotations
