@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     import torch
 
-    from core.config import EngineConfig, served_selector
+    from core.config import EngineConfig, served_selector, served_tree
     from core.precision import auto_dtype
     from demo.pool_target import open_pool_engine
 
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = resolve_pool(args.pool, Path(tmp))
         load = os.getloadavg()
         dtype = auto_dtype() if args.dtype == "auto" else args.dtype
-        base = open_pool_engine(pool, EngineConfig(dtype=dtype, selector=served_selector("cpu")))
+        base = open_pool_engine(pool, EngineConfig(dtype=dtype, tree=served_tree("cpu"),
+                                                   selector=served_selector("cpu")))
         prompts = [list(base.tokenizer(p)["input_ids"]) for p in PROMPTS]
         cells = []
         if not args.no_gateway:  # first: the servers then share the box with an idle client

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
-from core.config import EngineConfig, SamplingParams, TreeConfig
+from core.config import EngineConfig, SamplingParams, TreeConfig, served_tree
 from core.engine import SpecEngine
 from core.precision import cpu_has_native_bf16
 from demo.pool_target import open_pool_engine
@@ -102,7 +102,7 @@ def tree_config(tree: tuple[int, int, int]) -> TreeConfig:
 
 
 def precision_sweep(args: argparse.Namespace, prompts: list[Prompt]) -> list[Measured]:
-    tree = astuple_tree(TreeConfig())
+    tree = astuple_tree(served_tree("cpu"))
     dtypes = ["float32", "bfloat16"] if cpu_has_native_bf16() else ["float32"]
     jobs = []
     for dtype in dtypes:

@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from core.config import EngineConfig, served_selector
+    from core.config import EngineConfig, served_selector, served_tree
     from core.precision import auto_dtype
     from demo.pool_target import open_pool_engine
 
@@ -451,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = resolve_pool(args.pool, workdir)
         load = os.getloadavg()
         dtype = auto_dtype() if args.dtype == "auto" else args.dtype  # the same on both sides
-        config = EngineConfig(dtype=dtype, selector=served_selector("cpu"))  # as the server
+        config = EngineConfig(dtype=dtype, tree=served_tree("cpu"),  # as the server
+                              selector=served_selector("cpu"))
         engine = open_pool_engine(pool, config)
         tok = engine.tokenizer
         prompt_ids = [list(tok(p)["input_ids"]) for p in PROMPTS[:n_prompts]]

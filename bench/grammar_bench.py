@@ -22,7 +22,7 @@ import torch
 
 from bench.hedgespec_bench import DEFAULT_POOL, chat_ids
 from bench.hedgespec_run import generalist_id
-from core.config import EngineConfig, GrammarSpec, SamplingParams
+from core.config import EngineConfig, GrammarSpec, SamplingParams, served_tree
 from core.engine import SpecEngine
 from core.precision import auto_dtype
 from demo.pool_target import open_pool_engine
@@ -88,7 +88,8 @@ def mask_cost_us(engine: SpecEngine, outputs: list[list[int]],
 def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
-    engine = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=dtype))
+    config = EngineConfig(max_context=4096, dtype=dtype, tree=served_tree("cpu"))
+    engine = open_pool_engine(args.pool, config)
     unmasked = SpecEngine(engine.target, dict(engine.snapshot.drafters),
                           replace(engine.config, mask_drafts=False), engine.model_name)
     gen = generalist_id(args.pool, engine.drafter_ids())

@@ -34,6 +34,7 @@ from core.config import (
     SelectorConfig,
     TreeConfig,
     default_eval_every,
+    served_tree,
 )
 from core.engine import SpecEngine
 from demo.pool_target import open_pool_engine
@@ -96,7 +97,7 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def build_engine(args: argparse.Namespace) -> SpecEngine:
-    tree = TreeConfig()
+    tree = served_tree(args.device)
     tree = TreeConfig(top_k=args.top_k or tree.top_k, depth=args.depth or tree.depth,
                       total_tokens=args.total_tokens or tree.total_tokens)
     selector = SelectorConfig(eval_every=args.eval_every or default_eval_every(args.device),

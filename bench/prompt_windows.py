@@ -35,7 +35,7 @@ from bench.hedgespec_bench import (
     variant,
 )
 from bench.hedgespec_run import generalist_id
-from core.config import EngineConfig, SamplingParams, served_selector
+from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.precision import auto_dtype, cpu_has_native_bf16
 from demo.pool_target import open_pool_engine
 
@@ -44,7 +44,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
-    config = EngineConfig(max_context=4096, dtype=args.dtype, selector=served_selector("cpu"))
+    config = EngineConfig(max_context=4096, dtype=args.dtype, tree=served_tree("cpu"),
+                          selector=served_selector("cpu"))
     engine = open_pool_engine(args.pool, config)
     prompts = load_prompts(args.pool, engine.tokenizer, args.per_domain, 160)
     gen = generalist_id(args.pool, engine.drafter_ids())

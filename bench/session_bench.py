@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
-from core.config import EngineConfig, SamplingParams, served_selector
+from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
 from core.precision import auto_dtype
 from demo.pool_target import open_pool_engine
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     engine = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=dtype,
+                                                      tree=served_tree("cpu"),
                                                       selector=served_selector("cpu")))
     prompts = load_prompts(args.pool, engine.tokenizer, per_domain, 160)
     prompts = [p for p in prompts if p.domain in engine.drafter_ids()]

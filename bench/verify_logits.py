@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
-from core.config import EngineConfig, SamplingParams
+from core.config import EngineConfig, SamplingParams, served_tree
 from core.engine import SpecEngine
 from core.precision import auto_dtype, cpu_has_native_bf16
 from demo.pool_target import open_pool_engine
@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> None:
         args.max_new, args.repeats = 8, 1
     torch.set_num_threads(args.threads)
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
-    base = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=dtype))
+    config = EngineConfig(max_context=4096, dtype=dtype, tree=served_tree("cpu"))
+    base = open_pool_engine(args.pool, config)
     engines = {mode: SpecEngine(base.target, dict(base.snapshot.drafters),
                                 replace(base.config, verify_logits=mode), base.model_name)
                for mode in MODES}

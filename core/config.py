@@ -38,7 +38,7 @@ class TreeConfig:
     counts the levels after the first, and its `total_token` counts the root (`cnets.py` keeps
     `total_tokens - 1` drafted nodes). EAGLE-3's GPU defaults top_k 10, depth 7, total_token 60
     are therefore top_k=10, depth=8, total_tokens=59 here.
-    CPU defaults were picked by measurement on the demo pool (bench/results/cpu_defaults.md).
+    These field defaults are what an accelerator serves; a CPU serves CPU_TREE (served_tree).
     """
 
     top_k: int = 4
@@ -171,6 +171,20 @@ def default_eval_every(device: str) -> int:
 # with 48, 0.992x with 96; past 48 the gain no longer pays for the extra LM-head rows of the
 # prefill (about 2 ms each on a two-core CPU).
 PROMPT_WINDOWS = 48
+
+
+# The tree `hedgespec serve` drafts on a CPU, by measurement (bench/results/cpu_defaults.md,
+# the generalist's tokens/s on the shipped pool, greedy): (3, 4, 12) led the tree sweep on two
+# two-core VMs, 9% ahead of (4, 5, 20) in bf16 with native bf16 (2 passes each) and 14% in fp32
+# without it. On a CPU a 21-token pass costs 1.38x a 13-token one's 1.26x of a one-token pass
+# in bf16 (bench/results/forward_cost.md), while these drafters' MAT grows only from 1.62 to
+# 1.67 between 13 and 21 verified tokens: the extra nodes cost more than the tokens they add.
+CPU_TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
+
+
+def served_tree(device: str) -> TreeConfig:
+    """The draft tree `hedgespec serve` uses on `device` unless told otherwise."""
+    return CPU_TREE if str(device).startswith("cpu") else TreeConfig()
 
 
 def served_selector(device: str) -> SelectorConfig:

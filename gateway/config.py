@@ -25,6 +25,7 @@ from core.config import (
     SelectorConfig,
     TreeConfig,
     default_eval_every,
+    served_tree,
 )
 from core.precision import auto_dtype
 
@@ -159,7 +160,7 @@ class Settings(BaseSettings):
 
     def engine_config(self) -> EngineConfig:
         """Frozen engine configuration; unset knobs keep the core's measured defaults."""
-        tree_defaults = TreeConfig()
+        tree_defaults = served_tree(self.device)
         tree = TreeConfig(
             top_k=self.tree_top_k or tree_defaults.top_k,
             depth=self.tree_depth or tree_defaults.depth,

@@ -78,12 +78,24 @@ def test_invalid_values_are_refused() -> None:
 def test_engine_config_keeps_core_defaults_unless_set() -> None:
     from core.config import EngineConfig
 
-    assert Settings().engine_config().tree == EngineConfig().tree
+    assert Settings(device="cuda").engine_config().tree == EngineConfig().tree
     cfg = Settings(tree_depth=3, max_context=256, default_policy="hedge").engine_config()
     assert cfg.tree.depth == 3 and cfg.max_context == 256 and cfg.selector.policy == "hedge"
     assert cfg.device_map is None
     assert Settings(device_map="auto").engine_config().device_map == "auto"
     assert cfg.compile is False and Settings(compile=True).engine_config().compile is True
+
+
+def test_the_tree_defaults_by_device_and_each_field_can_be_set() -> None:
+    """A CPU drafts the tree that measured fastest there (cpu_defaults.md); an accelerator keeps
+    TreeConfig's; a field given on its own overrides only that field."""
+    from core.config import CPU_TREE, TreeConfig
+
+    assert Settings().engine_config().tree == CPU_TREE
+    assert TreeConfig() != CPU_TREE
+    assert Settings(device="cuda").engine_config().tree == TreeConfig()
+    cfg = Settings(tree_top_k=5).engine_config().tree
+    assert (cfg.top_k, cfg.depth, cfg.total_tokens) == (5, CPU_TREE.depth, CPU_TREE.total_tokens)
 
 
 def test_compile_flag_is_unset_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
