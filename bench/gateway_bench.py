@@ -268,7 +268,7 @@ def _one_stream_lines(s: dict[str, float]) -> list[str]:
         f"| tokens/s (median) | {s['tps_in_process']:.1f} | {s['tps_gateway']:.1f} "
         f"| ratio {s['tps_ratio']:.3f} | ≥ 0.95 {_pass(s['tps_ratio'] >= 0.95)} |",
         f"| time to first token (median) | {s['ttft_in_process_ms']:.1f} ms "
-        f"| {s['ttft_gateway_ms']:.1f} ms | +{s['ttft_added_ms']:.1f} ms "
+        f"| {s['ttft_gateway_ms']:.1f} ms | {s['ttft_added_ms']:+.1f} ms "
         f"| ≤ 10 ms {_pass(s['ttft_added_ms'] <= 10)} |",
         f"| CPU per token (whole process) | {s['cpu_ms_per_token_in_process']:.2f} ms "
         f"| {s['cpu_ms_per_token_gateway']:.2f} ms | ratio {s['cpu_ratio']:.3f} | |",
