@@ -168,8 +168,9 @@ def default_eval_every(device: str) -> int:
 # Prompt positions scored before the first round by default (core/prompt_feedback.py), by
 # measurement on the shipped pool (bench/results/prompt_windows.md, greedy, 21 requests of 48
 # tokens): HedgeSpec's MAT 0.898x the per-request oracle's with none, 0.965x with 16, 0.987x
-# with 48, 0.992x with 96; past 48 the gain no longer pays for the extra LM-head rows of the
-# prefill (about 2 ms each on a two-core CPU).
+# with 48, 0.992x with 96 (fp32, tree (4, 5, 20)); in bf16 with CPU_TREE 0.900x, 0.962x,
+# 0.964x and 0.979x (0.973x with 32, within the run's noise). Past 48 the gain no longer pays for
+# the extra LM-head rows of the prefill (about 2 ms each on a two-core CPU).
 PROMPT_WINDOWS = 48
 
 
