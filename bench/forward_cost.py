@@ -5,7 +5,8 @@ T tokens can pay for itself on this machine.
     python -m bench.forward_cost [--quick] [--pool demo/pool/pool.json] [--threads 2]
                                  [--dtypes float32,bfloat16] [--context 300] [--repeats 15]
 
-1. Target passes: one prompt is prefilled to `--context` tokens, then passes of T new tokens
+1. Target passes: held-out prompts, concatenated to `--context` tokens, are prefilled once,
+   then passes of T new tokens
    (causal, on top of that cache) run interleaved over the sizes, the cache cropped back to the
    context after each, so every pass sees the same context; each pass also computes the LM-head
    row of its first token, as verification always does. Medians over `--repeats`.

@@ -177,8 +177,8 @@ PROMPT_WINDOWS = 48
 # The tree `hedgespec serve` drafts on a CPU, by measurement (bench/results/cpu_defaults.md,
 # the generalist's tokens/s on the shipped pool, greedy): (3, 4, 12) led the tree sweep on two
 # two-core VMs, 9% ahead of (4, 5, 20) in bf16 with native bf16 (2 passes each) and 14% in fp32
-# without it. On a CPU a 21-token pass costs 1.38x a 13-token one's 1.26x of a one-token pass
-# in bf16 (bench/results/forward_cost.md), while these drafters' MAT grows only from 1.62 to
+# without it. In bf16 on a CPU a 13-token pass costs 1.26x a one-token pass and a 21-token pass
+# 1.38x (bench/results/forward_cost.md), while these drafters' MAT grows only from 1.62 to
 # 1.67 between 13 and 21 verified tokens: the extra nodes cost more than the tokens they add.
 CPU_TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
 
