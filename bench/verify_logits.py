@@ -1,13 +1,15 @@
-"""The target's LM head over the visited nodes of a verified tree against every node, side by
-side on the shipped pool (EngineConfig.verify_logits).
+"""The target's LM head over the visited nodes of a verified tree against every node, and the
+measured choice between them ("auto", core/head_rows.py), side by side on the shipped pool
+(EngineConfig.verify_logits).
 
     python -m bench.verify_logits [--quick] [--pool demo/pool/pool.json] [--threads 2]
                                   [--dtype auto] [--per-domain 1] [--max-new 48] [--repeats 2]
 
-The same engine (one target, one pool) runs plain decoding, the generalist and HedgeSpec
-under both settings, greedy, on held-out prompts; the settings alternate pass by pass and each
-keeps its fastest pass. Also counted: the LM-head rows computed per round, and whether both
-settings commit the same tokens. Writes bench/results/verify_logits.{md,json,png}. Run it on
+The same target and pool run plain decoding, the generalist and HedgeSpec under each setting
+("auto": one engine that measures in its first speculative rounds, as a server does), greedy,
+on held-out prompts; the settings alternate pass by pass and each keeps its fastest pass. Also
+counted: the LM-head rows computed per round, and whether every setting commits the tokens of
+"all". Writes bench/results/verify_logits.{md,json,png}. Run it on
 an idle machine.
 """
 
@@ -31,7 +33,7 @@ from core.precision import auto_dtype, cpu_has_native_bf16
 from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
-MODES = ("all", "visited")
+MODES = ("all", "visited", "auto")
 POLICIES = {"plain": "none", "generalist": "fixed:generalist", "hedgespec": "normalhedge"}
 
 
@@ -108,6 +110,8 @@ def render(cells: list[Cell], meta: dict[str, Any]) -> str:
         "Both settings share one engine's target and drafters and alternate pass by pass; "
         f"each keeps the fastest of {meta['repeats']} passes. Rows per pass = LM-head rows "
         "computed per target pass (prefill included).", "",
+        *([f"'auto' measured both settings in place and chose: {meta['auto']}.", ""]
+          if meta.get("auto") else []),
         "| method | logits of | tokens/s | MAT | head rows per pass | x plain (same setting) "
         "| x 'all' | same tokens as 'all' |",
         "|---|---|---|---|---|---|---|---|",
@@ -122,6 +126,10 @@ def render(cells: list[Cell], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _rounded(ms: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in ms.items())
+
+
 def plot(cells: list[Cell], path: Path) -> None:
     import matplotlib
 
@@ -129,15 +137,17 @@ def plot(cells: list[Cell], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 3.5))
-    width = 0.38
-    for i, mode in enumerate(MODES):
+    modes = [m for m in MODES if any(c.mode == m for c in cells)]
+    width = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
         vals = [next(c.tokens_per_s for c in cells if c.method == m and c.mode == mode)
                 for m in POLICIES]
-        ax.bar([x + (i - 0.5) * width for x in range(len(POLICIES))], vals, width,
-               label=f"logits of {mode} nodes")
+        ax.bar([x + (i - (len(modes) - 1) / 2) * width for x in range(len(POLICIES))], vals,
+               width, label="measured choice (auto)" if mode == "auto"
+               else f"logits of {mode} nodes")
     ax.set_xticks(range(len(POLICIES)), list(POLICIES))
     ax.set_ylabel("tokens/s")
-    ax.set_title("Verification LM head: visited nodes vs all (SmolLM2-135M, CPU)")
+    ax.set_title("Verification LM head: visited nodes, all, measured (SmolLM2-135M, CPU)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -173,7 +183,9 @@ def main(argv: list[str] | None = None) -> None:
                        f"cores visible, native bf16: {cpu_has_native_bf16()}",
             "dtype": dtype, "threads": args.threads, "prompts": len(prompts),
             "max_new": args.max_new, "repeats": args.repeats,
-            "tree": (tree.top_k, tree.depth, tree.total_tokens)}
+            "tree": (tree.top_k, tree.depth, tree.total_tokens),
+            "auto": (f"{engines['auto'].head_rows.describe()} (median head-and-walk ms per "
+                     f"request and round: {_rounded(engines['auto'].head_rows.medians_ms())})")}
     args.out.mkdir(parents=True, exist_ok=True)
     rows = [{**{k: v for k, v in asdict(c).items() if k != "outputs"},
              "tokens_per_s": c.tokens_per_s, "mat": c.mat} for c in cells]

@@ -75,16 +75,20 @@ class _Row:
 
 
 def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestState, int]],
-                  config: EngineConfig) -> list[RowResult]:
-    """One round for each (request, slot) row; the requests must be prefilled and unfinished."""
+                  config: EngineConfig, visited: bool = True) -> list[RowResult]:
+    """One round for each (request, slot) row; the requests must be prefilled and unfinished.
+    `visited`: the LM head computes the roots' rows up front and the walks the rest (else
+    every node's row in one call; core/head_rows.py chooses)."""
     work = [_Row(state, slot) for state, slot in rows]
     t0 = time.perf_counter()
     _each(work, lambda r: _select(r, cache, config))
     _draft(_live(work), config)
     t1 = time.perf_counter()
     _batched(_live(work), lambda rs: _forward(target, cache, rs))
-    _batched(_live(work), lambda rs: _head(rs, config))
+    th = time.perf_counter()
+    _batched(_live(work), lambda rs: _head(rs, visited))
     _each(_live(work), _verify)
+    head_s = time.perf_counter() - th
     live = _live(work)
     cache.keep([r.slot for r in live], [r.v.path for r in live if r.v is not None])
     _each(live, _commit)
@@ -92,7 +96,7 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     _evaluate(_live(work), config)
     t3 = time.perf_counter()
     rows_in_pass = sum(r.out is not None for r in work)
-    return [_result(r, (t1 - t0, t2 - t1, t3 - t2), rows_in_pass) for r in work]
+    return [_result(r, (t1 - t0, t2 - t1, t3 - t2), head_s, rows_in_pass) for r in work]
 
 
 def _select(r: _Row, cache: SlotCache, config: EngineConfig) -> None:
@@ -145,11 +149,11 @@ def _forward(target: Target, cache: SlotCache, rows: list[_Row]) -> None:
         r.out = out
 
 
-def _head(rows: list[_Row], config: EngineConfig) -> None:
+def _head(rows: list[_Row], visited: bool) -> None:
     """The rows' first logits in one LM-head call: every row's root (the walks compute the
-    nodes they visit further), or every node (EngineConfig.verify_logits)."""
+    nodes they visit further), or every node."""
     pairs = [(r.out, r.tree) for r in rows if r.out is not None and r.tree is not None]
-    fill_rows([out for out, _ in pairs], [logit_rows(tree, config) for _, tree in pairs])
+    fill_rows([out for out, _ in pairs], [logit_rows(tree, visited) for _, tree in pairs])
 
 
 def _verify(r: _Row) -> None:
@@ -187,11 +191,12 @@ def _sync_all(rows: list[_Row], config: EngineConfig) -> None:
         r.cur = cur
 
 
-def _result(r: _Row, times: tuple[float, float, float], rows_in_pass: int) -> RowResult:
+def _result(r: _Row, times: tuple[float, float, float], head_s: float,
+            rows_in_pass: int) -> RowResult:
     if r.committed is None:
         return RowResult(r.state, [], None, r.error)
     assert r.v is not None
-    rs = round_stats(r.state, r.v, r.chosen, r.weights, len(r.committed), times)
+    rs = round_stats(r.state, r.v, r.chosen, r.weights, len(r.committed), times, head_s)
     return RowResult(r.state, r.committed, replace(rs, batch_rows=rows_in_pass), r.error)
 
 

@@ -226,11 +226,12 @@ class EngineConfig:
     # least a quarter of it. It bounds a step's latency: a long prompt is prefilled over
     # several steps instead of freezing the running streams.
     max_step_tokens: int = 512
-    # Target logits of a verified tree: "visited" runs the LM head on the nodes the acceptance
-    # walk visits only (about MAT rows: on a CPU the head reads its weights for each call and
-    # a row costs ~2 ms, so 20 rows cost 55 ms against 10 ms for one), "all" on every node in
-    # one call (a GPU, where one call for 60 rows costs what one row does and each further
-    # call is a launch and a sync); "auto" = "visited" on a CPU, "all" elsewhere.
+    # Target logits of a verified tree: "visited" runs the LM head on the root up front and on
+    # each further node the acceptance walk reaches (about MAT one-row calls), "all" on every
+    # node in one call (a GPU, where 60 rows cost what one does and each further call is a
+    # launch and a sync). "auto": "all" on an accelerator; on a CPU, where the cheaper one
+    # depends on the CPU (bench/results/verify_logits.md), both are measured in place and the
+    # faster kept (core/head_rows.py). The committed tokens are the same either way.
     verify_logits: str = "auto"
 
     def __post_init__(self) -> None:
@@ -238,10 +239,3 @@ class EngineConfig:
             raise ValueError("max_running and max_step_tokens must be >= 1")
         if self.verify_logits not in ("auto", "visited", "all"):
             raise ValueError("verify_logits must be 'auto', 'visited' or 'all'")
-
-    @property
-    def logits_of_visited_nodes(self) -> bool:
-        """verify_logits resolved: "visited" (or "auto" on a CPU)."""
-        if self.verify_logits == "auto":
-            return str(self.device).startswith("cpu")
-        return self.verify_logits == "visited"

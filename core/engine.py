@@ -32,6 +32,7 @@ from core.drafter_pool import PoolSnapshot
 from core.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
 from core.errors import ContextLengthError, PolicyError, RequestError
 from core.grammar import GrammarCompiler
+from core.head_rows import HeadRows
 from core.learner_sessions import LearnerSessions
 from core.request import Policy, RequestState, parse_policy
 from core.rounds import prefill, speculative_round
@@ -83,7 +84,9 @@ class SpecEngine:
         self.sessions = LearnerSessions(config.selector.max_sessions)
         self._order: list[str] = []
         self._next = 0
-        self._batch = BatchScheduler(target, config)
+        # Which LM-head rows a verified tree gets up front (measured in place on a CPU).
+        self.head_rows = HeadRows(config.verify_logits, config.device)
+        self._batch = BatchScheduler(target, config, self.head_rows)
         self._grammars: GrammarCompiler | None = None
         # The static baseline policy `router` (core/router.py), when the pool ships one.
         self.router: PromptRouter | None = None
@@ -282,7 +285,9 @@ class SpecEngine:
         if not state.prefilled:
             tokens, rstats = prefill(self.target, state, self.config), None
         else:
-            tokens, rstats = speculative_round(self.target, state, self.config)
+            visited = self.head_rows.visited()
+            tokens, rstats = speculative_round(self.target, state, self.config, visited)
+            self.head_rows.record(visited, rstats.head_s, int(rstats.drafted > 0))
             # bookkeeping = the round's wall time not spent drafting, verifying or evaluating
             rest = time.perf_counter() - t0 - rstats.draft_s - rstats.verify_s - rstats.evaluate_s
             rstats = replace(rstats, bookkeeping_s=max(rest, 0.0))

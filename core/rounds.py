@@ -70,8 +70,10 @@ def start_drafters(state: RequestState) -> None:
                                 drafters=None if fixed is None else [fixed])
 
 
-def speculative_round(target: Target, state: RequestState,
-                      config: EngineConfig) -> tuple[list[int], RoundStats]:
+def speculative_round(target: Target, state: RequestState, config: EngineConfig,
+                      visited: bool = True) -> tuple[list[int], RoundStats]:
+    """`visited`: the LM head computes the root's row up front and the walk the rest (else
+    every node's row in one call; core/head_rows.py chooses)."""
     t0 = time.perf_counter()
     weights = state.weights()
     chosen = state.select(argmax=config.selector.select == "argmax")
@@ -79,8 +81,10 @@ def speculative_round(target: Target, state: RequestState,
     tree = _draft(state, chosen, n, config)
     t1 = time.perf_counter()
     out = target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask)
-    out.compute(logit_rows(tree, config))
+    th = time.perf_counter()
+    out.compute(logit_rows(tree, visited))
     v = verify_tree(state, tree, out)
+    head_s = time.perf_counter() - th
     compact_cache(state.cache, n, torch.tensor(v.path))
     committed = commit_verified(state, v)
     t2 = time.perf_counter()
@@ -90,13 +94,13 @@ def speculative_round(target: Target, state: RequestState,
         learn_from(state, v, chosen, n, config, cur)
     t3 = time.perf_counter()
     return committed, round_stats(state, v, chosen, weights, len(committed),
-                                  (t1 - t0, t2 - t1, t3 - t2))
+                                  (t1 - t0, t2 - t1, t3 - t2), head_s)
 
 
-def logit_rows(tree: DraftTree, config: EngineConfig) -> list[int]:
-    """The nodes whose logits to compute right after the tree pass, in one head call: every
-    node ("all"), or only the root ("visited": the walk computes the rest as it goes)."""
-    return [0] if config.logits_of_visited_nodes else list(range(tree.tokens.numel()))
+def logit_rows(tree: DraftTree, visited: bool) -> list[int]:
+    """The nodes whose logits to compute right after the tree pass, in one head call: only the
+    root (`visited`: the walk computes the rest as it goes), or every node."""
+    return [0] if visited else list(range(tree.tokens.numel()))
 
 
 @dataclass
@@ -160,13 +164,15 @@ def learn_from(state: RequestState, v: Verified, chosen: int | None, n: int, con
 
 
 def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: dict[str, float],
-                committed: int, times: tuple[float, float, float]) -> RoundStats:
-    """Record the round in the request's statistics. times = (draft, verify, evaluate) seconds."""
+                committed: int, times: tuple[float, float, float],
+                head_s: float = 0.0) -> RoundStats:
+    """Record the round in the request's statistics. times = (draft, verify, evaluate) seconds;
+    head_s: the part of verify spent on the LM head and the acceptance walk."""
     drafter = state.snapshot.ids[chosen] if chosen is not None else None
     rs = RoundStats(
         round_index=state.stats.rounds, drafter=drafter, drafted=v.tree.num_drafted,
         accepted=len(v.path) - 1, committed=committed, draft_s=times[0], verify_s=times[1],
-        evaluate_s=times[2], bookkeeping_s=0.0, weights=weights,
+        evaluate_s=times[2], bookkeeping_s=0.0, weights=weights, head_s=head_s,
     )
     state.stats.record_round(rs)
     state.stats.weights = state.weights()

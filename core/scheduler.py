@@ -20,6 +20,7 @@ import time
 
 from core.batch_rounds import RowResult, batched_round, with_bookkeeping
 from core.config import EngineConfig
+from core.head_rows import HeadRows
 from core.prefill import Chunk, finish_chunk, forward_chunks, plan_chunk
 from core.prompt_feedback import prompt_tail
 from core.request import RequestState
@@ -29,8 +30,10 @@ log = logging.getLogger(__name__)
 
 
 class BatchScheduler:
-    def __init__(self, target: Target, config: EngineConfig) -> None:
+    def __init__(self, target: Target, config: EngineConfig,
+                 head_rows: HeadRows | None = None) -> None:
         self.target, self.config = target, config
+        self.head_rows = head_rows or HeadRows(config.verify_logits, config.device)
         self.cache = target.new_slot_cache()
         self._slot: dict[str, int] = {}
         self._owner: list[str] = []  # request id of each slot
@@ -45,13 +48,22 @@ class BatchScheduler:
             self._hold(s)
         ready = [s for s in states if s.prefilled and not s.finished]
         rows = self._rows(ready)
-        results = batched_round(self.target, self.cache, rows, self.config) if rows else []
+        visited = self.head_rows.visited()
+        results = (batched_round(self.target, self.cache, rows, self.config, visited) if rows
+                   else [])
+        self._measured(results, visited)
         self.round_passes += bool(rows)
         wall = time.perf_counter() - t0
         results = [with_bookkeeping(r, wall) for r in results]
         budget = self.config.max_step_tokens
         left = max(budget - len(rows) * self._tree_tokens, budget // 4, 1)
         return results + self._prefill([s for s in states if not s.prefilled], left)
+
+    def _measured(self, results: list[RowResult], visited: bool) -> None:
+        """The round's head-and-walk time, per request that verified a drafted tree."""
+        drafted = [r.round for r in results if r.round is not None and r.round.drafted > 0]
+        if drafted:
+            self.head_rows.record(visited, drafted[0].head_s, len(drafted))
 
     def release(self, request_id: str) -> None:
         """Free the request's slot (the last slot's request moves into it)."""

@@ -38,6 +38,8 @@ class RoundStats:
     weights: dict[str, float] = field(default_factory=dict)  # learner distribution used this round
     # Requests whose trees this round's target pass verified together (1: round-robin, plain).
     batch_rows: int = 1
+    # Of verify_s: the LM head and the acceptance walk (what core/head_rows.py compares).
+    head_s: float = 0.0
 
 
 @dataclass

@@ -1,7 +1,7 @@
-"""Verification computes the target's logits only at the nodes its walk visits
-(EngineConfig.verify_logits = "visited", the CPU default): one LM-head row per accepted node
-plus the bonus row, instead of one per tree node, with the same committed tokens, logprobs and
-learner evidence as computing every node."""
+"""Verification can compute the target's logits only at the nodes its walk visits
+(EngineConfig.verify_logits = "visited", one of the two settings a CPU measures): one LM-head
+row per accepted node plus the bonus row, instead of one per tree node, with the same committed
+tokens, logprobs and learner evidence as computing every node."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from bench.harness.tiny_models import (
 )
 from core.config import EngineConfig, SamplingParams, TreeConfig
 from core.engine import SpecEngine
+from core.head_rows import HeadRows
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
 
@@ -41,10 +42,10 @@ def counted(engine: SpecEngine) -> list[int]:
     return calls
 
 
-def test_auto_means_visited_on_a_cpu_and_all_on_a_gpu() -> None:
-    assert EngineConfig().logits_of_visited_nodes
-    assert not EngineConfig(device="cuda").logits_of_visited_nodes
-    assert not EngineConfig(verify_logits="all").logits_of_visited_nodes
+def test_auto_is_measured_on_a_cpu_and_all_on_a_gpu() -> None:
+    assert HeadRows("auto", "cpu").measured
+    assert not HeadRows("auto", "cuda").measured and not HeadRows("auto", "cuda").visited()
+    assert HeadRows("visited").visited() and not HeadRows("all").visited()
     with pytest.raises(ValueError, match="verify_logits"):
         EngineConfig(verify_logits="some")
 
@@ -72,7 +73,7 @@ def test_visited_rows_keep_greedy_lossless_with_penalties_logprobs_and_hedgespec
     target = tiny_target("llama")
     drafters = {f"d{i}": random_drafter(target, seed=i) for i in range(3)}
     engine = make_engine(target, drafters, TREE)
-    assert engine.config.logits_of_visited_nodes
+    assert engine.head_rows.measured  # greedy identity below holds under both settings
     prompt = [5, 9, 2, 7]
     ids, _ = engine.generate_ids(prompt, SamplingParams(max_new_tokens=24, ignore_eos=True))
     assert ids == hf_greedy(target, prompt, 24)
