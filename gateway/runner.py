@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from core.config import SamplingParams
 from core.errors import ContextLengthError, PolicyError
+from core.head_rows import HeadRows
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
 from gateway.http.errors import (
     APIError,
@@ -69,6 +70,7 @@ class Engine(Protocol):
     tokenizer: Any
     model_name: str
     max_context: int
+    head_rows: HeadRows  # verification's LM-head setting (reported in /metrics)
 
     def drafter_ids(self) -> list[str]: ...
     def check_request(self, prompt_ids: list[int], params: SamplingParams,
@@ -377,6 +379,7 @@ class EngineRunner:
             return
         if self.metrics:
             self.metrics.observe_step([o.round for o in outputs if o.round is not None])
+            self.metrics.observe_head_setting(engine.head_rows.describe())
         for out in outputs:
             self._deliver(out)
 

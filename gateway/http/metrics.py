@@ -36,6 +36,7 @@ LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 10)
 # Prometheus drops `_sum` from a histogram with negative buckets: the histogram observes
 # max(0, regret) (its le="0" bucket counts the requests at or below zero) and a gauge keeps the
 # signed sum, so mean regret = signed sum / count.
+HEAD_SETTINGS = ("visited", "all", "measuring")  # core/head_rows.HeadRows.describe()
 REGRET_BUCKETS = (0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 
 
@@ -163,12 +164,25 @@ class GatewayMetrics:
         self.waiting = Gauge(
             "hedgespec_num_requests_waiting", "Requests waiting for a running slot.", registry=r
         )
+        self.head_setting = Gauge(
+            "hedgespec_verify_head_setting",
+            "1 on the rows verification's LM head computes up front now: 'visited' (the root, "
+            "then each node the walk reaches), 'all' (every node), or 'measuring' (a CPU "
+            "timing both, core/head_rows.py).",
+            ["setting"],
+            registry=r,
+        )
         self.batch_rows = Histogram(
             "hedgespec_batch_rows",
             "Requests whose trees one engine step verified in one target pass (rows per step).",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128),
             registry=r,
         )
+
+    def observe_head_setting(self, setting: str) -> None:
+        """1 on the LM-head setting verification uses now, 0 on the others."""
+        for name in HEAD_SETTINGS:
+            self.head_setting.labels(name).set(float(name == setting))
 
     def observe_step(self, outputs: Sequence[RoundStats]) -> None:
         """One engine step's rounds: the rows its verification pass held (none: a prefill-only

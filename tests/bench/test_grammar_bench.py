@@ -24,3 +24,16 @@ def test_the_report_compares_each_method_with_plain_decoding_of_the_same_output_
 def test_only_json_objects_count_as_valid() -> None:
     assert _valid('{"a": 1}') and not _valid('{"a": 1') and not _valid("[1]")
     assert set(SCHEMA["required"]) == set(SCHEMA["properties"])
+
+
+def test_a_low_precision_mismatch_is_explained_and_a_float32_one_is_not() -> None:
+    rows = {"plain / free text": {"mat": 1.0, "tokens_per_s": 20.0},
+            "plain / JSON schema": {"mat": 1.0, "tokens_per_s": 10.0},
+            "generalist / JSON schema": {"mat": 2.0, "tokens_per_s": 10.0}}
+    r = {"rows": rows, "mask": {"median_us": 12.0, "p90_us": 40.0, "positions": 100},
+         "valid_json": "5/6", "same_output_masked_or_not": False,
+         "config": {"pool": "p", "prompts": 6, "max_new_tokens": 64, "threads": 2,
+                    "dtype": "bfloat16", "tree": {"total_tokens": 20}, "vocab": 49152}}
+    assert "identical: False (bfloat16: the two draft different trees" in markdown(r)
+    r["config"]["dtype"] = "float32"  # there a mismatch is a bug: reported bare
+    assert "masking identical: False.\n" in markdown(r)

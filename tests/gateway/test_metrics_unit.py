@@ -116,3 +116,12 @@ def test_a_step_observes_the_rows_its_verification_pass_held() -> None:
     assert value(m, "hedgespec_batch_rows_count") == 2
     assert value(m, "hedgespec_batch_rows_sum") == 4
     assert value(m, "hedgespec_batch_rows_bucket", le="2.0") == 1
+
+
+def test_the_head_setting_gauge_marks_the_current_setting_only() -> None:
+    m = GatewayMetrics()
+    m.observe_head_setting("measuring")
+    m.observe_head_setting("visited")
+    got = {s: value(m, "hedgespec_verify_head_setting", setting=s)
+           for s in ("visited", "all", "measuring")}
+    assert got == {"visited": 1.0, "all": 0.0, "measuring": 0.0}
