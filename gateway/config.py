@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -115,6 +115,10 @@ class Settings(BaseSettings):
     # The prompt's last positions scored as learner feedback before the first round
     # (core.config.SelectorConfig.prompt_windows); None: core.config.PROMPT_WINDOWS, 0: off.
     prompt_windows: int | None = Field(default=None, ge=0, le=4096)
+    # Rows of a verified tree the LM head computes up front (core.config.EngineConfig
+    # .verify_logits): "auto" measures both on a CPU and keeps the faster (core/head_rows.py),
+    # "visited" or "all" pins one (reproducible benchmarks).
+    verify_logits: Literal["auto", "visited", "all"] = "auto"
     # Learner sessions (`hedgespec.session`) kept between requests, least recently used
     # forgotten first; 0 turns sessions off (every request starts a fresh learner).
     max_sessions: int = Field(default=4096, ge=0, le=1_000_000)
@@ -184,5 +188,6 @@ class Settings(BaseSettings):
             batching=self.batching,
             max_running=self.max_running,
             max_step_tokens=self.max_step_tokens,
+            verify_logits=self.verify_logits,
             **extra,
         )

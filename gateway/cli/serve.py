@@ -28,6 +28,7 @@ SERVE_FLAGS: dict[str, str] = {
     "max_sessions": "max_sessions",
     "eval_every": "eval_every",
     "prompt_windows": "prompt_windows",
+    "verify_logits": "verify_logits",
     "device": "device",
     "device_map": "device_map",
     "compile": "compile",
@@ -69,6 +70,9 @@ def register(sub: Any) -> None:
     p.add_argument("--prompt-windows", type=int,
                    help="the prompt's last positions scored as learner feedback before the "
                         "first round (default 48; 0: the learner starts uniform)")
+    p.add_argument("--verify-logits", choices=("auto", "visited", "all"),
+                   help="LM-head rows of a verified tree: auto (default; a CPU measures both "
+                        "and keeps the faster), visited or all")
     p.add_argument("--device", help="torch device (default cpu)")
     p.add_argument("--dtype", help="auto (default: bf16 where native, else fp32), float32, "
                                    "bfloat16 or float16")

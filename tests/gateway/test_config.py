@@ -129,3 +129,15 @@ def test_prompt_windows_default_the_flag_and_zero_turns_them_off(
     assert Settings().engine_config().selector.prompt_windows == 32
     with pytest.raises(ValidationError):
         Settings(prompt_windows=-1)
+
+
+def test_verify_logits_defaults_to_measuring_and_the_flag_or_env_pins_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings().engine_config().verify_logits == "auto"
+    args = build_parser().parse_args(["serve", "--verify-logits", "all"])
+    assert serve_settings(args).engine_config().verify_logits == "all"
+    monkeypatch.setenv("HEDGESPEC_VERIFY_LOGITS", "visited")
+    assert Settings().engine_config().verify_logits == "visited"
+    with pytest.raises(ValidationError):
+        Settings(verify_logits="some")
