@@ -67,3 +67,19 @@ def test_each_setting_keeps_its_fastest_pass_with_passes_interleaved(monkeypatch
     a, b = cd.measure(jobs, [type("Prompt", (), {"ids": [1]})()], 8, repeats=2)
     assert order == ["a", "b", "a", "b"]
     assert (a.wall_s, b.wall_s) == (1.0, 1.0) and a.tokens == 2
+
+
+def test_a_trees_only_sampling_report_names_its_policy_and_skips_the_precision_table() -> None:
+    second = [row("bfloat16", 2, (3, 4, 12), "none", 5.0),
+              row("bfloat16", 2, (3, 4, 12), "normalhedge", 4.0),
+              row("bfloat16", 2, (8, 6, 48), "normalhedge", 8.0)]
+    second[2] = Measured(second[2].setting, tokens=150, rounds=50, wall_s=8.0)  # MAT 3, slower
+    text = render([], second, {"machine": "m", "prompts": 7, "max_new": 48, "repeats": 2,
+                               "policy": "normalhedge", "temperature": 1.0, "chosen": None,
+                               "flags": " --trees-only --temperature 1 --policy normalhedge"})
+    assert text.startswith("# Draft trees when sampling on a CPU (normalhedge)")
+    assert "temperature 1, prompt i seed i" in text and "Precision and threads" not in text
+    assert "| 3 | 4 | 12 | 25.00 | 2.00 | 1.25x |" in text
+    assert ("Best tree (3, 4, 12): 25.00 tokens/s, MAT 2.00. Highest MAT: 3.00 with (8, 6, 48)."
+            in text)
+    assert "Chosen:" not in text
