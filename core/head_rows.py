@@ -5,8 +5,10 @@ computes each further node it reaches, one call each, about MAT calls a round).
 Which is cheaper depends on the machine, not only on the device kind. On a GPU one call for 60
 rows costs what one row does, so "all" wins. On a CPU a call reads the whole head (49,152 x 576
 for SmolLM2) from memory, and what more rows add depends on the CPU's small-matrix speed:
-measured with the CPU tree of 13 nodes, "visited" ran 1.09-1.20x faster than "all" on an AVX2
-VM in fp32, and 0.91-0.93x as fast on an AVX-512 VM in bf16 (bench/results/verify_logits.md).
+"visited" ran 1.09-1.20x faster than "all" end to end on an AVX2 VM in fp32 with a 21-node
+tree; on an AVX-512 VM in bf16 with the 13-node CPU tree the end-to-end difference was inside
+the VM's noise, while the head phase timed in place favoured "visited" by 3.9 ms to 5.5 ms a
+round (bench/results/verify_logits.md).
 So "auto" on a CPU measures both in place: it alternates the two over the first rounds that
 verify a drafted tree, keeps the one whose head-and-walk time per request is lower (medians:
 one slow round must not decide), and measures again every `REPROBE_EVERY` rounds, since the
