@@ -4,9 +4,9 @@ What verification and the counterfactual evaluation read at node i: the raw logi
 `logprobs` report), the penalised and grammar-masked logits (core/penalties.py and
 core/grammar.py, each over node i's own path), and under sampling p̃ after temperature, top-k
 and top-p. Only the nodes the acceptance walk visits are ever asked for (the accepted path,
-L + 1 of the tree's N + 1), so the LM head runs on those rows alone (TargetOutput.rows):
-measured on the 2-core CPU with SmolLM2-135M in fp32, the head costs 55 ms for a 20-node tree
-against 10 ms a row (bench/results/verify_logits.md).
+L + 1 of the tree's N + 1), so the LM head can run on those rows alone (TargetOutput.rows);
+whether that beats one head call over every node depends on the machine (core/head_rows.py
+measures both on a CPU).
 """
 
 from __future__ import annotations
