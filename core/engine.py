@@ -287,7 +287,8 @@ class SpecEngine:
         else:
             visited = self.head_rows.visited()
             tokens, rstats = speculative_round(self.target, state, self.config, visited)
-            self.head_rows.record(visited, rstats.head_s, int(rstats.drafted > 0))
+            if rstats.drafted > 0:
+                self.head_rows.record(visited, rstats.head_s, 1)
             # bookkeeping = the round's wall time not spent drafting, verifying or evaluating
             rest = time.perf_counter() - t0 - rstats.draft_s - rstats.verify_s - rstats.evaluate_s
             rstats = replace(rstats, bookkeeping_s=max(rest, 0.0))

@@ -9,11 +9,11 @@ for SmolLM2) from memory, and what more rows add depends on the CPU's small-matr
 tree; on an AVX-512 VM in bf16 with the 13-node CPU tree the end-to-end difference was inside
 the VM's noise, while the head phase timed in place favoured "visited" by 3.9 ms to 5.5 ms a
 round (bench/results/verify_logits.md).
-So "auto" on a CPU measures both in place: it alternates the two over the first rounds that
-verify a drafted tree, keeps the one whose head-and-walk time per request is lower (medians:
-one slow round must not decide), and measures again every `REPROBE_EVERY` rounds, since the
-load (requests per round, MAT) drifts. Both settings commit the same tokens: only the time
-differs.
+So "auto" on a CPU measures both in place, for each batch size (requests a round, in powers of
+two): it alternates the two over the first rounds that verify a drafted tree, keeps the one
+whose head-and-walk time per request is lower (medians: one slow round must not decide), and
+measures again every `REPROBE_EVERY` rounds of that size, since the load (MAT) drifts. Both
+settings commit the same tokens: only the time differs.
 """
 
 from __future__ import annotations
@@ -25,64 +25,104 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 PROBE_ROUNDS = 12  # measured rounds per setting before choosing
-REPROBE_EVERY = 2048  # rounds between two measurements
+REPROBE_EVERY = 2048  # rounds between two measurements (per batch size)
+MAX_BUCKET = 16
+
+
+def bucket(requests: int) -> int:
+    """Rounds are measured and chosen for per batch size, in powers of two up to MAX_BUCKET:
+    "all" computes requests x nodes rows in one call, "visited" one call for the roots and then
+    a call per accepted node of each request, so which is cheaper can flip with the batch."""
+    return min(1 << (max(requests, 1).bit_length() - 1), MAX_BUCKET)
+
+
+@dataclass
+class _Probe:
+    """The measurement and choice for one batch size."""
+
+    chosen: bool | None = None  # True = visited, once measured
+    costs: dict[bool, list[float]] = field(default_factory=lambda: {True: [], False: []})
+    since_choice: int = 0
+
+    def next_setting(self) -> bool:
+        if self.chosen is not None:
+            return self.chosen
+        # measuring: the setting with fewer measurements so far (visited first)
+        return len(self.costs[True]) <= len(self.costs[False])
+
+    def add(self, visited: bool, cost: float, probe_rounds: int, reprobe_every: int) -> bool:
+        """Record one round; True when this round completed a choice."""
+        if self.chosen is not None:
+            self.since_choice += 1
+            if self.since_choice >= reprobe_every:
+                self.chosen, self.costs = None, {True: [], False: []}
+            return False
+        self.costs[visited].append(cost)
+        if min(len(c) for c in self.costs.values()) < probe_rounds:
+            return False
+        self.chosen = statistics.median(self.costs[True]) <= statistics.median(self.costs[False])
+        self.since_choice = 0
+        return True
+
+    def medians_ms(self) -> dict[str, float]:
+        return {("visited" if k else "all"): 1000 * statistics.median(v)
+                for k, v in self.costs.items() if v}
 
 
 @dataclass
 class HeadRows:
-    """The setting of the next round (`visited()`) and what the rounds measured (`record`)."""
+    """The setting of the next round (`visited(requests)`) and what the rounds measured
+    (`record`), per batch size."""
 
     mode: str  # "auto", "visited" or "all" (EngineConfig.verify_logits)
     device: str = "cpu"
     probe_rounds: int = PROBE_ROUNDS
     reprobe_every: int = REPROBE_EVERY
-    chosen: bool | None = None  # the measured choice (True = visited), once there is one
-    _costs: dict[bool, list[float]] = field(default_factory=lambda: {True: [], False: []})
-    _since_choice: int = 0
+    _probes: dict[int, _Probe] = field(default_factory=dict)
+    _last: int = 1  # the batch size of the last round (what describe() reports)
 
     @property
     def measured(self) -> bool:
         return self.mode == "auto" and str(self.device).startswith("cpu")
 
-    def visited(self) -> bool:
-        """Whether the next round computes the visited rows only."""
+    def _probe(self, requests: int) -> _Probe:
+        return self._probes.setdefault(bucket(requests), _Probe())
+
+    @property
+    def chosen(self) -> bool | None:
+        """The choice for the last round's batch size (True = visited), once measured."""
+        probe = self._probes.get(self._last)
+        return None if probe is None else probe.chosen
+
+    def visited(self, requests: int = 1) -> bool:
+        """Whether the next round, over `requests` requests, computes the visited rows only."""
+        self._last = bucket(requests)
         if not self.measured:
             return self.mode == "visited"
-        if self.chosen is not None:
-            return self.chosen
-        # probing: the setting with fewer measurements so far (visited first)
-        return len(self._costs[True]) <= len(self._costs[False])
+        return self._probe(requests).next_setting()
 
-    def record(self, visited: bool, seconds: float, rows: int) -> None:
-        """A round that verified `rows` drafted trees spent `seconds` on the head and walks."""
-        if not self.measured or rows < 1:
+    def record(self, visited: bool, seconds: float, requests: int) -> None:
+        """A round over `requests` requests (at least one with a drafted tree) spent `seconds`
+        on the LM head and the acceptance walks."""
+        if not self.measured or requests < 1:
             return
-        if self.chosen is not None:
-            self._since_choice += 1
-            if self._since_choice >= self.reprobe_every:
-                self._reset()
-            return
-        self._costs[visited].append(seconds / rows)
-        if min(len(c) for c in self._costs.values()) >= self.probe_rounds:
-            self.chosen = (statistics.median(self._costs[True])
-                           <= statistics.median(self._costs[False]))
-            self._since_choice = 0
-            log.info("LM head of verified trees: %s (median ms per request and round: %s)",
-                     self.describe(), self.medians_ms())
-
-    def _reset(self) -> None:
-        self.chosen = None
-        self._costs = {True: [], False: []}
+        probe = self._probe(requests)
+        if probe.add(visited, seconds / requests, self.probe_rounds, self.reprobe_every):
+            log.info("LM head of verified trees, %d+ requests a round: %s (median ms per "
+                     "request and round: %s)", bucket(requests), self.describe(),
+                     probe.medians_ms())
 
     def describe(self) -> str:
-        """The setting in words (logs, /metrics labels, benchmarks)."""
+        """The last round's setting in words (logs, /metrics labels, benchmarks)."""
         if not self.measured:
-            return "visited" if self.visited() else "all"
-        if self.chosen is None:
+            return "visited" if self.mode == "visited" else "all"
+        chosen = self.chosen
+        if chosen is None:
             return "measuring"
-        return "visited" if self.chosen else "all"
+        return "visited" if chosen else "all"
 
-    def medians_ms(self) -> dict[str, float]:
-        """The last measurement's median cost per request and round, in ms, per setting."""
-        return {("visited" if k else "all"): 1000 * statistics.median(v)
-                for k, v in self._costs.items() if v}
+    def medians_ms(self, requests: int | None = None) -> dict[str, float]:
+        """The last measurement's median cost per request and round, in ms, per setting, for
+        `requests` a round (default: the last round's)."""
+        probe = self._probes.get(self._last if requests is None else bucket(requests))
+        return {} if probe is None else probe.medians_ms()

@@ -48,7 +48,7 @@ class BatchScheduler:
             self._hold(s)
         ready = [s for s in states if s.prefilled and not s.finished]
         rows = self._rows(ready)
-        visited = self.head_rows.visited()
+        visited = self.head_rows.visited(len(rows))
         results = (batched_round(self.target, self.cache, rows, self.config, visited) if rows
                    else [])
         self._measured(results, visited)
@@ -60,10 +60,10 @@ class BatchScheduler:
         return results + self._prefill([s for s in states if not s.prefilled], left)
 
     def _measured(self, results: list[RowResult], visited: bool) -> None:
-        """The round's head-and-walk time, per request that verified a drafted tree."""
-        drafted = [r.round for r in results if r.round is not None and r.round.drafted > 0]
-        if drafted:
-            self.head_rows.record(visited, drafted[0].head_s, len(drafted))
+        """The round's head-and-walk time, when it verified at least one drafted tree."""
+        rounds = [r.round for r in results if r.round is not None]
+        if any(rs.drafted > 0 for rs in rounds):
+            self.head_rows.record(visited, rounds[0].head_s, len(results))
 
     def release(self, request_id: str) -> None:
         """Free the request's slot (the last slot's request moves into it)."""

@@ -166,9 +166,9 @@ class GatewayMetrics:
         )
         self.head_setting = Gauge(
             "hedgespec_verify_head_setting",
-            "1 on the rows verification's LM head computes up front now: 'visited' (the root, "
-            "then each node the walk reaches), 'all' (every node), or 'measuring' (a CPU "
-            "timing both, core/head_rows.py).",
+            "1 on the rows verification's LM head computed up front in the last round: 'visited' "
+            "(the root, then each node the walk reaches), 'all' (every node), or 'measuring' "
+            "(a CPU timing both for that batch size, core/head_rows.py).",
             ["setting"],
             registry=r,
         )

@@ -12,7 +12,7 @@ import torch
 from bench.harness.tiny_models import bigram_setup
 from core.config import SamplingParams, TreeConfig
 from core.engine import SpecEngine
-from core.head_rows import HeadRows
+from core.head_rows import HeadRows, bucket
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
 
@@ -22,7 +22,7 @@ def probe(rows: HeadRows, visited_s: float, all_s: float, requests: int = 1) -> 
     for _ in range(4 * rows.probe_rounds):
         if rows.chosen is not None:
             return
-        v = rows.visited()
+        v = rows.visited(requests)
         rows.record(v, (visited_s if v else all_s) * requests, requests)
 
 
@@ -69,7 +69,21 @@ def test_fixed_settings_and_accelerators_are_never_measured() -> None:
             assert rows.visited() is visited and rows.chosen is None
 
 
-def test_rounds_without_a_drafted_tree_are_not_measured() -> None:
+def test_each_batch_size_is_measured_and_chosen_on_its_own() -> None:
+    """One request a round favours one call over every node here, eight favour the walks: the
+    choice made for one size does not carry over to the other."""
+    assert [bucket(n) for n in (1, 2, 3, 4, 7, 8, 15, 16, 64)] == [1, 2, 2, 4, 4, 8, 8, 16, 16]
+    rows = HeadRows("auto", "cpu", probe_rounds=3)
+    probe(rows, visited_s=0.004, all_s=0.002, requests=1)
+    assert rows.visited(1) is False and rows.describe() == "all"
+    assert rows.visited(8) is True and rows.describe() == "measuring"  # 8 starts unmeasured
+    probe(rows, visited_s=0.002, all_s=0.004, requests=8)
+    assert rows.visited(9) is True and rows.describe() == "visited"
+    assert rows.medians_ms(8) == {"visited": 2.0, "all": 4.0}
+    assert rows.visited(1) is False  # the single-request choice stands
+
+
+def test_rounds_without_requests_are_not_measured() -> None:
     rows = HeadRows("auto", "cpu", probe_rounds=1)
     rows.record(True, 0.001, 0)
     assert rows.medians_ms() == {}
