@@ -4,12 +4,14 @@ measured choice between them ("auto", core/head_rows.py), side by side on the sh
 
     python -m bench.verify_logits [--quick] [--pool demo/pool/pool.json] [--threads 2]
                                   [--dtype auto] [--per-domain 1] [--max-new 48] [--repeats 2]
+                                  [--streams 1]
 
 The same target and pool run plain decoding, the generalist and HedgeSpec under each setting
 ("auto": one engine that measures in its first speculative rounds, as a server does), greedy,
 on held-out prompts; the settings alternate pass by pass and each keeps its fastest pass. Also
 counted: the LM-head rows computed per round, and whether every setting commits the tokens of
-"all". Writes bench/results/verify_logits.{md,json,png}. Run it on
+"all". `--streams N` runs N requests at a time in batched steps (the head's cost per request
+changes with the batch). Writes bench/results/verify_logits{,_s<N>}.{md,json,png}. Run it on
 an idle machine.
 """
 
@@ -70,27 +72,46 @@ class HeadCounter:
 
 
 def one_pass(engine: SpecEngine, counter: HeadCounter, prompts: list[Prompt], method: str,
-             mode: str, max_new: int) -> Cell:
-    params = SamplingParams(max_new_tokens=max_new)
+             mode: str, max_new: int, streams: int = 1) -> Cell:
+    """The prompts, `streams` at a time in the engine (batched steps when more than one)."""
     tokens = rounds = 0
     outputs = []
     counter.rows = 0
     t0 = time.perf_counter()
-    for p in prompts:
-        ids, stats = engine.generate_ids(p.ids, params, POLICIES[method])
-        tokens, rounds = tokens + len(ids), rounds + stats.rounds + 1  # + the prefill pass
-        outputs.append(tuple(ids))
+    for start in range(0, len(prompts), streams):
+        for ids, n_rounds in run_together(engine, prompts[start : start + streams],
+                                          POLICIES[method], max_new):
+            tokens, rounds = tokens + len(ids), rounds + n_rounds + 1  # + the prefill pass
+            outputs.append(tuple(ids))
     return Cell(method, mode, tokens, rounds, counter.rows, time.perf_counter() - t0,
                 tuple(outputs))
 
 
+def run_together(engine: SpecEngine, prompts: list[Prompt], policy: str,
+                 max_new: int) -> list[tuple[list[int], int]]:
+    """The prompts started together and stepped to completion: (tokens, rounds) each."""
+    params = SamplingParams(max_new_tokens=max_new)
+    ids: dict[str, list[int]] = {}
+    rounds: dict[str, int] = {}
+    for i, p in enumerate(prompts):
+        engine.add_request(f"v{i}", p.ids, params, policy)
+        ids[f"v{i}"] = []
+    while engine.has_unfinished():
+        for out in engine.step():
+            if out.error:
+                raise RuntimeError(out.error)
+            ids[out.request_id] += out.token_ids
+            rounds[out.request_id] = out.stats.rounds
+    return [(ids[r], rounds[r]) for r in ids]
+
+
 def measure(engines: dict[str, SpecEngine], counter: HeadCounter, prompts: list[Prompt],
-            max_new: int, repeats: int) -> list[Cell]:
+            max_new: int, repeats: int, streams: int = 1) -> list[Cell]:
     best: dict[tuple[str, str], Cell] = {}
     for _ in range(repeats):
         for method in POLICIES:
             for mode, engine in engines.items():
-                cell = one_pass(engine, counter, prompts, method, mode, max_new)
+                cell = one_pass(engine, counter, prompts, method, mode, max_new, streams)
                 key = (method, mode)
                 if key not in best or cell.tokens_per_s > best[key].tokens_per_s:
                     best[key] = cell
@@ -106,7 +127,9 @@ def render(cells: list[Cell], meta: dict[str, Any]) -> str:
         "# LM head over visited nodes vs every node (verification)", "",
         f"`python -m bench.verify_logits` on {meta['machine']}; {meta['dtype']}, "
         f"{meta['threads']} thread(s), tree {meta['tree']}; {meta['prompts']} held-out prompts "
-        f"(one per domain), greedy, {meta['max_new']} new tokens each, shipped demo pool. "
+        f"(one per domain), greedy, {meta['max_new']} new tokens each, shipped demo pool"
+        + (f", {meta['streams']} requests at a time in batched steps (rows per pass below: per "
+           "request and round)" if meta.get("streams", 1) > 1 else "") + ". "
         "Both settings share one engine's target and drafters and alternate pass by pass; "
         f"each keeps the fastest of {meta['repeats']} passes. Rows per pass = LM-head rows "
         "computed per target pass (prefill included).", "",
@@ -124,6 +147,12 @@ def render(cells: list[Cell], meta: dict[str, Any]) -> str:
             f"| {c.head_rows / c.rounds:.1f} | {c.tokens_per_s / plain:.2f} "
             f"| {c.tokens_per_s / ref.tokens_per_s:.2f} | {c.outputs == ref.outputs} |")
     return "\n".join(lines) + "\n"
+
+
+def _auto_choice(engine: SpecEngine, streams: int) -> str:
+    head = engine.head_rows
+    return (f"{head.describe(streams)} (median head-and-walk ms per request and round: "
+            f"{_rounded(head.medians_ms(streams))})")
 
 
 def _rounded(ms: dict[str, float]) -> str:
@@ -163,6 +192,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--quick", action="store_true", help="8 tokens, one pass: a smoke test")
+    ap.add_argument("--streams", type=int, default=1,
+                    help="requests in the engine at once (batched steps); >1 writes "
+                         "verify_logits_s<N>.*")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if args.quick:
@@ -177,22 +209,24 @@ def main(argv: list[str] | None = None) -> None:
     counter = HeadCounter(base)
     prompts = load_prompts(args.pool, base.tokenizer, args.per_domain, 200)
     base.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=4))  # warm-up
-    cells = measure(engines, counter, prompts, args.max_new, args.repeats)
+    if args.streams > 1:  # every stream of a group in the same steps
+        prompts = [prompts[i % len(prompts)] for i in range(args.streams * 2)]
+    cells = measure(engines, counter, prompts, args.max_new, args.repeats, args.streams)
     tree = base.config.tree
     meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
                        f"cores visible, native bf16: {cpu_has_native_bf16()}",
             "dtype": dtype, "threads": args.threads, "prompts": len(prompts),
-            "max_new": args.max_new, "repeats": args.repeats,
+            "max_new": args.max_new, "repeats": args.repeats, "streams": args.streams,
             "tree": (tree.top_k, tree.depth, tree.total_tokens),
-            "auto": (f"{engines['auto'].head_rows.describe()} (median head-and-walk ms per "
-                     f"request and round: {_rounded(engines['auto'].head_rows.medians_ms())})")}
+            "auto": _auto_choice(engines["auto"], args.streams)}
+    stem = "verify_logits" if args.streams == 1 else f"verify_logits_s{args.streams}"
     args.out.mkdir(parents=True, exist_ok=True)
     rows = [{**{k: v for k, v in asdict(c).items() if k != "outputs"},
              "tokens_per_s": c.tokens_per_s, "mat": c.mat} for c in cells]
-    (args.out / "verify_logits.json").write_text(json.dumps({"meta": meta, "rows": rows},
-                                                            indent=1) + "\n")
-    (args.out / "verify_logits.md").write_text(render(cells, meta))
-    plot(cells, args.out / "verify_logits.png")
+    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows},
+                                                      indent=1) + "\n")
+    (args.out / f"{stem}.md").write_text(render(cells, meta))
+    plot(cells, args.out / f"{stem}.png")
     print(render(cells, meta))
 
 

@@ -109,17 +109,18 @@ class HeadRows:
         probe = self._probe(requests)
         if probe.add(visited, seconds / requests, self.probe_rounds, self.reprobe_every):
             log.info("LM head of verified trees, %d+ requests a round: %s (median ms per "
-                     "request and round: %s)", bucket(requests), self.describe(),
+                     "request and round: %s)", bucket(requests), self.describe(requests),
                      probe.medians_ms())
 
-    def describe(self) -> str:
-        """The last round's setting in words (logs, /metrics labels, benchmarks)."""
+    def describe(self, requests: int | None = None) -> str:
+        """The setting in words (logs, /metrics labels, benchmarks), for `requests` a round
+        (default: the last round's)."""
         if not self.measured:
             return "visited" if self.mode == "visited" else "all"
-        chosen = self.chosen
-        if chosen is None:
+        probe = self._probes.get(self._last if requests is None else bucket(requests))
+        if probe is None or probe.chosen is None:
             return "measuring"
-        return "visited" if chosen else "all"
+        return "visited" if probe.chosen else "all"
 
     def medians_ms(self, requests: int | None = None) -> dict[str, float]:
         """The last measurement's median cost per request and round, in ms, per setting, for

@@ -20,7 +20,7 @@ TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
 def probe(rows: HeadRows, visited_s: float, all_s: float, requests: int = 1) -> None:
     """Feed the chooser rounds costing the given seconds per request until it chooses."""
     for _ in range(4 * rows.probe_rounds):
-        if rows.chosen is not None:
+        if rows.describe(requests) != "measuring":
             return
         v = rows.visited(requests)
         rows.record(v, (visited_s if v else all_s) * requests, requests)
@@ -132,3 +132,12 @@ def test_the_engine_keeps_visited_rows_where_each_row_is_dear() -> None:
     engine, ids = run_auto(per_call_s=0.0, per_row_s=0.002, batching=True)
     assert engine.head_rows.chosen is True, engine.head_rows.medians_ms()
     assert ids == generate(engine_with("all"))  # the setting changes the time, not the tokens
+
+
+def test_describe_names_the_setting_of_a_given_batch_size() -> None:
+    rows = HeadRows("auto", "cpu", probe_rounds=2)
+    probe(rows, visited_s=0.001, all_s=0.003, requests=1)
+    probe(rows, visited_s=0.003, all_s=0.001, requests=8)
+    assert rows.describe(1) == "visited" and rows.describe(8) == "all"
+    assert rows.describe(4) == "measuring"
+    assert HeadRows("visited").describe(8) == "visited"
