@@ -88,10 +88,14 @@ class HeadRows:
     def _probe(self, requests: int) -> _Probe:
         return self._probes.setdefault(bucket(requests), _Probe())
 
+    def _seen(self, requests: int | None) -> _Probe | None:
+        """The measurement of `requests` a round (None: the last round's), if one began."""
+        return self._probes.get(self._last if requests is None else bucket(requests))
+
     @property
     def chosen(self) -> bool | None:
         """The choice for the last round's batch size (True = visited), once measured."""
-        probe = self._probes.get(self._last)
+        probe = self._seen(None)
         return None if probe is None else probe.chosen
 
     def visited(self, requests: int = 1) -> bool:
@@ -117,7 +121,7 @@ class HeadRows:
         (default: the last round's)."""
         if not self.measured:
             return "visited" if self.mode == "visited" else "all"
-        probe = self._probes.get(self._last if requests is None else bucket(requests))
+        probe = self._seen(requests)
         if probe is None or probe.chosen is None:
             return "measuring"
         return "visited" if probe.chosen else "all"
@@ -125,5 +129,5 @@ class HeadRows:
     def medians_ms(self, requests: int | None = None) -> dict[str, float]:
         """The last measurement's median cost per request and round, in ms, per setting, for
         `requests` a round (default: the last round's)."""
-        probe = self._probes.get(self._last if requests is None else bucket(requests))
+        probe = self._seen(requests)
         return {} if probe is None else probe.medians_ms()
