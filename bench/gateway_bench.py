@@ -176,8 +176,10 @@ def free_port() -> int:
         return port
 
 
-def start_server(pool: Path, workdir: Path, threads: int,
-                 dtype: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(pool: Path, workdir: Path, threads: int, dtype: str,
+                 speculation: str = "always") -> tuple[subprocess.Popen[bytes], str]:
+    """A server on a free port. `speculation` "always" by default: what these benchmarks
+    compare is drafting (policies, schedulers), so the gate must not turn it off."""
     log_path = workdir / "server.log"
     url = f"http://127.0.0.1:{free_port()}"
     args = [
@@ -185,6 +187,7 @@ def start_server(pool: Path, workdir: Path, threads: int,
         "--port", url.rsplit(":", 1)[1],
         "--database-url", f"sqlite:///{workdir / 'registry.db'}",
         "--torch-threads", str(threads), "--log-level", "warning", "--dtype", dtype,
+        "--speculation", speculation,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))

@@ -75,13 +75,15 @@ class _Row:
 
 
 def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestState, int]],
-                  config: EngineConfig, visited: bool = True) -> list[RowResult]:
+                  config: EngineConfig, visited: bool = True,
+                  speculate: bool = True) -> list[RowResult]:
     """One round for each (request, slot) row; the requests must be prefilled and unfinished.
     `visited`: the LM head computes the roots' rows up front and the walks the rest (else
-    every node's row in one call; core/head_rows.py chooses)."""
+    every node's row in one call; core/head_rows.py chooses). `speculate` False: no row drafts
+    (core/spec_gate.py); each commits one token and the learners still learn from it."""
     work = [_Row(state, slot) for state, slot in rows]
     t0 = time.perf_counter()
-    _each(work, lambda r: _select(r, cache, config))
+    _each(work, lambda r: _select(r, cache, config, speculate))
     _draft(_live(work), config)
     t1 = time.perf_counter()
     _batched(_live(work), lambda rs: _forward(target, cache, rs))
@@ -99,13 +101,14 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     return [_result(r, (t1 - t0, t2 - t1, t3 - t2), head_s, rows_in_pass) for r in work]
 
 
-def _select(r: _Row, cache: SlotCache, config: EngineConfig) -> None:
+def _select(r: _Row, cache: SlotCache, config: EngineConfig, speculate: bool) -> None:
     r.n = len(r.state.token_ids) - 1
     if cache.lengths[r.slot] != r.n:
         raise RuntimeError(f"slot {r.slot} holds {cache.lengths[r.slot]} entries, "
                            f"the request {r.n}")
     r.weights = r.state.weights()
-    r.chosen = r.state.select(argmax=config.selector.select == "argmax")
+    if speculate:
+        r.chosen = r.state.select(argmax=config.selector.select == "argmax")
 
 
 def _draft(rows: list[_Row], config: EngineConfig) -> None:

@@ -233,9 +233,16 @@ class EngineConfig:
     # depends on the CPU (bench/results/verify_logits.md), both are measured in place and the
     # faster kept (core/head_rows.py). The committed tokens are the same either way.
     verify_logits: str = "auto"
+    # "always": every round drafts. "auto": per batch size, speculate or decode plain,
+    # whichever commits more tokens per second, measured in place (core/spec_gate.py): under
+    # load a verified tree's rows cost more than the tokens they add. Lossless either way.
+    # Batched steps only: the round-robin engine always drafts.
+    speculation: str = "always"
 
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.max_step_tokens < 1:
             raise ValueError("max_running and max_step_tokens must be >= 1")
         if self.verify_logits not in ("auto", "visited", "all"):
             raise ValueError("verify_logits must be 'auto', 'visited' or 'all'")
+        if self.speculation not in ("auto", "always"):
+            raise ValueError("speculation must be 'auto' or 'always'")

@@ -38,6 +38,7 @@ from core.request import Policy, RequestState, parse_policy
 from core.rounds import prefill, speculative_round
 from core.router import PromptRouter
 from core.scheduler import BatchScheduler
+from core.spec_gate import SpecGate
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
 from core.target import Target
 
@@ -86,7 +87,10 @@ class SpecEngine:
         self._next = 0
         # Which LM-head rows a verified tree gets up front (measured in place on a CPU).
         self.head_rows = HeadRows(config.verify_logits, config.device)
-        self._batch = BatchScheduler(target, config, self.head_rows)
+        # Whether a batched step drafts at all, per batch size (measured in place under "auto";
+        # the round-robin engine, kept to measure batching, always drafts).
+        self.gate = SpecGate(config.speculation, config.selector.eval_every)
+        self._batch = BatchScheduler(target, config, self.head_rows, self.gate)
         self._grammars: GrammarCompiler | None = None
         # The static baseline policy `router` (core/router.py), when the pool ships one.
         self.router: PromptRouter | None = None

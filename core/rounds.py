@@ -173,6 +173,7 @@ def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: d
         round_index=state.stats.rounds, drafter=drafter, drafted=v.tree.num_drafted,
         accepted=len(v.path) - 1, committed=committed, draft_s=times[0], verify_s=times[1],
         evaluate_s=times[2], bookkeeping_s=0.0, weights=weights, head_s=head_s,
+        gated=chosen is None and state.learner is not None,
     )
     state.stats.record_round(rs)
     state.stats.weights = state.weights()
@@ -209,7 +210,9 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
     learner."""
     assert state.dstate is not None and state.feedback is not None and state.pending is not None
     steps = len(v.path)
-    state.feedback.open_window(n, chosen, steps)
+    # A round the speculation gate ran plain (nothing chosen) scores the drafters at its root
+    # like any position; it has no realised acceptance to report.
+    state.feedback.open_window(n, chosen, steps if chosen is not None else None)
     if config.selector.feedback == "position":
         for m in range(n + 1, n + steps):
             state.feedback.open_window(m, None, None)

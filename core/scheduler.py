@@ -2,7 +2,8 @@
 KV cache lives (its slot in core/kv_cache.SlotCache).
 
 A step takes the running requests (the engine passes the first `max_running` by arrival):
-  1. one batched round (core/batch_rounds.py) for the prefilled ones, at most
+  1. one batched round (core/batch_rounds.py) for the prefilled ones (speculative or plain, as
+     core/spec_gate.py decides for their number), at most
      max_step_tokens // (total_tokens + 1) of them (the budget holds their trees; when it
      cannot hold every request, the rows taken rotate from step to step);
   2. prompt chunks (core/prefill.py) for the others, in arrival order, with the budget the
@@ -24,16 +25,18 @@ from core.head_rows import HeadRows
 from core.prefill import Chunk, finish_chunk, forward_chunks, plan_chunk
 from core.prompt_feedback import prompt_tail
 from core.request import RequestState
+from core.spec_gate import SpecGate
 from core.target import Target
 
 log = logging.getLogger(__name__)
 
 
 class BatchScheduler:
-    def __init__(self, target: Target, config: EngineConfig,
-                 head_rows: HeadRows | None = None) -> None:
+    def __init__(self, target: Target, config: EngineConfig, head_rows: HeadRows | None = None,
+                 gate: SpecGate | None = None) -> None:
         self.target, self.config = target, config
         self.head_rows = head_rows or HeadRows(config.verify_logits, config.device)
+        self.gate = gate or SpecGate(config.speculation, config.selector.eval_every)
         self.cache = target.new_slot_cache()
         self._slot: dict[str, int] = {}
         self._owner: list[str] = []  # request id of each slot
@@ -49,11 +52,14 @@ class BatchScheduler:
         ready = [s for s in states if s.prefilled and not s.finished]
         rows = self._rows(ready)
         visited = self.head_rows.visited(len(rows))
-        results = (batched_round(self.target, self.cache, rows, self.config, visited) if rows
-                   else [])
-        self._measured(results, visited)
-        self.round_passes += bool(rows)
+        speculate = self.gate.speculate(len(rows))
+        results = (batched_round(self.target, self.cache, rows, self.config, visited, speculate)
+                   if rows else [])
         wall = time.perf_counter() - t0
+        self._measured(results, visited)
+        if any(s.learner is not None for s, _ in rows):  # a step the gate could change
+            self.gate.record(speculate, sum(len(r.tokens) for r in results), wall, len(rows))
+        self.round_passes += bool(rows)
         results = [with_bookkeeping(r, wall) for r in results]
         budget = self.config.max_step_tokens
         left = max(budget - len(rows) * self._tree_tokens, budget // 4, 1)

@@ -40,6 +40,9 @@ class RoundStats:
     batch_rows: int = 1
     # Of verify_s: the LM head and the acceptance walk (what core/head_rows.py compares).
     head_s: float = 0.0
+    # A request that speculates decoded this step plain: the speculation gate turned drafting
+    # off for the batch (core/spec_gate.py). Not a speculative step: outside `rounds` and MAT.
+    gated: bool = False
 
 
 @dataclass
@@ -71,23 +74,30 @@ class RequestStats:
     time_bookkeeping_s: float = 0.0
     # Finished requests of the same session whose learner this request started from (0: cold).
     warm_start_requests: int = 0
+    # Steps decoded plain by the speculation gate (RoundStats.gated), and their tokens.
+    gated_rounds: int = 0
+    gated_tokens: int = 0
 
     def record_round(self, rs: RoundStats) -> None:
-        self.rounds += 1
         self.target_forwards += 1
+        self.completion_tokens += rs.committed
+        self.time_draft_s += rs.draft_s
+        self.time_verify_s += rs.verify_s
+        self.time_evaluate_s += rs.evaluate_s
+        self.time_bookkeeping_s += rs.bookkeeping_s
+        if rs.gated:
+            self.gated_rounds += 1
+            self.gated_tokens += rs.committed
+            return
+        self.rounds += 1
         self.num_draft_tokens += rs.drafted
         self.num_accepted_draft_tokens += rs.accepted
-        self.completion_tokens += rs.committed
         self.accepted_per_round.append(rs.accepted)
         self.drafter_per_round.append(rs.drafter)
         while len(self.accepted_by_position) < rs.accepted:
             self.accepted_by_position.append(0)
         for k in range(rs.accepted):
             self.accepted_by_position[k] += 1
-        self.time_draft_s += rs.draft_s
-        self.time_verify_s += rs.verify_s
-        self.time_evaluate_s += rs.evaluate_s
-        self.time_bookkeeping_s += rs.bookkeeping_s
 
     def record_window(self, est: dict[str, float], chosen: str | None, realised: int) -> None:
         """Add one completed feedback window: ÂL_d for every drafter, and the chosen one's."""
@@ -130,11 +140,14 @@ class StatsSnapshot:
     time_evaluate_s: float
     time_bookkeeping_s: float
     warm_start_requests: int
+    gated_rounds: int
+    gated_tokens: int
 
     @property
     def mean_acceptance_length(self) -> float:
-        """MAT: tokens committed per verification pass, bonus included (vLLM's name for it)."""
-        spec = self.completion_tokens - self.prefill_tokens
+        """MAT: tokens committed per verification pass, bonus included (vLLM's name for it),
+        over the request's speculative steps (not those the speculation gate ran plain)."""
+        spec = self.completion_tokens - self.prefill_tokens - self.gated_tokens
         return spec / self.rounds if self.rounds else 0.0
 
     @property

@@ -119,6 +119,10 @@ class Settings(BaseSettings):
     # .verify_logits): "auto" measures both on a CPU and keeps the faster (core/head_rows.py),
     # "visited" or "all" pins one (reproducible benchmarks).
     verify_logits: Literal["auto", "visited", "all"] = "auto"
+    # Whether batched steps draft (core.config.EngineConfig.speculation): "auto" measures, per
+    # batch size, speculative against plain steps and keeps the faster (core/spec_gate.py);
+    # "always" drafts every step (benchmarks that compare policies).
+    speculation: Literal["auto", "always"] = "auto"
     # Learner sessions (`hedgespec.session`) kept between requests, least recently used
     # forgotten first; 0 turns sessions off (every request starts a fresh learner).
     max_sessions: int = Field(default=4096, ge=0, le=1_000_000)
@@ -189,5 +193,6 @@ class Settings(BaseSettings):
             max_running=self.max_running,
             max_step_tokens=self.max_step_tokens,
             verify_logits=self.verify_logits,
+            speculation=self.speculation,
             **extra,
         )

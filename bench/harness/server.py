@@ -20,6 +20,9 @@ import httpx
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+# The only HEDGESPEC_* settings a child inherits (the test suite pins fp32 and drafting on every
+# step, tests/conftest.py); the others come from its flags, so no developer setting leaks in.
+PASSED_ENV = ("HEDGESPEC_DTYPE", "HEDGESPEC_SPECULATION")
 
 
 @dataclass
@@ -47,7 +50,7 @@ class ServerProcess:
         # Importable from the temporary working directory even without an editable install.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         env = {k: v for k, v in env.items()
-               if not k.startswith("HEDGESPEC_") or k == "HEDGESPEC_DTYPE"}
+               if not k.startswith("HEDGESPEC_") or k in PASSED_ENV}
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env

@@ -29,6 +29,7 @@ SERVE_FLAGS: dict[str, str] = {
     "eval_every": "eval_every",
     "prompt_windows": "prompt_windows",
     "verify_logits": "verify_logits",
+    "speculation": "speculation",
     "device": "device",
     "device_map": "device_map",
     "compile": "compile",
@@ -73,6 +74,9 @@ def register(sub: Any) -> None:
     p.add_argument("--verify-logits", choices=("auto", "visited", "all"),
                    help="LM-head rows of a verified tree: auto (default; a CPU measures both "
                         "and keeps the faster), visited or all")
+    p.add_argument("--speculation", choices=("auto", "always"),
+                   help="auto (default): per batch size, draft or decode plain, whichever "
+                        "measures faster; always: draft every step")
     p.add_argument("--device", help="torch device (default cpu)")
     p.add_argument("--dtype", help="auto (default: bf16 where native, else fp32), float32, "
                                    "bfloat16 or float16")

@@ -37,6 +37,7 @@ LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 10)
 # max(0, regret) (its le="0" bucket counts the requests at or below zero) and a gauge keeps the
 # signed sum, so mean regret = signed sum / count.
 HEAD_SETTINGS = ("visited", "all", "measuring")  # core/head_rows.HeadRows.describe()
+SPEC_SETTINGS = ("speculative", "plain", "measuring")  # core/spec_gate.SpecGate.describe()
 REGRET_BUCKETS = (0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 
 
@@ -172,6 +173,19 @@ class GatewayMetrics:
             ["setting"],
             registry=r,
         )
+        self.spec_setting = Gauge(
+            "hedgespec_speculation_setting",
+            "1 on what the last engine step's batch size runs: 'speculative' (drafts "
+            "verified), 'plain' (speculation measured slower at that batch size and off), or "
+            "'measuring' (timing both, core/spec_gate.py).",
+            ["setting"],
+            registry=r,
+        )
+        self.gated_steps = Counter(
+            "hedgespec_plain_steps_total",
+            "Request steps decoded plain because the speculation gate turned drafting off.",
+            registry=r,
+        )
         self.batch_rows = Histogram(
             "hedgespec_batch_rows",
             "Requests whose trees one engine step verified in one target pass (rows per step).",
@@ -184,6 +198,11 @@ class GatewayMetrics:
         for name in HEAD_SETTINGS:
             self.head_setting.labels(name).set(float(name == setting))
 
+    def observe_spec_setting(self, setting: str) -> None:
+        """1 on the speculation setting of the last step's batch size, 0 on the others."""
+        for name in SPEC_SETTINGS:
+            self.spec_setting.labels(name).set(float(name == setting))
+
     def observe_step(self, outputs: Sequence[RoundStats]) -> None:
         """One engine step's rounds: the rows its verification pass held (none: a prefill-only
         step, not observed)."""
@@ -191,6 +210,9 @@ class GatewayMetrics:
             self.batch_rows.observe(max(rs.batch_rows for rs in outputs))
 
     def observe_round(self, rs: RoundStats, *, policy: str) -> None:
+        if rs.gated:  # not a speculative step (vLLM's num_drafts counts those)
+            self.gated_steps.inc()
+            return
         drafter = rs.drafter or "none"
         self.num_drafts.labels(drafter).inc()
         self.num_draft_tokens.labels(drafter).inc(rs.drafted)

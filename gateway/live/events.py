@@ -226,6 +226,7 @@ def stats_json(s: StatsSnapshot) -> dict[str, Any]:
         "target_forwards": s.target_forwards,
         "mean_acceptance_length": s.mean_acceptance_length,
         "num_spec_steps": s.rounds,
+        "num_plain_steps": s.gated_rounds,
         "num_draft_tokens": s.num_draft_tokens,
         "num_accepted_draft_tokens": s.num_accepted_draft_tokens,
         "acceptance_by_position": list(s.accepted_by_position),

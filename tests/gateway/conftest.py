@@ -11,6 +11,7 @@ import pytest
 
 from bench.harness.server import ServerProcess
 from bench.harness.tiny_pool import MODEL_NAME, build_pool
+from tests.conftest import SUITE_ENV
 
 API_KEY = "sk-test-key"
 SECOND_KEY = "sk-second-key"
@@ -22,7 +23,7 @@ def isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No developer `.env` or HEDGESPEC_* variable may leak into in-process Settings()."""
     monkeypatch.chdir(tmp_path)
     for name in list(os.environ):
-        if name.startswith("HEDGESPEC_") and name != "HEDGESPEC_DTYPE":  # fp32: tests/conftest.py
+        if name.startswith("HEDGESPEC_") and name not in SUITE_ENV:
             monkeypatch.delenv(name)
 
 

@@ -141,3 +141,16 @@ def test_verify_logits_defaults_to_measuring_and_the_flag_or_env_pins_it(
     assert Settings().engine_config().verify_logits == "visited"
     with pytest.raises(ValidationError):
         Settings(verify_logits="some")
+
+
+def test_speculation_defaults_to_measuring_and_the_flag_or_env_pins_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("HEDGESPEC_SPECULATION", raising=False)  # the suite pins "always"
+    assert Settings().engine_config().speculation == "auto"
+    args = build_parser().parse_args(["serve", "--speculation", "always"])
+    assert serve_settings(args).engine_config().speculation == "always"
+    monkeypatch.setenv("HEDGESPEC_SPECULATION", "always")
+    assert Settings().engine_config().speculation == "always"
+    with pytest.raises(ValidationError):
+        Settings(speculation="never")

@@ -17,6 +17,7 @@ import pytest
 from core.config import SamplingParams
 from core.engine import ContextLengthError, PolicyError, RoundOutput
 from core.head_rows import HeadRows
+from core.spec_gate import SpecGate
 from core.stats import RequestStats, RoundStats, StatsSnapshot
 from gateway.http.errors import APIError
 from gateway.http.metrics import GatewayMetrics
@@ -31,6 +32,7 @@ class ScriptedEngine:
 
     model_name = "scripted"
     head_rows = HeadRows("all")
+    gate = SpecGate("always")
     max_context = 100_000
 
     def __init__(self, *, round_s: float = 0.0, fail_on_round: int | None = None) -> None:

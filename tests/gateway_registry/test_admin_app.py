@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.config import Settings
+from tests.conftest import SUITE_ENV
 from tests.gateway_registry.conftest import ADMIN, ADMIN_KEY
 
 ROUTES = [("GET", "/admin/api/drafters"), ("POST", "/admin/api/drafters"),
@@ -25,7 +26,7 @@ ROUTES = [("GET", "/admin/api/drafters"), ("POST", "/admin/api/drafters"),
 def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No developer `.env` or HEDGESPEC_* variable may leak into Settings()."""
     monkeypatch.chdir(tmp_path)
-    for name in [n for n in os.environ if n.startswith("HEDGESPEC_") and n != "HEDGESPEC_DTYPE"]:
+    for name in [n for n in os.environ if n.startswith("HEDGESPEC_") and n not in SUITE_ENV]:
         monkeypatch.delenv(name)
 
 
