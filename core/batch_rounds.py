@@ -179,7 +179,8 @@ def _evaluate(rows: list[_Row], config: EngineConfig) -> None:
                 feeding.append(r)
         except Exception as exc:
             _fail(r, exc)
-    _batched([r for r in feeding if r.state.evaluation_due], lambda rs: _sync_all(rs, config))
+    due = [r for r in feeding if r.state.evaluation_due(gated=r.chosen is None)]
+    _batched(due, lambda rs: _sync_all(rs, config))
     _each(_live(feeding), lambda r: _learn(r, config))
 
 

@@ -16,6 +16,7 @@ from core.errors import PolicyError
 from core.feedback import FeedbackQueue, Window
 from core.grammar import TokenMatcher
 from core.learners import Learner, make_learner
+from core.spec_gate import GATED_EVAL_STRETCH
 from core.stats import RequestStats, TokenLogprob
 
 ROUTER = "router"
@@ -142,10 +143,11 @@ class RequestState:
                             learner, feedback, evaluate=feedback is not None,
                             eval_every=config.selector.eval_every)
 
-    @property
-    def evaluation_due(self) -> bool:
-        """This round's catch-up evaluates every drafter (every eval_every-th round)."""
-        return self.evaluate and len(self.deferred) + 1 >= self.eval_every
+    def evaluation_due(self, gated: bool = False) -> bool:
+        """This round's catch-up evaluates every drafter: every eval_every-th round, or every
+        GATED_EVAL_STRETCH times as many in a round the speculation gate ran plain."""
+        period = self.eval_every * (GATED_EVAL_STRETCH if gated else 1)
+        return self.evaluate and len(self.deferred) + 1 >= period
 
     @property
     def generated(self) -> int:

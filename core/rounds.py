@@ -89,7 +89,7 @@ def speculative_round(target: Target, state: RequestState, config: EngineConfig,
     committed = commit_verified(state, v)
     t2 = time.perf_counter()
     if record_pairs(state, v):
-        due = state.evaluation_due
+        due = state.evaluation_due()
         cur = state.dstate.sync(state.snapshot, config.tree.top_k) if due else None  # type: ignore[union-attr]
         learn_from(state, v, chosen, n, config, cur)
     t3 = time.perf_counter()

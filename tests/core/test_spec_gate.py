@@ -13,7 +13,7 @@ import pytest
 from bench.harness.tiny_models import bigram_setup
 from core.config import EngineConfig, SamplingParams, TreeConfig
 from core.engine import RoundOutput, SpecEngine
-from core.spec_gate import SpecGate
+from core.spec_gate import GATED_EVAL_STRETCH, SpecGate
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
 
@@ -168,3 +168,32 @@ def test_the_engine_keeps_speculating_where_a_pass_costs_the_same_whatever_its_r
     # only the probes' plain steps: 3 at four requests a step, at most 3 more once the first
     # requests finished and fewer remained (a batch size of its own)
     assert 3 <= last.gated_rounds <= 6 and last.rounds > last.gated_rounds
+
+
+def test_plain_steps_score_the_drafters_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the gate's plain choice the drafters catch up every GATED_EVAL_STRETCH x eval_every
+    rounds (here every 4th), not every round: a catch-up costs about the same for 1 pair or 4."""
+    import core.batch_rounds as batch_rounds
+
+    engine = engine_with("auto")
+    engine.gate.probe_steps = 3
+    slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
+    catch_ups: list[str] = []
+    sync_all = batch_rounds._sync_all
+
+    def counted(rows: list[Any], config: EngineConfig) -> None:
+        catch_ups.append(engine.gate.describe(4))
+        sync_all(rows, config)
+
+    monkeypatch.setattr(batch_rounds, "_sync_all", counted)
+    steps = 0
+    params = SamplingParams(max_new_tokens=64, ignore_eos=True)
+    for i in range(4):
+        engine.add_request(f"r{i}", [3, 1, 4, 1 + i, 5], params, "normalhedge")
+    while engine.has_unfinished():
+        steps += engine.gate.describe(4) == "plain"
+        engine.step()
+    plain_catch_ups = catch_ups.count("plain")
+    assert GATED_EVAL_STRETCH == 4  # eval_every is 1 here
+    assert steps > 20 and 1 <= plain_catch_ups <= steps // 4 + 1, (
+        steps, plain_catch_ups)
