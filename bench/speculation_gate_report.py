@@ -128,6 +128,8 @@ def plot(cells: list[Cell], path: Path) -> None:
         pts = sorted((c.streams, c.tokens_per_s) for c in cells if c.mode == mode)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=LABELS[mode])
     ax.set_xscale("log", base=2)
+    levels = sorted({c.streams for c in cells})
+    ax.set_xticks(levels, [str(n) for n in levels])
     ax.set_xlabel("concurrent streams")
     ax.set_ylabel("aggregate tokens/s")
     ax.set_title("Speculation gate (SmolLM2-135M, CPU)")
