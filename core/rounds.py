@@ -170,8 +170,9 @@ def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: d
     head_s: the part of verify spent on the LM head and the acceptance walk."""
     drafter = state.snapshot.ids[chosen] if chosen is not None else None
     rs = RoundStats(
-        round_index=state.stats.rounds, drafter=drafter, drafted=v.tree.num_drafted,
-        accepted=len(v.path) - 1, committed=committed, draft_s=times[0], verify_s=times[1],
+        round_index=state.stats.rounds + state.stats.gated_rounds, drafter=drafter,
+        drafted=v.tree.num_drafted, accepted=len(v.path) - 1, committed=committed,
+        draft_s=times[0], verify_s=times[1],
         evaluate_s=times[2], bookkeeping_s=0.0, weights=weights, head_s=head_s,
         gated=chosen is None and state.learner is not None,
     )

@@ -26,7 +26,7 @@ class TokenLogprob:
 class RoundStats:
     """One speculative round (one target verification pass) of one request."""
 
-    round_index: int
+    round_index: int  # the request's steps before this one, plain ones the gate ran included
     drafter: str | None  # None in plain mode
     drafted: int  # draft tokens sent to the target (tree nodes, root excluded)
     accepted: int  # draft tokens accepted (bonus excluded)

@@ -186,6 +186,7 @@ def round_event(
         "tokens_per_s": stats.completion_tokens / max(elapsed_s, 1e-9),
         "weights": dict(rs.weights),
         "batch_rows": rs.batch_rows,  # requests verified in the same target pass
+        "gated": rs.gated,  # the speculation gate ran this step plain (core/spec_gate.py)
         # The latest point only: subscribers build the curve; the full one rides on
         # request_finished, so a long request does not cost O(rounds²) to stream.
         "regret_tokens": stats.regret_tokens,

@@ -143,6 +143,9 @@ def test_the_engine_decodes_plain_where_verified_rows_are_dear_with_the_same_tok
     assert len(last.drafter_per_round) == last.rounds
     gated = [o.round for o in outs["r0"] if o.round is not None and o.round.gated]
     assert all(r.drafted == 0 and r.drafter is None and r.committed == 1 for r in gated)
+    # every step has its own index (the live page drops a repeated index as a re-delivery)
+    indices = [o.round.round_index for o in outs["r0"] if o.round is not None]
+    assert indices == list(range(len(indices)))
 
 
 def test_the_learner_keeps_learning_while_drafting_is_off() -> None:
