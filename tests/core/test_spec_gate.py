@@ -138,6 +138,7 @@ def test_the_engine_decodes_plain_where_verified_rows_are_dear_with_the_same_tok
     assert ids(outs) == ids(run(engine_with("always")))  # greedy: the gate changes no token
     last = outs["r0"][-1].stats
     assert last.gated_rounds > 0 and last.rounds >= 3
+    assert last.target_forwards == last.rounds + last.gated_rounds + 1  # + the prefill pass
     spec_tokens = last.completion_tokens - last.prefill_tokens - last.gated_tokens
     assert last.mean_acceptance_length == spec_tokens / last.rounds > 2.0  # spec rounds only
     assert len(last.drafter_per_round) == last.rounds
