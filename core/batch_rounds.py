@@ -80,7 +80,8 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     """One round for each (request, slot) row; the requests must be prefilled and unfinished.
     `visited`: the LM head computes the roots' rows up front and the walks the rest (else
     every node's row in one call; core/head_rows.py chooses). `speculate` False: no row drafts
-    (core/spec_gate.py); each commits one token and the learners still learn from it."""
+    but seeded sampled ones (core/spec_gate.py); each commits one token and the learners still
+    learn from it."""
     work = [_Row(state, slot) for state, slot in rows]
     t0 = time.perf_counter()
     _each(work, lambda r: _select(r, cache, config, speculate))
@@ -107,8 +108,15 @@ def _select(r: _Row, cache: SlotCache, config: EngineConfig, speculate: bool) ->
         raise RuntimeError(f"slot {r.slot} holds {cache.lengths[r.slot]} entries, "
                            f"the request {r.n}")
     r.weights = r.state.weights()
-    if speculate:
+    if speculate or _reproducible(r.state):
         r.chosen = r.state.select(argmax=config.selector.select == "argmax")
+
+
+def _reproducible(state: RequestState) -> bool:
+    """A seeded sampled request drafts whatever the speculation gate says: its random stream
+    is consumed differently by a plain step than by a verified tree, so its sample would
+    otherwise depend on the gate's timing-based choice (greedy output does not)."""
+    return state.params.seed is not None and not state.params.greedy
 
 
 def _draft(rows: list[_Row], config: EngineConfig) -> None:

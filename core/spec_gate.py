@@ -27,6 +27,8 @@ Lossless either way: a plain step is a round whose tree is the root alone, so gr
 and the sampled distribution are the target's. What stops is only the drafting: HedgeSpec's
 full-information learners keep learning in plain steps (every drafter is still scored on the
 verified tokens, core/rounds.py), bandit policies learn nothing there (they need a draft).
+A seeded sampled request drafts even in a plain step (core/batch_rounds.py): a plain step
+consumes its random stream differently, and its sample must not depend on the gate's timing.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench.harness.tiny_models import bigram_setup
+from bench.harness.tiny_models import bigram_setup, make_engine, random_drafter, tiny_target
 from core.config import EngineConfig, SamplingParams, TreeConfig
 from core.engine import RoundOutput, SpecEngine
 from core.spec_gate import GATED_EVAL_STRETCH, SpecGate
@@ -147,6 +147,36 @@ def test_the_engine_decodes_plain_where_verified_rows_are_dear_with_the_same_tok
     # every step has its own index (the live page drops a repeated index as a re-delivery)
     indices = [o.round.round_index for o in outs["r0"] if o.round is not None]
     assert indices == list(range(len(indices)))
+
+
+def test_a_seeded_sampled_request_keeps_drafting_and_its_sample() -> None:
+    """Its random stream is consumed differently by plain steps than by verified trees, so it
+    drafts even when the gate turns drafting off for the others: the same seed gives the same
+    sample whatever the gate chose."""
+    def run_mixed(mode: str) -> dict[str, list[RoundOutput]]:
+        # a random target: its distributions are flat, so a sample depends on the random stream
+        target = tiny_target(vocab=64, seed=2)
+        base = make_engine(target, {f"d{i}": random_drafter(target, seed=i) for i in range(2)},
+                           TREE)
+        engine = SpecEngine(base.target, dict(base.snapshot.drafters),
+                            replace(base.config, speculation=mode))
+        engine.gate.probe_steps = 3
+        slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
+        greedy = SamplingParams(max_new_tokens=48, ignore_eos=True)
+        seeded = SamplingParams(max_new_tokens=48, ignore_eos=True, temperature=1.0, seed=7)
+        for i in range(3):
+            engine.add_request(f"g{i}", [3, 1, 4, 1 + i, 5], greedy, "normalhedge")
+        engine.add_request("s", [2, 7, 1, 8], seeded, "normalhedge")
+        outs: dict[str, list[RoundOutput]] = {}
+        while engine.has_unfinished():
+            for out in engine.step():
+                outs.setdefault(out.request_id, []).append(out)
+        return outs
+
+    gated, always = run_mixed("auto"), run_mixed("always")
+    assert gated["g0"][-1].stats.gated_rounds > 0  # the gate did turn drafting off
+    assert gated["s"][-1].stats.gated_rounds == 0
+    assert ids(gated)["s"] == ids(always)["s"]
 
 
 def test_the_learner_keeps_learning_while_drafting_is_off() -> None:
