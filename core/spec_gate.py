@@ -12,9 +12,9 @@ vLLM's `speculative_disable_by_batch_size` is the fixed-threshold form of the sa
 
 How. For each batch size (requests a round, powers of two up to 16: core/head_rows.bucket),
 the first steps alternate between speculating and plain decoding in blocks of `block` steps
-(the evaluation period, SelectorConfig.eval_every, so that each block holds every request's
-counterfactual catch-up once and neither setting is charged the other's evaluation), until
-each setting has `probe_steps`. Each setting's rate is its committed tokens over its round
+(the evaluation period, SelectorConfig.eval_every, so that each speculative block holds every
+request's counterfactual catch-up once, as speculation pays it when chosen), until each
+setting has `probe_steps`. Each setting's rate is its committed tokens over its round
 time, summed over its steps, steps slower than three times its median (a stall) left out. The
 gate speculates unless plain decoding was faster by more than TIE_MARGIN, and measures again
 every `reprobe_every` steps of that size, since the traffic (hence MAT) drifts.
