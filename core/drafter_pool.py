@@ -16,7 +16,7 @@ would be pure cost (issue 14, "honest baselines").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -78,6 +78,10 @@ class CatchUpJob:
     features: Tensor  # [T, 3Ht]
     tokens: Tensor  # [T]
     positions: Tensor  # [T]
+    # The last `scored` pairs get their top-k (None: all of them); the others get id -1 and
+    # log q -inf. A prompt's catch-up needs the top-k of its tail only (the prompt windows and
+    # the first root), and the draft LM head is about half of a drafter's arithmetic per pair.
+    scored: int | None = None
 
 
 class StackedGroup:
@@ -139,12 +143,41 @@ class StackedGroup:
         y = rms_norm(h, w["w_post_norm"][:, None], c.rms_norm_eps)
         act = torch.nn.functional.silu(_project(y, w["w_gate"])) * _project(y, w["w_up"])
         h = h + _project(act, w["w_down"])
-        logits = _project(rms_norm(h, w["w_norm"][:, None], c.rms_norm_eps), w["lm_head"])
+        scored = _scored_rows(jobs)
+        hs = h if scored is None else h[:, scored.to(dev)]
+        logits = _project(rms_norm(hs, w["w_norm"][:, None], c.rms_norm_eps), w["lm_head"])
         top = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1)  # [n,T,k]
         logp = top.values.float() - torch.logsumexp(logits.float(), dim=-1, keepdim=True)
         draft_ids = top.indices
         target_ids = draft_ids + torch.gather(d2t, 1, draft_ids.view(n, -1)).view_as(draft_ids)
+        if scored is not None:
+            target_ids, logp = _unscored_filled(target_ids, logp, scored, t)
         return _split(jobs, h, target_ids, logp)
+
+
+def _scored_rows(jobs: Sequence[CatchUpJob]) -> Tensor | None:
+    """The packed positions whose top-k the jobs need (None: every position)."""
+    if all(j.scored is None for j in jobs):
+        return None
+    rows: list[int] = []
+    start = 0
+    for j in jobs:
+        t = j.tokens.numel()
+        keep = t if j.scored is None else min(max(j.scored, 0), t)
+        rows.extend(range(start + t - keep, start + t))
+        start += t
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def _unscored_filled(ids: Tensor, logp: Tensor, scored: Tensor,
+                     t: int) -> tuple[Tensor, Tensor]:
+    """[n, T, k] from the scored positions' top-k; id -1 and log q -inf elsewhere."""
+    n, _, k = ids.shape
+    full_ids = torch.full((n, t, k), -1, dtype=ids.dtype, device=ids.device)
+    full_logp = torch.full((n, t, k), float("-inf"), dtype=logp.dtype, device=logp.device)
+    full_ids[:, scored.to(ids.device)] = ids
+    full_logp[:, scored.to(logp.device)] = logp
+    return full_ids, full_logp
 
 
 def _project(x: Tensor, w: Tensor) -> Tensor:
@@ -285,16 +318,18 @@ class DrafterState:
         self._features = feats if self._features is None else torch.cat([self._features, feats])
         self._tokens = torch.cat([self._tokens, tokens.detach().cpu().long()])
 
-    def sync(self, snapshot: PoolSnapshot, top_k: int,
-             drafters: list[int] | None = None) -> Candidates | None:
+    def sync(self, snapshot: PoolSnapshot, top_k: int, drafters: list[int] | None = None,
+             scored: int | None = None) -> Candidates | None:
         """Catch the given drafters (all held ones when None) up on every pair they have not
         consumed. Under full evaluation, a sync of all drafters returns the evaluation window:
         every drafter's top-k over each pair its group consumed since the last window; a sync
         of some drafters (to draft) returns None. Lazy catch-up returns the top-k of the pairs
-        just consumed when the drafters all consumed the same ones, else None."""
-        return sync_many([(self, snapshot, drafters)], top_k)[0]
+        just consumed when the drafters all consumed the same ones, else None. `scored`: only
+        the last `scored` pairs get their top-k (CatchUpJob.scored)."""
+        return sync_many([(self, snapshot, drafters)], top_k, scored)[0]
 
-    def plan(self, drafters: list[int] | None = None) -> list[tuple[_Unit, CatchUpJob]]:
+    def plan(self, drafters: list[int] | None = None,
+             scored: int | None = None) -> list[tuple[_Unit, CatchUpJob]]:
         """The catch-ups `sync` would run for these drafters, not run yet."""
         end = self._base + self.held_pairs
         if drafters is None:
@@ -303,7 +338,7 @@ class DrafterState:
             units = [self._draft_unit(i, end) for i in drafters]
         else:
             units = [u for u in self.units if any(i in u.indices for i in drafters)]
-        return [(u, self._job(u, end)) for u in units if u.synced < end]
+        return [(u, replace(self._job(u, end), scored=scored)) for u in units if u.synced < end]
 
     def _draft_unit(self, index: int, end: int) -> _Unit:
         """Full evaluation: the unit drafter `index` drafts from once caught up to `end`, its
@@ -412,10 +447,11 @@ def _candidates(parts: list[tuple[_Unit, Tensor, Tensor]]) -> Candidates:
 SyncRequest = tuple[DrafterState, PoolSnapshot, "list[int] | None"]
 
 
-def sync_many(requests: Sequence[SyncRequest], top_k: int) -> list[Candidates | None]:
+def sync_many(requests: Sequence[SyncRequest], top_k: int,
+              scored: int | None = None) -> list[Candidates | None]:
     """`DrafterState.sync` for several requests at once: catch-ups of the same stacked group
     and rows (the same drafters, whatever the request) run as one pass (catch_up_many)."""
-    plans = [state.plan(drafters) for state, _, drafters in requests]
+    plans = [state.plan(drafters, scored) for state, _, drafters in requests]
     batches: dict[tuple[int, int, int],
                   tuple[StackedGroup, slice | None, list[tuple[int, int]]]] = {}
     for r, ((_, snapshot, _), plan) in enumerate(zip(requests, plans, strict=True)):

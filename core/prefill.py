@@ -17,7 +17,7 @@ import torch
 
 from core.config import EngineConfig
 from core.kv_cache import SlotCache
-from core.prompt_feedback import learn_from_prompt
+from core.prompt_feedback import learn_from_prompt, prompt_tail
 from core.request import RequestState
 from core.rounds import commit_first, first_token, prompt_logprobs, start_drafters
 from core.target import Target, TargetOutput
@@ -76,27 +76,32 @@ def finish_chunk(cache: SlotCache, chunk: Chunk, out: TargetOutput,
     if state.learner is not None and state.dstate is None:
         start_drafters(state)
     if end < state.prompt_len:
-        _feed(state, out.features, torch.tensor(state.token_ids[start + 1 : end + 1]), config)
+        # a later chunk's catch-up replaces this one's top-k before anything reads it
+        _feed(state, out.features, torch.tensor(state.token_ids[start + 1 : end + 1]), config,
+              scored=0)
         return None
     last = out.rows([len(out) - 1])
     tok = first_token(state, last)
     committed = commit_first(state, tok, last)
     if not state.finished:
-        _feed(state, out.features, torch.tensor(state.token_ids[start + 1 : end] + [tok]), config)
+        _feed(state, out.features, torch.tensor(state.token_ids[start + 1 : end] + [tok]), config,
+              scored=prompt_tail(config))
         learn_from_prompt(state, out, start, config)
     return committed
 
 
 def _feed(state: RequestState, features: torch.Tensor, next_tokens: torch.Tensor,
-          config: EngineConfig) -> None:
+          config: EngineConfig, scored: int) -> None:
     """Record the chunk's pairs; drafters that are sure to run catch up now (all of them
     under full evaluation, where the first γ needs every prediction at the first root; a
-    fixed drafter). Bandits' drafters stay lazy: each catches up when it is first chosen."""
+    fixed drafter). Bandits' drafters stay lazy: each catches up when it is first chosen.
+    Only the last `scored` pairs get the drafters' top-k: the prompt windows and the first
+    root read no other (core/prompt_feedback.py)."""
     if state.dstate is None:
         return
     state.dstate.record(features, next_tokens)
     fixed = state.learner is not None and state.learner.fixed_index is not None
     if state.evaluate:
-        state.pending = state.dstate.sync(state.snapshot, config.tree.top_k)
+        state.pending = state.dstate.sync(state.snapshot, config.tree.top_k, scored=scored)
     elif fixed:
-        state.dstate.sync(state.snapshot, config.tree.top_k)
+        state.dstate.sync(state.snapshot, config.tree.top_k, scored=0)  # result unused

@@ -40,7 +40,8 @@ def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[i
         start_drafters(state)
         state.dstate.record(out.features, torch.cat([ids[1:], torch.tensor([tok])]))  # type: ignore[union-attr]
         if state.evaluate:  # the first γ (at the first root) needs every drafter's prediction now
-            state.pending = state.dstate.sync(state.snapshot, config.tree.top_k)  # type: ignore[union-attr]
+            state.pending = state.dstate.sync(state.snapshot, config.tree.top_k,  # type: ignore[union-attr]
+                                              scored=prompt_tail(config))
             learn_from_prompt(state, out, 0, config)
     return committed
 

@@ -67,3 +67,47 @@ def test_output_is_still_plain_greedy_decoding() -> None:
 def test_negative_prompt_windows_are_refused() -> None:
     with pytest.raises(ValueError, match="prompt_windows"):
         SelectorConfig(prompt_windows=-1)
+
+
+def test_a_prompt_catch_up_scores_only_its_tail_and_the_learner_sees_the_same() -> None:
+    """The drafters' top-k is computed for the prompt's last W + 1 pairs only (what the windows
+    and the first root read): the learner after the prompt, the rounds and the output equal
+    those of a catch-up that scores every pair."""
+    import core.drafter_pool as drafter_pool
+
+    def run() -> list[RoundOutput]:
+        return list(engine_with(8).generate(PROMPT, GREEDY, "normalhedge", request_id="x"))
+
+    tail_only = run()
+    real = drafter_pool._scored_rows
+    drafter_pool._scored_rows = lambda jobs: None  # type: ignore[assignment]
+    try:
+        every_pair = run()
+    finally:
+        drafter_pool._scored_rows = real
+    assert [o.token_ids for o in tail_only] == [o.token_ids for o in every_pair]
+    weights = [o.round.weights for o in tail_only if o.round is not None]
+    assert weights == [o.round.weights for o in every_pair if o.round is not None]
+    assert tail_only[-1].stats.regret_curve == every_pair[-1].stats.regret_curve
+
+
+def test_a_catch_up_job_scores_its_last_pairs_and_marks_the_others() -> None:
+    import torch
+
+    from core.drafter_pool import CatchUpJob
+
+    _, base = bigram_setup(TREE, randoms=2)
+    group = next(g for g in base.snapshot.groups if len(g) == 2)  # the two random drafters
+    hidden = base.target.hidden_size
+    gen = torch.Generator().manual_seed(0)
+    features = torch.randn(7, 3 * hidden, generator=gen)
+    tokens = torch.randint(0, 32, (7,), generator=gen)
+
+    def job(scored: int | None) -> CatchUpJob:
+        return CatchUpJob(group.empty_kv(), features, tokens, torch.arange(7), scored)
+
+    full, tail = group.catch_up_many([job(None), job(3)], top_k=2)
+    assert torch.equal(tail.topk_ids[:, 4:], full.topk_ids[:, 4:])
+    assert torch.equal(tail.topk_logp[:, 4:], full.topk_logp[:, 4:])
+    assert (tail.topk_ids[:, :4] == -1).all() and torch.isinf(tail.topk_logp[:, :4]).all()
+    assert torch.equal(tail.h_last, full.h_last)  # the caches and states are computed in full
