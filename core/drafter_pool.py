@@ -80,7 +80,7 @@ class CatchUpJob:
     positions: Tensor  # [T]
     # The last `scored` pairs get their top-k (None: all of them); the others get id -1 and
     # log q -inf. A prompt's catch-up needs the top-k of its tail only (the prompt windows and
-    # the first root), and the draft LM head is about half of a drafter's arithmetic per pair.
+    # the first root), and the draft LM head (and its top-k) is a large share of a pair's cost.
     scored: int | None = None
 
 
