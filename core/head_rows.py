@@ -22,6 +22,8 @@ import logging
 import statistics
 from dataclasses import dataclass, field
 
+from core.ab_trial import ABTrial
+
 log = logging.getLogger(__name__)
 
 PROBE_ROUNDS = 12  # measured rounds per setting before choosing
@@ -36,37 +38,14 @@ def bucket(requests: int) -> int:
     return min(1 << (max(requests, 1).bit_length() - 1), MAX_BUCKET)
 
 
-@dataclass
-class _Probe:
-    """The measurement and choice for one batch size."""
+def _cheaper_visited(costs: dict[bool, list[float]]) -> bool:
+    """Medians: one slow round (a page fault, GC) must not decide."""
+    return statistics.median(costs[True]) <= statistics.median(costs[False])
 
-    chosen: bool | None = None  # True = visited, once measured
-    costs: dict[bool, list[float]] = field(default_factory=lambda: {True: [], False: []})
-    since_choice: int = 0
 
-    def next_setting(self) -> bool:
-        if self.chosen is not None:
-            return self.chosen
-        # measuring: the setting with fewer measurements so far (visited first)
-        return len(self.costs[True]) <= len(self.costs[False])
-
-    def add(self, visited: bool, cost: float, probe_rounds: int, reprobe_every: int) -> bool:
-        """Record one round; True when this round completed a choice."""
-        if self.chosen is not None:
-            self.since_choice += 1
-            if self.since_choice >= reprobe_every:
-                self.chosen, self.costs = None, {True: [], False: []}
-            return False
-        self.costs[visited].append(cost)
-        if min(len(c) for c in self.costs.values()) < probe_rounds:
-            return False
-        self.chosen = statistics.median(self.costs[True]) <= statistics.median(self.costs[False])
-        self.since_choice = 0
-        return True
-
-    def medians_ms(self) -> dict[str, float]:
-        return {("visited" if k else "all"): 1000 * statistics.median(v)
-                for k, v in self.costs.items() if v}
+def _medians_ms(trial: ABTrial[float]) -> dict[str, float]:
+    return {("visited" if k else "all"): 1000 * statistics.median(v)
+            for k, v in trial.samples.items() if v}
 
 
 @dataclass
@@ -78,17 +57,17 @@ class HeadRows:
     device: str = "cpu"
     probe_rounds: int = PROBE_ROUNDS
     reprobe_every: int = REPROBE_EVERY
-    _probes: dict[int, _Probe] = field(default_factory=dict)
+    _probes: dict[int, ABTrial[float]] = field(default_factory=dict)
     _last: int = 1  # the batch size of the last round (what describe() reports)
 
     @property
     def measured(self) -> bool:
         return self.mode == "auto" and str(self.device).startswith("cpu")
 
-    def _probe(self, requests: int) -> _Probe:
-        return self._probes.setdefault(bucket(requests), _Probe())
+    def _probe(self, requests: int) -> ABTrial[float]:
+        return self._probes.setdefault(bucket(requests), ABTrial())
 
-    def _seen(self, requests: int | None) -> _Probe | None:
+    def _seen(self, requests: int | None) -> ABTrial[float] | None:
         """The measurement of `requests` a round (None: the last round's), if one began."""
         return self._probes.get(self._last if requests is None else bucket(requests))
 
@@ -111,10 +90,11 @@ class HeadRows:
         if not self.measured or requests < 1:
             return
         probe = self._probe(requests)
-        if probe.add(visited, seconds / requests, self.probe_rounds, self.reprobe_every):
+        if probe.add(visited, seconds / requests, self.probe_rounds, self.reprobe_every,
+                     _cheaper_visited):
             log.info("LM head of verified trees, %d+ requests a round: %s (median ms per "
                      "request and round: %s)", bucket(requests), self.describe(requests),
-                     probe.medians_ms())
+                     _medians_ms(probe))
 
     def describe(self, requests: int | None = None) -> str:
         """The setting in words (logs, /metrics labels, benchmarks), for `requests` a round
@@ -130,4 +110,4 @@ class HeadRows:
         """The last measurement's median cost per request and round, in ms, per setting, for
         `requests` a round (default: the last round's)."""
         probe = self._seen(requests)
-        return {} if probe is None else probe.medians_ms()
+        return {} if probe is None else _medians_ms(probe)

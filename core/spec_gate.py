@@ -37,6 +37,7 @@ import logging
 import statistics
 from dataclasses import dataclass, field
 
+from core.ab_trial import ABTrial
 from core.head_rows import bucket
 
 log = logging.getLogger(__name__)
@@ -54,40 +55,14 @@ STALL = 3.0  # a step slower than STALL x its setting's median is left out of it
 GATED_EVAL_STRETCH = 4
 
 
-@dataclass
-class _Probe:
-    """The measurement and choice for one batch size."""
+def _speculation_pays(steps: dict[bool, list[tuple[int, float]]]) -> bool:
+    rates = _rates(steps)
+    return rates["speculative"] >= (1.0 - TIE_MARGIN) * rates["plain"]
 
-    chosen: bool | None = None  # True = speculate, once measured
-    steps: dict[bool, list[tuple[int, float]]] = field(
-        default_factory=lambda: {True: [], False: []})  # (tokens, seconds) per step
-    since_choice: int = 0
 
-    def next_setting(self, block: int) -> bool:
-        if self.chosen is not None:
-            return self.chosen
-        measured = len(self.steps[True]) + len(self.steps[False])
-        return (measured // block) % 2 == 0  # speculate first
-
-    def add(self, speculated: bool, tokens: int, seconds: float, probe_steps: int,
-            reprobe_every: int) -> bool:
-        """Record one step; True when this step completed a choice."""
-        if self.chosen is not None:
-            self.since_choice += 1
-            if self.since_choice >= reprobe_every:
-                self.chosen, self.steps = None, {True: [], False: []}
-            return False
-        self.steps[speculated].append((tokens, seconds))
-        if min(len(s) for s in self.steps.values()) < probe_steps:
-            return False
-        rates = self.rates()
-        self.chosen = rates["speculative"] >= (1.0 - TIE_MARGIN) * rates["plain"]
-        self.since_choice = 0
-        return True
-
-    def rates(self) -> dict[str, float]:
-        """Tokens per second of round time, per setting measured so far."""
-        return {("speculative" if k else "plain"): _rate(v) for k, v in self.steps.items() if v}
+def _rates(steps: dict[bool, list[tuple[int, float]]]) -> dict[str, float]:
+    """Tokens per second of round time, per setting measured so far."""
+    return {("speculative" if k else "plain"): _rate(v) for k, v in steps.items() if v}
 
 
 def _rate(steps: list[tuple[int, float]]) -> float:
@@ -106,7 +81,7 @@ class SpecGate:
     block: int = 1  # steps per alternation block while measuring (SelectorConfig.eval_every)
     probe_steps: int = PROBE_STEPS
     reprobe_every: int = REPROBE_EVERY
-    _probes: dict[int, _Probe] = field(default_factory=dict)
+    _probes: dict[int, ABTrial[tuple[int, float]]] = field(default_factory=dict)
     _last: int = 1  # the batch size of the last step (what describe() reports)
 
     def __post_init__(self) -> None:
@@ -130,9 +105,10 @@ class SpecGate:
         if not self.measured or requests < 1 or seconds <= 0:
             return
         probe = self._probe(requests)
-        if probe.add(speculated, tokens, seconds, self.probe_steps, self.reprobe_every):
+        if probe.add(speculated, (tokens, seconds), self.probe_steps, self.reprobe_every,
+                     _speculation_pays):
             log.info("speculation at %d+ requests a step: %s (tokens/s: %s)", bucket(requests),
-                     self.describe(requests), probe.rates())
+                     self.describe(requests), _rates(probe.samples))
 
     def describe(self, requests: int | None = None) -> str:
         """The setting in words (logs, /metrics labels, benchmarks) for `requests` a step
@@ -148,7 +124,7 @@ class SpecGate:
         """The last measurement's tokens/s per setting for `requests` a step (default: the
         last step's)."""
         probe = self._probes.get(self._last if requests is None else bucket(requests))
-        return {} if probe is None else probe.rates()
+        return {} if probe is None else _rates(probe.samples)
 
-    def _probe(self, requests: int) -> _Probe:
-        return self._probes.setdefault(bucket(requests), _Probe())
+    def _probe(self, requests: int) -> ABTrial[tuple[int, float]]:
+        return self._probes.setdefault(bucket(requests), ABTrial())

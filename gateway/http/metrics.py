@@ -195,13 +195,11 @@ class GatewayMetrics:
 
     def observe_head_setting(self, setting: str) -> None:
         """1 on the LM-head setting verification uses now, 0 on the others."""
-        for name in HEAD_SETTINGS:
-            self.head_setting.labels(name).set(float(name == setting))
+        _one_hot(self.head_setting, HEAD_SETTINGS, setting)
 
     def observe_spec_setting(self, setting: str) -> None:
         """1 on the speculation setting of the last step's batch size, 0 on the others."""
-        for name in SPEC_SETTINGS:
-            self.spec_setting.labels(name).set(float(name == setting))
+        _one_hot(self.spec_setting, SPEC_SETTINGS, setting)
 
     def observe_step(self, outputs: Sequence[RoundStats]) -> None:
         """One engine step's rounds: the rows its verification pass held (none: a prefill-only
@@ -234,3 +232,8 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _one_hot(gauge: Gauge, names: Sequence[str], setting: str) -> None:
+    for name in names:
+        gauge.labels(name).set(float(name == setting))

@@ -131,26 +131,19 @@ def test_prompt_windows_default_the_flag_and_zero_turns_them_off(
         Settings(prompt_windows=-1)
 
 
-def test_verify_logits_defaults_to_measuring_and_the_flag_or_env_pins_it(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("field", "flag_value", "env_value"), [
+    ("verify_logits", "all", "visited"),
+    ("speculation", "always", "always"),
+])
+def test_measured_settings_default_to_auto_and_the_flag_or_env_pins_them(
+    monkeypatch: pytest.MonkeyPatch, field: str, flag_value: str, env_value: str,
 ) -> None:
-    assert Settings().engine_config().verify_logits == "auto"
-    args = build_parser().parse_args(["serve", "--verify-logits", "all"])
-    assert serve_settings(args).engine_config().verify_logits == "all"
-    monkeypatch.setenv("HEDGESPEC_VERIFY_LOGITS", "visited")
-    assert Settings().engine_config().verify_logits == "visited"
+    env = f"HEDGESPEC_{field.upper()}"
+    monkeypatch.delenv(env, raising=False)  # the suite pins HEDGESPEC_SPECULATION=always
+    assert getattr(Settings().engine_config(), field) == "auto"
+    args = build_parser().parse_args(["serve", f"--{field.replace('_', '-')}", flag_value])
+    assert getattr(serve_settings(args).engine_config(), field) == flag_value
+    monkeypatch.setenv(env, env_value)
+    assert getattr(Settings().engine_config(), field) == env_value
     with pytest.raises(ValidationError):
-        Settings(verify_logits="some")
-
-
-def test_speculation_defaults_to_measuring_and_the_flag_or_env_pins_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv("HEDGESPEC_SPECULATION", raising=False)  # the suite pins "always"
-    assert Settings().engine_config().speculation == "auto"
-    args = build_parser().parse_args(["serve", "--speculation", "always"])
-    assert serve_settings(args).engine_config().speculation == "always"
-    monkeypatch.setenv("HEDGESPEC_SPECULATION", "always")
-    assert Settings().engine_config().speculation == "always"
-    with pytest.raises(ValidationError):
-        Settings(speculation="never")
+        Settings(**{field: "some"})
