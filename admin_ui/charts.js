@@ -9,6 +9,10 @@ const PALETTE = [
   "#db2777", "#65a30d", "#ea580c", "#4f46e5", "#0d9488", "#a16207",
 ];
 const NONE_COLOR = "#9ca3af";
+// A step the speculation gate decoded plain: no drafter, and not a drafter's id (a registry id
+// could be any string, so the marker is a symbol no id can equal).
+export const PLAIN_STEP = Symbol("plain step");
+const PLAIN_COLOR = "#d6dae1";
 const assigned = new Map();
 const taken = new Set();
 
@@ -29,6 +33,7 @@ export function assignColors(ids) {
 
 export function colorFor(id) {
   if (id == null) return NONE_COLOR;
+  if (id === PLAIN_STEP) return PLAIN_COLOR;
   const key = String(id);
   const known = assigned.get(key);
   if (known) return known;

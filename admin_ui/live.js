@@ -6,7 +6,7 @@
 // few DOM updates per second, not one per round.
 
 import { LiveModel } from "./model.js";
-import { assignColors, colorFor, lineChart, roundBars, sparkBars, strip } from "./charts.js";
+import { PLAIN_STEP, assignColors, colorFor, lineChart, roundBars, sparkBars, strip } from "./charts.js";
 import { $, clear, fmt, fmtClock, fmtDuration, fmtInt, h, setText } from "./dom.js";
 
 export const RENDER_INTERVAL_MS = 200; // at most 5 renders a second
@@ -125,7 +125,7 @@ export class LiveView {
       const stripSize = { w: s.clientWidth, h: s.clientHeight };
       const sparkSize = { w: k.clientWidth, h: k.clientHeight };
       for (const [row, rec] of changed) {
-        strip(row.cells.strip, rec.drafter_per_round, stripSize);
+        strip(row.cells.strip, stepLabels(rec), stripSize);
         sparkBars(row.cells.spark, rec.accepted_per_round, sparkSize);
       }
     }
@@ -169,7 +169,7 @@ export class LiveView {
   renderLegend() {
     const legend = $("#legend", this.root);
     const ids = this.model.knownDrafters().sort();
-    const key = JSON.stringify(ids);
+    const key = JSON.stringify([ids, this.model.sawPlainSteps]);
     if (legend.dataset.key === key) return;
     legend.dataset.key = key;
     clear(legend);
@@ -179,6 +179,12 @@ export class LiveView {
       const swatch = h("span", { class: "swatch" });
       swatch.style.background = colorFor(id);
       legend.append(h("span", { class: "chip", title: id }, swatch, h("span", { text: id })));
+    }
+    if (this.model.sawPlainSteps) {
+      const swatch = h("span", { class: "swatch" });
+      swatch.style.background = colorFor(PLAIN_STEP);
+      legend.append(h("span", { class: "chip plain-step", title: PLAIN_TITLE }, swatch,
+        h("span", { text: labelOf(PLAIN_STEP) })));
     }
   }
 
@@ -194,7 +200,7 @@ export class LiveView {
       ["Policy", rec.policy ?? "—"],
       ["Learner", learnerStart(rec.warm_start_requests)],
       ["Started", fmtClock(rec.started_at)],
-      ["Rounds", fmtInt(rec.rounds)],
+      ["Steps", stepsText(rec)],
       ["Prompt tokens", fmtInt(rec.prompt_tokens)],
       ["Completion tokens", fmtInt(rec.completion_tokens)],
       ["Max tokens", fmtInt(rec.max_tokens)],
@@ -226,13 +232,13 @@ export class LiveView {
 
     const choices = $("#d-choices", d);
     clear(choices);
-    const counts = countChoices(rec.drafter_per_round);
-    for (const [name, n] of counts) {
+    const labels = stepLabels(rec);
+    for (const [name, n] of countChoices(labels)) {
       const swatch = h("span", { class: "swatch" });
       swatch.style.background = colorFor(name);
-      choices.append(h("span", { class: "chip" }, swatch, h("span", { text: `${name ?? "none"} × ${n}` })));
+      choices.append(h("span", { class: "chip" }, swatch, h("span", { text: `${labelOf(name)} × ${n}` })));
     }
-    strip($("#d-strip", d), rec.drafter_per_round);
+    strip($("#d-strip", d), labels);
 
     lineChart($("#d-regret", d), {
       series: [{ label: "regret", color: "#e11d48", points: rec.regret_curve }],
@@ -243,7 +249,7 @@ export class LiveView {
     });
     roundBars($("#d-accepted", d), {
       values: rec.committed_per_round,
-      colors: rec.drafter_per_round.map(colorFor),
+      colors: labels.map(colorFor),
     });
     const error = $("#d-error", d);
     error.hidden = !rec.error;
@@ -286,6 +292,25 @@ function setBadge(el, status) {
   el.className = `badge status-${status}`;
 }
 
+const PLAIN_TITLE = "Steps the speculation gate decoded without drafting (plain decoding was faster at that batch size)";
+
+// The drafter of each step, or PLAIN_STEP for a step the speculation gate ran plain.
+function stepLabels(rec) {
+  return rec.drafter_per_round.map((d, i) => (rec.plain_per_round[i] ? PLAIN_STEP : d));
+}
+
+function labelOf(name) {
+  if (name === PLAIN_STEP) return "plain step";
+  return name ?? "none";
+}
+
+// All target passes after prefill; split when the gate ran some of them plain.
+function stepsText(rec) {
+  if (!rec.plain_steps) return fmtInt(rec.rounds);
+  const spec = rec.rounds - rec.plain_steps;
+  return `${fmtInt(rec.rounds)} (${fmtInt(spec)} speculative, ${fmtInt(rec.plain_steps)} plain)`;
+}
+
 function countChoices(choices) {
   const counts = new Map();
   for (const c of choices) counts.set(c, (counts.get(c) || 0) + 1);
@@ -302,10 +327,10 @@ function updateRow(row, rec) {
   setText(c.mat, fmt(rec.mean_acceptance_length));
   setText(c.tps, fmt(rec.tokens_per_s, 1));
   setText(c.regret, fmt(rec.regret_tokens, 1));
-  const summary = countChoices(rec.drafter_per_round)
-    .map(([name, n]) => `${name ?? "none"} ×${n}`)
+  const summary = countChoices(stepLabels(rec))
+    .map(([name, n]) => `${labelOf(name)} ×${n}`)
     .join(", ");
-  c.strip.title = summary ? `Drafter per round: ${summary}` : "No rounds yet";
+  c.strip.title = summary ? `Drafter per step: ${summary}` : "No steps yet";
   c.strip.dataset.choices = summary;
   c.spark.title = `Accepted draft tokens per round (last: ${rec.accepted_per_round.at(-1) ?? "—"})`;
 }

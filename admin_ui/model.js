@@ -3,6 +3,9 @@
 // A record has the shape of the server's `RequestTrace.public()` (gateway/live/routes.py),
 // so a snapshot is loaded as is and later events are folded in the same way the server folds
 // them. Nothing here touches the DOM: changed ids are collected in `dirty` for the renderer.
+//
+// The per-round lists are per step: a step the speculation gate decoded plain has no drafter,
+// no accepted token and `plain_per_round` true (gateway/live/traces.py folds them the same way).
 
 export const MAX_ROUNDS = 4096;
 
@@ -17,6 +20,7 @@ export class LiveModel {
     this.eventsSeen = 0;
     this.seenDrafters = new Set(); // kept up to date here, so the legend never scans rounds
     this.lastBatchRows = null; // requests in the latest round's target pass (batched steps)
+    this.sawPlainSteps = false; // the speculation gate ran some step plain (legend entry)
   }
 
   loadSnapshot(snapshot) {
@@ -28,6 +32,7 @@ export class LiveModel {
       this.records.set(rec.request_id, rec);
       this.noteDrafters(rec.drafters);
       this.noteDrafters(rec.drafter_per_round);
+      if (rec.plain_steps > 0) this.sawPlainSteps = true;
     }
     this.enforceLimit();
     this.structureDirty = true;
@@ -57,6 +62,7 @@ export class LiveModel {
         applyRound(this.ensure(event.request_id, event.ts), event);
         if (Number.isInteger(event.batch_rows)) this.lastBatchRows = event.batch_rows;
         if (event.drafter != null) this.seenDrafters.add(String(event.drafter));
+        if (event.gated) this.sawPlainSteps = true;
         break;
       case "request_finished":
         applyFinished(this.ensure(event.request_id, event.ts), event);
@@ -133,6 +139,8 @@ function normalise(rec) {
     drafter_per_round: (rec.drafter_per_round || []).map((d) => (d == null ? null : String(d))),
     accepted_per_round: rec.accepted_per_round || [],
     committed_per_round: rec.committed_per_round || [],
+    plain_per_round: rec.plain_per_round || [],
+    plain_steps: rec.plain_steps ?? 0,
     completion_tokens: rec.completion_tokens ?? 0,
     mean_acceptance_length: rec.mean_acceptance_length ?? null,
     tokens_per_s: rec.tokens_per_s ?? null,
@@ -154,11 +162,11 @@ export function applyRound(rec, event) {
   rec.drafter_per_round.push(event.drafter == null ? null : String(event.drafter));
   rec.accepted_per_round.push(Number(event.accepted) || 0);
   rec.committed_per_round.push(Number(event.committed) || 0);
+  rec.plain_per_round.push(Boolean(event.gated));
+  if (event.gated) rec.plain_steps += 1;
   const overflow = rec.drafter_per_round.length - MAX_ROUNDS;
   if (overflow > 0) {
-    rec.drafter_per_round.splice(0, overflow);
-    rec.accepted_per_round.splice(0, overflow);
-    rec.committed_per_round.splice(0, overflow);
+    for (const steps of perStepLists(rec)) steps.splice(0, overflow);
     rec.first_round += overflow;
   }
   if (event.policy != null) rec.policy = event.policy;
@@ -196,19 +204,53 @@ export function applyFinished(rec, event) {
   rec.mean_acceptance_length = stats.mean_acceptance_length ?? rec.mean_acceptance_length;
   rec.regret_tokens = stats.regret_tokens ?? rec.regret_tokens;
   if (stats.final_weights) rec.weights = stats.final_weights;
-  const choices = (stats.drafter_choices || []).slice(-MAX_ROUNDS);
-  const accepted = (stats.accepted_per_round || []).slice(-MAX_ROUNDS);
-  if (choices.length && choices.length === accepted.length) {
-    const rounds = stats.rounds ?? choices.length;
-    rec.first_round = rounds - choices.length;
-    rec.rounds = Math.max(rec.rounds, rounds);
-    if (rec.committed_per_round.length !== choices.length) {
-      rec.committed_per_round = accepted.map((a) => a + 1);
-    }
-    rec.drafter_per_round = choices.map((d) => (d == null ? null : String(d)));
-    rec.accepted_per_round = accepted;
-  }
+  const steps = finalSteps(stats);
+  if (steps) replaceSteps(rec, steps);
   if (Array.isArray(stats.regret_curve)) {
     rec.regret_curve = stats.regret_curve.map((v, i) => [i + 1, v]).slice(-MAX_ROUNDS);
   }
+}
+
+function perStepLists(rec) {
+  return [rec.drafter_per_round, rec.accepted_per_round, rec.committed_per_round, rec.plain_per_round];
+}
+
+// Every step of a finished request as [drafter, accepted, plain], in order: the speculative
+// rounds of `drafter_choices` with the plain steps of `plain_step_indices` put back between
+// them. null when the statistics cannot be interleaved (the rounds' lists then stay).
+export function finalSteps(stats) {
+  const choices = stats.drafter_choices || [];
+  const accepted = stats.accepted_per_round || [];
+  const plain = new Set((stats.plain_step_indices || []).map(Number));
+  const total = choices.length + plain.size;
+  if (choices.length !== accepted.length || total === 0) return null;
+  for (const i of plain) if (!(i >= 0 && i < total)) return null;
+  const steps = [];
+  let spec = 0;
+  for (let i = 0; i < total; i += 1) {
+    if (plain.has(i)) {
+      steps.push([null, 0, true]);
+    } else {
+      const d = choices[spec];
+      steps.push([d == null ? null : String(d), Number(accepted[spec]) || 0, false]);
+      spec += 1;
+    }
+  }
+  return steps;
+}
+
+function replaceSteps(rec, steps) {
+  const kept = steps.slice(-MAX_ROUNDS);
+  const first = steps.length - kept.length;
+  if (first !== rec.first_round || rec.committed_per_round.length !== kept.length) {
+    // Committed tokens are not in the final stats: accepted + 1 bonus (exact but for a
+    // stop-truncated last round).
+    rec.committed_per_round = kept.map(([, a]) => a + 1);
+  }
+  rec.first_round = first;
+  rec.rounds = Math.max(rec.rounds, steps.length);
+  rec.drafter_per_round = kept.map(([d]) => d);
+  rec.accepted_per_round = kept.map(([, a]) => a);
+  rec.plain_per_round = kept.map(([, , p]) => p);
+  rec.plain_steps = steps.filter(([, , p]) => p).length;
 }

@@ -8,6 +8,14 @@ function relative(x) {
   return Math.abs(x) < 0.5 ? "now" : `${Math.round(x)} s`;
 }
 
+// MAT counts speculative rounds only; say how many steps the speculation gate ran plain.
+function plainShare(recent) {
+  const plain = recent.plain_steps || 0;
+  if (!plain) return "";
+  const share = (100 * plain) / (plain + (recent.rounds || 0));
+  return ` · ${fmt(share, 0)} % of steps plain`;
+}
+
 export class OverviewView {
   constructor(root) {
     this.root = root;
@@ -32,7 +40,7 @@ export class OverviewView {
     setText($("#ov-queued", r), fmtInt(data.load.queued));
     setText($("#ov-queue-cap", r), `queue capacity ${fmtInt(data.load.max_queue)}`);
     setText($("#ov-mat", r), fmt(data.recent.mat));
-    setText($("#ov-mat-all", r), `all time ${fmt(data.totals.mat)}`);
+    setText($("#ov-mat-all", r), `all time ${fmt(data.totals.mat)}${plainShare(data.recent)}`);
     setText($("#ov-tps", r), fmt(data.recent.tokens_per_s, 1));
     setText($("#ov-tokens", r), `${fmtInt(data.totals.tokens)} tokens served`);
     setText($("#ov-requests", r), fmtInt(data.totals.requests_finished));

@@ -77,6 +77,9 @@ class RequestStats:
     # Steps decoded plain by the speculation gate (RoundStats.gated), and their tokens.
     gated_rounds: int = 0
     gated_tokens: int = 0
+    # The step index (RoundStats.round_index: speculative and plain steps counted together) of
+    # each plain step, so a per-step view can interleave them with `drafter_per_round`.
+    gated_steps: list[int] = field(default_factory=list)
 
     def record_round(self, rs: RoundStats) -> None:
         self.target_forwards += 1
@@ -86,6 +89,7 @@ class RequestStats:
         self.time_evaluate_s += rs.evaluate_s
         self.time_bookkeeping_s += rs.bookkeeping_s
         if rs.gated:
+            self.gated_steps.append(self.rounds + self.gated_rounds)
             self.gated_rounds += 1
             self.gated_tokens += rs.committed
             return
@@ -142,6 +146,7 @@ class StatsSnapshot:
     warm_start_requests: int
     gated_rounds: int
     gated_tokens: int
+    gated_steps: tuple[int, ...]
 
     @property
     def mean_acceptance_length(self) -> float:

@@ -8,6 +8,9 @@ snapshot in one synchronous step on the event loop, a page sees every event afte
 exactly once, with no gap. A page stream that falls `LISTENER_BUFFER` events behind is sent a fresh
 snapshot instead of the events it lost.
 
+MAT counts speculative rounds only: a step the speculation gate decoded plain (`gated`) adds its
+token to the throughput and to `plain_steps`, not a verification round of one token.
+
 Queue depth is derived from the runner's public counters: `queued = in_flight - max_running`
 when positive, because admission always fills running slots before anything waits.
 """
@@ -58,7 +61,9 @@ class _Usage:
 class _Bucket:
     end: float = 0.0
     rounds: int = 0
-    tokens: int = 0
+    round_tokens: int = 0  # committed by speculative rounds (MAT's numerator)
+    plain_steps: int = 0
+    tokens: int = 0  # committed by every step
     in_flight: int = 0
     queued: int = 0
     per_drafter: dict[str, _Usage] = field(default_factory=dict)
@@ -106,6 +111,8 @@ class LiveAggregator:
         self.current = _Bucket()
         self.totals = {"requests_started": 0, "requests_finished": 0, "requests_failed": 0}
         self.rounds = 0
+        self.round_tokens = 0
+        self.plain_steps = 0
         self.tokens = 0
         self.events_dropped = 0
         self.per_drafter: dict[str, _Usage] = {}
@@ -189,10 +196,16 @@ class LiveAggregator:
             return
         accepted = int(event.get("accepted") or 0)
         committed = int(event.get("committed") or 0)
-        self.rounds += 1
         self.tokens += committed
-        self.current.rounds += 1
         self.current.tokens += committed
+        if event.get("gated"):
+            self.plain_steps += 1
+            self.current.plain_steps += 1
+            return
+        self.rounds += 1
+        self.round_tokens += committed
+        self.current.rounds += 1
+        self.current.round_tokens += committed
         drafter = event.get("drafter")
         if drafter is not None:
             name = str(drafter)
@@ -281,20 +294,24 @@ class LiveAggregator:
         return {
             **self.totals,
             "rounds": self.rounds,
+            "plain_steps": self.plain_steps,
             "tokens": self.tokens,
-            "mat": _ratio(self.tokens, self.rounds),
+            "mat": _ratio(self.round_tokens, self.rounds),
             "events_dropped": self.events_dropped,
         }
 
     def _recent(self, recent: list[_Bucket], now: float) -> dict[str, Any]:
         rounds = sum(b.rounds for b in recent)
+        plain = sum(b.plain_steps for b in recent)
+        round_tokens = sum(b.round_tokens for b in recent)
         tokens = sum(b.tokens for b in recent)
         span = min(RECENT_S, max(now - self.started_at, 1e-9))  # a young server: its uptime
         return {
             "window_s": RECENT_S,
             "rounds": rounds,
+            "plain_steps": plain,
             "tokens": tokens,
-            "mat": _ratio(tokens, rounds),
+            "mat": _ratio(round_tokens, rounds),
             "tokens_per_s": tokens / span,
         }
 
@@ -329,9 +346,10 @@ def _series(buckets: list[_Bucket]) -> dict[str, Any]:
     return {
         "bucket_s": BUCKET_S,
         "t": [b.end for b in buckets],
-        "mat": [_ratio(b.tokens, b.rounds) for b in buckets],
+        "mat": [_ratio(b.round_tokens, b.rounds) for b in buckets],
         "tokens_per_s": [b.tokens / BUCKET_S for b in buckets],
         "rounds": [b.rounds for b in buckets],
+        "plain_steps": [b.plain_steps for b in buckets],
         "in_flight": [b.in_flight for b in buckets],
         "queue_depth": [b.queued for b in buckets],
     }

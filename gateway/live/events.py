@@ -228,6 +228,7 @@ def stats_json(s: StatsSnapshot) -> dict[str, Any]:
         "mean_acceptance_length": s.mean_acceptance_length,
         "num_spec_steps": s.rounds,
         "num_plain_steps": s.gated_rounds,
+        "plain_step_indices": list(s.gated_steps),  # interleave them with drafter_choices
         "num_draft_tokens": s.num_draft_tokens,
         "num_accepted_draft_tokens": s.num_accepted_draft_tokens,
         "acceptance_by_position": list(s.accepted_by_position),

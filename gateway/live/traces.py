@@ -4,6 +4,11 @@ A trace is built from `request_started`, `round` and `request_finished` events (
 `gateway.live.events`): rounds append to bounded per-round lists (the newest `MAX_ROUNDS`), a
 duplicate round re-delivered after a resync is ignored, and the final statistics of a finished
 request replace what the rounds built, since they hold every round and the full regret curve.
+
+The per-round lists are per *step*: a step the speculation gate decoded plain (`gated` on its
+round event, `plain_step_indices` in the final statistics) sits between the speculative rounds
+with no drafter, no accepted token and `plain_per_round` true, so the page draws it apart from
+the drafters and the speculative statistics (MAT, `num_spec_steps`) are not diluted by it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class RequestTrace:
     drafter_per_round: list[str | None] = field(default_factory=list)
     accepted_per_round: list[int] = field(default_factory=list)
     committed_per_round: list[int] = field(default_factory=list)
+    plain_per_round: list[bool] = field(default_factory=list)  # the gate ran this step plain
+    plain_steps: int = 0  # all of the request's plain steps (the lists keep the newest only)
     completion_tokens: int = 0
     mean_acceptance_length: float | None = None
     tokens_per_s: float | None = None
@@ -56,11 +63,13 @@ class RequestTrace:
         self.drafter_per_round.append(event.get("drafter"))
         self.accepted_per_round.append(int(event.get("accepted") or 0))
         self.committed_per_round.append(int(event.get("committed") or 0))
+        gated = bool(event.get("gated"))
+        self.plain_per_round.append(gated)
+        self.plain_steps += gated
         overflow = len(self.drafter_per_round) - MAX_ROUNDS
         if overflow > 0:
-            del self.drafter_per_round[:overflow]
-            del self.accepted_per_round[:overflow]
-            del self.committed_per_round[:overflow]
+            for steps in self._per_step_lists():
+                del steps[:overflow]
             self.first_round += overflow
         self.policy = event.get("policy", self.policy)
         self.completion_tokens = int(event.get("completion_tokens") or 0)
@@ -103,20 +112,31 @@ class RequestTrace:
                                                 self.mean_acceptance_length)
         self.regret_tokens = stats.get("regret_tokens", self.regret_tokens)
         self.weights = dict(stats.get("final_weights") or self.weights)
-        choices = list(stats.get("drafter_choices") or [])[-MAX_ROUNDS:]
-        accepted = list(stats.get("accepted_per_round") or [])[-MAX_ROUNDS:]
-        if choices and len(choices) == len(accepted):
-            rounds = int(stats.get("rounds") or len(choices))
-            self.first_round = rounds - len(choices)
-            self.last_round = max(self.last_round, rounds - 1)
-            if len(self.committed_per_round) != len(choices):
-                # Committed tokens are not in the final stats; accepted + 1 bonus is exact
-                # except for a stop-truncated last round.
-                self.committed_per_round = [a + 1 for a in accepted]
-            self.drafter_per_round, self.accepted_per_round = choices, accepted
+        steps = _final_steps(stats)
+        if steps is not None:
+            self._replace_steps(steps)
         curve = stats.get("regret_curve")
         if isinstance(curve, list):
             self.regret_curve = [[i + 1, float(v)] for i, v in enumerate(curve)][-MAX_ROUNDS:]
+
+    def _per_step_lists(self) -> tuple[list[Any], ...]:
+        return (self.drafter_per_round, self.accepted_per_round, self.committed_per_round,
+                self.plain_per_round)
+
+    def _replace_steps(self, steps: list[tuple[str | None, int, bool]]) -> None:
+        kept = steps[-MAX_ROUNDS:]
+        first = len(steps) - len(kept)
+        same_steps = first == self.first_round and len(self.committed_per_round) == len(kept)
+        if not same_steps:
+            # Committed tokens are not in the final stats; accepted + 1 bonus is exact except
+            # for a stop-truncated last round.
+            self.committed_per_round = [a + 1 for _, a, _ in kept]
+        self.first_round = first
+        self.last_round = max(self.last_round, len(steps) - 1)
+        self.drafter_per_round = [d for d, _, _ in kept]
+        self.accepted_per_round = [a for _, a, _ in kept]
+        self.plain_per_round = [p for _, _, p in kept]
+        self.plain_steps = sum(p for _, _, p in steps)
 
     def public(self) -> dict[str, Any]:
         # Copies, not references: a snapshot is serialized later (after an await) while
@@ -138,6 +158,8 @@ class RequestTrace:
             "drafter_per_round": list(self.drafter_per_round),
             "accepted_per_round": list(self.accepted_per_round),
             "committed_per_round": list(self.committed_per_round),
+            "plain_per_round": list(self.plain_per_round),
+            "plain_steps": self.plain_steps,
             "completion_tokens": self.completion_tokens,
             "mean_acceptance_length": self.mean_acceptance_length,
             "tokens_per_s": self.tokens_per_s,
@@ -149,3 +171,24 @@ class RequestTrace:
             "error": self.error,
             "elapsed_s": self.elapsed_s,
         }
+
+
+def _final_steps(stats: dict[str, Any]) -> list[tuple[str | None, int, bool]] | None:
+    """Every step of a finished request as (drafter, accepted, plain), in order: the speculative
+    rounds of `drafter_choices` with the plain steps of `plain_step_indices` put back between
+    them. None when the statistics cannot be interleaved (then the rounds' lists stay)."""
+    choices = list(stats.get("drafter_choices") or [])
+    accepted = list(stats.get("accepted_per_round") or [])
+    plain = {int(i) for i in stats.get("plain_step_indices") or []}
+    total = len(choices) + len(plain)
+    if len(choices) != len(accepted) or total == 0 or (plain and max(plain) >= total):
+        return None
+    spec = iter(zip(choices, accepted, strict=True))
+    steps: list[tuple[str | None, int, bool]] = []
+    for i in range(total):
+        if i in plain:
+            steps.append((None, 0, True))
+        else:
+            drafter, n = next(spec)
+            steps.append((drafter, int(n), False))
+    return steps

@@ -63,7 +63,9 @@ def aggregator(in_flight: int = 0, clock: Clock | None = None) -> LiveAggregator
     return LiveAggregator(lambda: Load(in_flight, 4, 8), clock=clock or Clock())
 
 
-def round_event(rid: str, index: int, drafter: str, accepted: int, **extra: Any) -> dict[str, Any]:
+def round_event(
+    rid: str, index: int, drafter: str | None, accepted: int, **extra: Any
+) -> dict[str, Any]:
     return {
         "type": "round", "request_id": rid, "round": index, "policy": "normalhedge",
         "drafter": drafter, "drafted": 6, "accepted": accepted, "committed": accepted + 1,
@@ -159,6 +161,50 @@ def test_finished_stats_are_authoritative_and_history_is_newest_first() -> None:
     assert [r["request_id"] for r in agg.recent_requests(2)] == ["r3", "r2"]
 
 
+def test_plain_steps_sit_between_rounds_and_stay_out_of_mat() -> None:
+    agg = aggregator()
+    agg.apply(started("r1"))
+    # steps 0 and 3 speculative, 1 and 2 decoded plain by the speculation gate
+    agg.apply(round_event("r1", 0, "a", 2))
+    for i in (1, 2):
+        agg.apply(round_event("r1", i, None, 0, gated=True))
+    agg.apply(round_event("r1", 3, "b", 1))
+    trace = agg.active["r1"].public()
+    assert trace["drafter_per_round"] == ["a", None, None, "b"]
+    assert trace["plain_per_round"] == [False, True, True, False]
+    assert trace["plain_steps"] == 2 and trace["rounds"] == 4
+    view = agg.overview()
+    assert view["totals"]["rounds"] == 2 and view["totals"]["plain_steps"] == 2
+    assert view["totals"]["tokens"] == 3 + 1 + 1 + 2
+    assert view["totals"]["mat"] == pytest.approx((3 + 2) / 2)  # plain steps do not dilute it
+    assert view["recent"]["mat"] == pytest.approx(2.5) and view["recent"]["plain_steps"] == 2
+    assert {d["id"]: d["rounds"] for d in view["per_drafter"]} == {"a": 1, "b": 1}
+
+    # The final statistics list speculative rounds only; their plain steps go back in place.
+    stats = {
+        "rounds": 2, "num_plain_steps": 3, "plain_step_indices": [1, 2, 4],
+        "drafter_choices": ["a", "b"], "accepted_per_round": [2, 1],
+    }  # fmt: skip
+    agg.apply(round_event("r1", 4, None, 0, gated=True))
+    agg.apply(finished("r1", stats=stats))
+    done = agg.history[0].public()
+    assert done["drafter_per_round"] == ["a", None, None, "b", None]
+    assert done["plain_per_round"] == [False, True, True, False, True]
+    assert done["accepted_per_round"] == [2, 0, 0, 1, 0]
+    assert done["committed_per_round"] == [3, 1, 1, 2, 1]
+    assert done["plain_steps"] == 3 and done["rounds"] == 5 and done["first_round"] == 0
+
+    # A request whose round events were missed is rebuilt from its statistics alone.
+    agg.apply(finished("r2", stats={**stats, "plain_step_indices": [0, 1, 2]}))
+    late = agg.history[0].public()
+    assert late["plain_per_round"] == [True, True, True, False, False]
+    assert late["drafter_per_round"] == [None, None, None, "a", "b"]
+    # Indices that cannot be interleaved leave the rounds' lists as they were.
+    agg.apply(round_event("r3", 0, "a", 1))
+    agg.apply(finished("r3", stats={**stats, "plain_step_indices": [1, 9]}))
+    assert agg.history[0].public()["drafter_per_round"] == ["a"]
+
+
 def test_state_is_bounded() -> None:
     clock = Clock()
     agg = aggregator(clock=clock)
@@ -175,6 +221,7 @@ def test_state_is_bounded() -> None:
         agg.apply(round_event(f"run-{MAX_ACTIVE + 9}", i, "b", 0))
     trace = agg.active[f"run-{MAX_ACTIVE + 9}"].public()
     assert len(trace["drafter_per_round"]) == MAX_ROUNDS and trace["rounds"] == MAX_ROUNDS + 20
+    assert len(trace["plain_per_round"]) == len(trace["committed_per_round"]) == MAX_ROUNDS
     assert trace["first_round"] == 20
     # A trace whose request_finished was lost is evicted once it is older than the deadline.
     clock.now += agg.stale_after_s + 1

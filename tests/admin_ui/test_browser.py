@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from bench.harness.fakehub import FakeHub
@@ -269,6 +270,51 @@ def test_detail_view_shows_weights_regret_and_accepted_lengths(
     page.keyboard.press("Escape")
     expect(detail).to_be_hidden()
     assert not page.js_errors, page.js_errors
+
+
+def test_plain_steps_of_the_speculation_gate_are_drawn_apart_and_left_out_of_mat(
+    page: Any, pool_file: Path, tmp_path: Path
+) -> None:
+    """On a `--speculation auto` server (the default outside this suite) the gate measures by
+    alternating blocks of speculative and plain steps, so each of these streams has both."""
+    with running_server(pool_file, tmp_path, "--speculation", "auto") as gated:
+        sign_in(page, gated.base_url)
+        with Background(openai_client(gated), PROMPTS, max_tokens=48) as work:
+            results = work.join()
+        specs = [r["metrics"]["speculative_decoding"] for r in results]
+        assert all(s["num_plain_steps"] >= 1 and s["num_spec_steps"] >= 1 for s in specs), specs
+        for result, spec in zip(results, specs, strict=True):
+            r = row(page, f"{result['id']}-0")
+            expect(r).to_have_attribute("data-status", "finished")
+            plain = spec["num_plain_steps"]
+            expect(r.locator("td").nth(5)).to_have_text(str(spec["num_spec_steps"] + plain))
+            expect(r.locator("td").nth(7)).to_have_text(f"{spec['mean_acceptance_length']:.2f}")
+            labels = [*spec["drafter_choices"], *["plain step"] * plain]
+            choices = r.locator("canvas.strip").get_attribute("data-choices")
+            assert sorted(choices.split(", ")) == sorted(choices_text(labels).split(", "))
+        expect(page.locator("#legend .chip.plain-step")).to_have_text("plain step")
+
+        spec = specs[0]
+        row(page, f"{results[0]['id']}-0").click()
+        steps = spec["num_spec_steps"] + spec["num_plain_steps"]
+        expect(page.locator("#d-meta")).to_contain_text(
+            f"Steps{steps} ({spec['num_spec_steps']} speculative, "
+            f"{spec['num_plain_steps']} plain)")
+        expect(page.locator("#d-choices")).to_contain_text(
+            f"plain step × {spec['num_plain_steps']}")
+        wait_drawn(page, "#d-strip")
+
+        # The overview's MAT is over speculative rounds, as each response's is.
+        view = httpx.get(f"{gated.base_url}/admin/api/overview",
+                         headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
+        rounds = sum(s["num_spec_steps"] for s in specs)
+        assert view["totals"]["rounds"] == rounds
+        assert view["totals"]["plain_steps"] == sum(s["num_plain_steps"] for s in specs)
+        assert view["totals"]["mat"] == pytest.approx(
+            sum(s["mean_acceptance_length"] * s["num_spec_steps"] for s in specs) / rounds)
+        page.click(".tabs [data-tab=overview]")
+        expect(page.locator("#ov-mat-all")).to_contain_text("% of steps plain")
+        assert not page.js_errors, page.js_errors
 
 
 def test_overview_shows_mat_throughput_usage_and_queue(page: Any, server: ServerProcess) -> None:

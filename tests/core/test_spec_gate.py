@@ -147,6 +147,8 @@ def test_the_engine_decodes_plain_where_verified_rows_are_dear_with_the_same_tok
     # every step has its own index (the live page drops a repeated index as a re-delivery)
     indices = [o.round.round_index for o in outs["r0"] if o.round is not None]
     assert indices == list(range(len(indices)))
+    # the statistics name the plain steps by the same index, for the live page to interleave
+    assert list(last.gated_steps) == [r.round_index for r in gated]
 
 
 def test_a_seeded_sampled_request_keeps_drafting_and_its_sample() -> None:
