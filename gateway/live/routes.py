@@ -53,6 +53,7 @@ from gateway.http.deps import (
 )
 from gateway.http.errors import APIError
 from gateway.live.aggregator import HISTORY_SIZE
+from gateway.live.traces import step_order
 from gateway.runner import EngineRunner
 
 ADMIN_UI_DIR = Path(__file__).resolve().parents[2] / "admin_ui"
@@ -209,6 +210,12 @@ def _logged_requests(engine: Any, limit: int) -> list[dict[str, Any]] | None:
     out = []
     for log in logs:
         choices = list(log.drafter_choices or [])
+        # Plain steps the speculation gate ran, put back between the rounds (`extra` holds them).
+        order = step_order(len(choices), (log.extra or {}).get("plain_step_indices") or [])
+        if order is None:  # no step, or indices that do not fit: the rounds alone
+            order = list(range(len(choices)))
+        plain = sum(k is None for k in order)
+        steps = log.rounds + plain
         out.append(
             {
                 "request_id": log.request_id,
@@ -217,12 +224,14 @@ def _logged_requests(engine: Any, limit: int) -> list[dict[str, Any]] | None:
                 "started_at": log.created_at.timestamp() if log.created_at else None,
                 "prompt_tokens": log.prompt_tokens,
                 "completion_tokens": log.completion_tokens,
-                "rounds": log.rounds,
+                "rounds": steps,  # speculative rounds and plain steps, as the live page's
                 "mean_acceptance_length": log.mat,
                 "regret_tokens": log.regret_tokens,
                 "elapsed_s": log.latency_ms / 1000 if log.latency_ms is not None else None,
-                "drafter_per_round": choices,
-                "first_round": max(0, log.rounds - len(choices)),
+                "drafter_per_round": [None if k is None else choices[k] for k in order],
+                "plain_per_round": [k is None for k in order],
+                "plain_steps": plain,
+                "first_round": max(0, steps - len(order)),
                 "error": None if log.status == "ok" else log.status,
                 "prompt": log.prompt,  # None unless the operator enabled log_prompts
             }

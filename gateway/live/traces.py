@@ -14,6 +14,7 @@ the drafters and the speculative statistics (MAT, `num_spec_steps`) are not dilu
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,21 +175,24 @@ class RequestTrace:
 
 
 def _final_steps(stats: dict[str, Any]) -> list[tuple[str | None, int, bool]] | None:
-    """Every step of a finished request as (drafter, accepted, plain), in order: the speculative
-    rounds of `drafter_choices` with the plain steps of `plain_step_indices` put back between
-    them. None when the statistics cannot be interleaved (then the rounds' lists stay)."""
+    """Every step of a finished request as (drafter, accepted, plain), in order. None when the
+    statistics cannot be interleaved (then the rounds' lists stay)."""
     choices = list(stats.get("drafter_choices") or [])
     accepted = list(stats.get("accepted_per_round") or [])
-    plain = {int(i) for i in stats.get("plain_step_indices") or []}
-    total = len(choices) + len(plain)
-    if len(choices) != len(accepted) or total == 0 or (plain and max(plain) >= total):
+    order = step_order(len(choices), stats.get("plain_step_indices") or [])
+    if order is None or len(choices) != len(accepted):
         return None
-    spec = iter(zip(choices, accepted, strict=True))
-    steps: list[tuple[str | None, int, bool]] = []
-    for i in range(total):
-        if i in plain:
-            steps.append((None, 0, True))
-        else:
-            drafter, n = next(spec)
-            steps.append((drafter, int(n), False))
-    return steps
+    return [(None, 0, True) if k is None else (choices[k], int(accepted[k]), False)
+            for k in order]
+
+
+def step_order(rounds: int, plain_indices: Iterable[Any]) -> list[int | None] | None:
+    """A request's steps in order: the index of the speculative round each one was, or None for
+    a plain step (the statistics list the rounds, and the plain steps' step indices, apart).
+    None when there is no step, or an index lies outside the request's steps."""
+    plain = {int(i) for i in plain_indices}
+    total = rounds + len(plain)
+    if total == 0 or any(not 0 <= i < total for i in plain):
+        return None
+    spec = iter(range(rounds))
+    return [None if i in plain else next(spec) for i in range(total)]

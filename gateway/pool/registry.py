@@ -205,6 +205,8 @@ def request_log_record(event: Mapping[str, Any], *, model: str | None) -> dict[s
         # Keys that are not columns land in the row's `extra` JSON.
         "finish_reason": event.get("finish_reason"),
         "error": event.get("error"),
+        "num_plain_steps": stats.get("num_plain_steps"),
+        "plain_step_indices": stats.get("plain_step_indices") or None,  # between the rounds
     }
     if isinstance(ts, (int, float)):
         record["created_at"] = ts - (elapsed if isinstance(elapsed, (int, float)) else 0.0)

@@ -348,6 +348,7 @@ def test_requests_come_from_the_database_when_request_logging_is_on(
 ) -> None:
     from drafter_registry.db import make_session_factory
     from drafter_registry.request_log import RequestLogWriter
+    from gateway.pool.registry import request_log_record
 
     app = app_client.app
     writer = RequestLogWriter(make_session_factory(app.state.registry.engine))  # type: ignore[attr-defined]
@@ -357,14 +358,23 @@ def test_requests_come_from_the_database_when_request_logging_is_on(
                       "latency_ms": 1500.0})  # fmt: skip
         assert writer.flush()
         app.state.request_log = writer  # type: ignore[attr-defined]
+        # steps 1 and 3 decoded plain by the speculation gate (the row's `extra` keeps them)
+        stats = {"rounds": 2, "drafter_choices": ["a", "b"], "num_plain_steps": 2,
+                 "plain_step_indices": [1, 3]}  # fmt: skip
+        writer.write(request_log_record({"request_id": "logged-2", "stats": stats}, model="m"))
+        assert writer.flush()
         body = app_client.get("/admin/api/requests", headers=ADMIN).json()
     finally:
         app.state.request_log = None  # type: ignore[attr-defined]
         writer.close()
-    assert body["source"] == "database" and body["count"] == 1
-    (row,) = body["data"]
+    assert body["source"] == "database" and body["count"] == 2
+    gated, row = body["data"]
     assert row["request_id"] == "logged-1" and row["drafter_per_round"] == ["a", "b", "a"]
     assert row["mean_acceptance_length"] == 2.5 and row["elapsed_s"] == 1.5
+    assert row["plain_steps"] == 0 and row["rounds"] == 3
+    assert gated["drafter_per_round"] == ["a", None, "b", None]
+    assert gated["plain_per_round"] == [False, True, False, True]
+    assert gated["rounds"] == 4 and gated["plain_steps"] == 2 and gated["first_round"] == 0
 
 
 # ---- the live stream against a real server -------------------------------------------------------
