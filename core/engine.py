@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.drafter_check import compatibility_problems
@@ -37,6 +38,7 @@ from core.learner_sessions import LearnerSessions
 from core.request import Policy, RequestState, parse_policy
 from core.rounds import prefill, speculative_round
 from core.router import PromptRouter
+from core.sampling_defaults import checked_sampling_defaults
 from core.scheduler import BatchScheduler
 from core.spec_gate import SpecGate
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
@@ -94,6 +96,7 @@ class SpecEngine:
         self._grammars: GrammarCompiler | None = None
         # The static baseline policy `router` (core/router.py), when the pool ships one.
         self.router: PromptRouter | None = None
+        self.pool_sampling: dict[str, float] = {}  # the pool file's sampling defaults
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -115,9 +118,23 @@ class SpecEngine:
         drafters = [(d["id"], base / d["path"]) for d in spec.get("drafters", [])]
         name = model_name or spec.get("model_name") or Path(spec["target"]).name
         engine = cls.from_dirs(base / spec["target"], drafters, config, name)
-        if spec.get("router"):
-            engine.load_router(base / spec["router"])
+        engine.configure_from_pool(spec, base)
         return engine
+
+    def configure_from_pool(self, spec: dict[str, Any], base: Path) -> None:
+        """What a pool file adds to its target and drafters: the prompt router of policy
+        `router`, and sampling defaults over the target's (`"generation_config"`)."""
+        if spec.get("router"):
+            self.load_router(base / spec["router"])
+        if spec.get("generation_config") is not None:
+            self.pool_sampling = checked_sampling_defaults(
+                spec["generation_config"], "pool file generation_config")
+
+    @property
+    def sampling_defaults(self) -> dict[str, float]:
+        """What a request that leaves temperature, top_p or top_k out is sampled with: the
+        target's generation_config.json, then the pool file's (core/sampling_defaults.py)."""
+        return {**self.target.sampling_defaults, **self.pool_sampling}
 
     def load_router(self, path: Path) -> None:
         """The prompt router of policy `router` (core/router.py)."""

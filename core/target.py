@@ -29,6 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from core.drafter_check import default_aux_layers
 from core.kv_cache import SlotCache
+from core.sampling_defaults import read_generation_config
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -134,6 +135,8 @@ class Target:
                                                                with_kwargs=True)
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
         self.sliding_window, self._mixed_windows = attention_windows(cfg)
+        # What a request that leaves them out samples with (core/sampling_defaults.py).
+        self.sampling_defaults: dict[str, float] = {}
 
     @classmethod
     def load(
@@ -165,6 +168,7 @@ class Target:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True,
                                                   trust_remote_code=False)
         target = cls(model, tokenizer, aux_layers)
+        target.sampling_defaults = read_generation_config(path)
         if compile_model:
             target.compile_model()
         return target

@@ -35,7 +35,7 @@ def write_pool_files(
         domain = "all" if drafter_id == GENERALIST else drafter_id
         entries.append({"id": drafter_id, "domain": domain, "path": f"drafters/{drafter_id}"})
     pool_json = {"model_name": MODEL_NAME, "target": {"provision": smollm2.NAME},
-                 "drafters": entries}
+                 "generation_config": smollm2.RECOMMENDED_SAMPLING, "drafters": entries}
     (out_dir / "pool.json").write_text(json.dumps(pool_json, indent=2) + "\n")
     write_jsonl(out_dir / "eval_prompts.jsonl", eval_prompt_rows(cfg, data_dir))
 

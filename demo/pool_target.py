@@ -60,6 +60,5 @@ def open_pool_engine(pool_json: Path, config: Any, model_name: str | None = None
     name = model_name or spec.get("model_name")
     target = target_dir(pool_json)
     engine = SpecEngine.from_dirs(target, drafters, config, name or target.name)
-    if spec.get("router"):  # the static router baseline (demo/router.py), policy "router"
-        engine.load_router(base / spec["router"])
+    engine.configure_from_pool(spec, base)  # router (demo/router.py), sampling defaults
     return engine

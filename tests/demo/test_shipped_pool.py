@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.eagle3 import inspect_drafter, load_drafter
+from demo import smollm2
 from demo.domains import DOMAINS, POOL_DIR
 from demo.records import read_jsonl
 from demo.report import Cell, ReportSpec, measure_table
@@ -30,6 +31,9 @@ def report() -> dict:
 
 def test_pool_json_lists_the_generalist_and_seven_specialists(pool: dict) -> None:
     assert pool["target"] == {"provision": "smollm2-135m-instruct"}
+    # the model card's sampling, for requests that leave it out (what the build writes)
+    assert pool["generation_config"] == smollm2.RECOMMENDED_SAMPLING == {
+        "temperature": 0.2, "top_p": 0.9}
     assert not (POOL_DIR / "target").exists()  # no target weights in the repository
     ids = [d["id"] for d in pool["drafters"]]
     assert ids == ["generalist", *DOMAINS]

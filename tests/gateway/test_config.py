@@ -147,3 +147,20 @@ def test_measured_settings_default_to_auto_and_the_flag_or_env_pins_them(
     assert getattr(Settings().engine_config(), field) == env_value
     with pytest.raises(ValidationError):
         Settings(**{field: "some"})
+
+
+def test_sampling_defaults_come_from_the_model_unless_the_flags_say_otherwise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().generation_config == "auto" and Settings().override_generation_config == {}
+    args = build_parser().parse_args(["serve", "--generation-config", "openai",
+                                      "--override-generation-config", '{"temperature": 0.7}'])
+    settings = serve_settings(args)
+    assert settings.generation_config == "openai"
+    assert settings.override_generation_config == {"temperature": 0.7}
+    monkeypatch.setenv("HEDGESPEC_OVERRIDE_GENERATION_CONFIG", '{"top_p": 0.5}')
+    assert Settings().override_generation_config == {"top_p": 0.5}
+    for bad in ('{"temprature": 0.7}', '{"temperature": 3}', "0.7", "{"):
+        with pytest.raises(ValidationError):
+            Settings(override_generation_config=bad)
+    with pytest.raises(ValidationError):
+        Settings(generation_config="vllm")
