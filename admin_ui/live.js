@@ -208,7 +208,7 @@ export class LiveView {
       ["Tokens/s", fmt(rec.tokens_per_s, 1)],
       ["Batch (last round)", rec.batch_rows == null ? "—" : `${fmtInt(rec.batch_rows)} requests`],
       ["Regret (tokens)", fmt(rec.regret_tokens)],
-      ["Temperature", rec.temperature == null ? "—" : fmt(rec.temperature, 2)],
+      ["Sampling", samplingText(rec)],
       ["Finish reason", rec.finish_reason ?? (rec.status === "running" ? "—" : "none")],
       ["Elapsed", fmtDuration(rec.elapsed_s)],
     ];
@@ -302,6 +302,16 @@ function stepLabels(rec) {
 function labelOf(name) {
   if (name === PLAIN_STEP) return "plain step";
   return name ?? "none";
+}
+
+// What the request sampled with (the server's defaults fill what the request left out).
+function samplingText(rec) {
+  if (rec.temperature == null) return "—";
+  if (rec.temperature === 0) return "greedy";
+  const parts = [`temperature ${fmt(rec.temperature, 2)}`];
+  if (rec.top_p != null && rec.top_p < 1) parts.push(`top_p ${fmt(rec.top_p, 2)}`);
+  if (rec.top_k) parts.push(`top_k ${fmtInt(rec.top_k)}`);
+  return parts.join(", ");
 }
 
 // All target passes after prefill; split when the gate ran some of them plain.

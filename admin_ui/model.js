@@ -54,6 +54,8 @@ export class LiveModel {
         rec.prompt_tokens = event.prompt_tokens ?? null;
         rec.max_tokens = event.max_tokens ?? null;
         rec.temperature = event.temperature ?? null;
+        rec.top_p = event.top_p ?? null;
+        rec.top_k = event.top_k ?? null;
         rec.warm_start_requests = event.warm_start_requests ?? null;
         this.noteDrafters(rec.drafters);
         break;
@@ -130,6 +132,8 @@ function normalise(rec) {
     prompt_tokens: rec.prompt_tokens ?? null,
     max_tokens: rec.max_tokens ?? null,
     temperature: rec.temperature ?? null,
+    top_p: rec.top_p ?? null,
+    top_k: rec.top_k ?? null,
     warm_start_requests: rec.warm_start_requests ?? null,
     started_at: rec.started_at ?? null,
     finished_at: rec.finished_at ?? null,

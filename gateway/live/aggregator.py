@@ -184,6 +184,8 @@ class LiveAggregator:
             trace.prompt_tokens = event.get("prompt_tokens")
             trace.max_tokens = event.get("max_tokens")
             trace.temperature = event.get("temperature")
+            trace.top_p = event.get("top_p")
+            trace.top_k = event.get("top_k")
             trace.warm_start_requests = event.get("warm_start_requests")
         trace.updated_at = now
         return trace

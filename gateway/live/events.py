@@ -8,7 +8,8 @@ subscriber that lost events first receives `{"type": "dropped", "count": k}`.
 and so do the aggregator's page streams (`gateway.live.aggregator`), which drain it in batches.
 
 Event types (all carry `type`, `seq` and `ts` (unix seconds)):
-  request_started   request_id, policy, drafters, prompt_tokens, max_tokens, temperature
+  request_started   request_id, policy, drafters, prompt_tokens, max_tokens, temperature,
+                    top_p, top_k
   round             request_id, round, policy, drafter, drafted, accepted, committed,
                     completion_tokens, mean_acceptance_length, tokens_per_s, weights,
                     regret_tokens (latest point of the regret curve), feedback_windows
@@ -164,7 +165,9 @@ def started_event(request_id: str, stats: StatsSnapshot, params: SamplingParams)
         "drafters": list(stats.drafter_ids),
         "prompt_tokens": stats.prompt_tokens,
         "max_tokens": params.max_new_tokens,
-        "temperature": params.temperature,
+        "temperature": params.temperature,  # what it samples with, the served defaults included
+        "top_p": params.top_p,
+        "top_k": params.top_k,
         "warm_start_requests": stats.warm_start_requests,  # > 0: a session's learner continued
     }
 

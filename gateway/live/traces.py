@@ -31,6 +31,8 @@ class RequestTrace:
     prompt_tokens: int | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
     warm_start_requests: int | None = None  # earlier requests of its session the learner saw
     started_at: float = 0.0
     updated_at: float = 0.0
@@ -149,6 +151,8 @@ class RequestTrace:
             "prompt_tokens": self.prompt_tokens,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
             "warm_start_requests": self.warm_start_requests,
             "started_at": self.started_at,
             "updated_at": self.updated_at,

@@ -78,7 +78,8 @@ def round_event(
 def started(rid: str) -> dict[str, Any]:
     return {
         "type": "request_started", "request_id": rid, "policy": "normalhedge",
-        "drafters": ["a", "b"], "prompt_tokens": 5, "max_tokens": 16, "temperature": 0.0,
+        "drafters": ["a", "b"], "prompt_tokens": 5, "max_tokens": 16, "temperature": 0.2,
+        "top_p": 0.9, "top_k": 0,
         "ts": 1_000.0,
     }  # fmt: skip
 
@@ -100,6 +101,7 @@ def test_rounds_fold_into_a_trace_and_per_drafter_usage() -> None:
     assert trace["committed_per_round"] == [4, 1, 2, 3] and trace["rounds"] == 4
     assert trace["regret_curve"] == [[1, 0.1], [2, 0.2], [3, pytest.approx(0.3)]]
     assert trace["weights"] == {"a": 0.75, "b": 0.25} and trace["drafters"] == ["a", "b"]
+    assert (trace["temperature"], trace["top_p"], trace["top_k"]) == (0.2, 0.9, 0)
 
     view = agg.overview()
     assert view["totals"]["rounds"] == 4 and view["totals"]["tokens"] == 10

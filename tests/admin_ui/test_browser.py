@@ -237,7 +237,7 @@ def test_detail_view_shows_weights_regret_and_accepted_lengths(
     page: Any, server: ServerProcess
 ) -> None:
     sign_in(page, server.base_url)
-    with Background(openai_client(server), PROMPTS[:2], max_tokens=120) as work:
+    with Background(openai_client(server), PROMPTS[:2], max_tokens=120, top_p=0.95) as work:
         results = work.join()
     rid = f"{results[0]['id']}-0"
     spec = results[0]["metrics"]["speculative_decoding"]
@@ -259,6 +259,8 @@ def test_detail_view_shows_weights_regret_and_accepted_lengths(
         assert f"{name} × {n}" in chips
     expect(page.locator("#d-meta")).to_contain_text(f"{spec['mean_acceptance_length']:.2f}")
     expect(page.locator("#d-meta")).to_contain_text("Learnerfresh")  # no session: a new learner
+    # the SDK's default temperature (the tiny target ships no sampling defaults) and its top_p
+    expect(page.locator("#d-meta")).to_contain_text("Samplingtemperature 1.00, top_p 0.95")
     # the rows its last round's target pass verified: 1 or 2 (the two requests ran together)
     expect(page.locator("#d-meta")).to_contain_text(
         re.compile(r"Batch \(last round\)[12] requests"))
