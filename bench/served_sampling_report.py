@@ -79,9 +79,11 @@ def plot(cells: list[Cell], path: Path) -> None:
         ys = [by[(s, method)].tokens_per_s if (s, method) in by else 0.0 for s in settings]
         ax.bar([i + (j - 1) * width for i in range(len(settings))], ys, width, label=method)
     ax.set_xticks(range(len(settings)), settings)
+    top = max((c.tokens_per_s for c in cells), default=1.0)
+    ax.set_ylim(0, top * 1.3)  # room for the legend above the bars
     ax.set_ylabel("tokens/s (one stream)")
     ax.set_title("Plain, generalist and HedgeSpec by sampling (SmolLM2-135M, CPU)")
-    ax.legend()
+    ax.legend(ncols=len(METHODS), loc="upper center")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
