@@ -116,16 +116,17 @@ export class LiveView {
       const rec = model.records.get(id);
       const row = this.rows.get(id);
       if (rec && row) {
-        updateRow(row, rec);
-        changed.push([row, rec]);
+        const labels = stepLabels(rec); // once per changed row and frame
+        updateRow(row, rec, labels);
+        changed.push([row, rec, labels]);
       }
     }
     if (changed.length) {
       const { strip: s, spark: k } = changed[0][0].cells;
       const stripSize = { w: s.clientWidth, h: s.clientHeight };
       const sparkSize = { w: k.clientWidth, h: k.clientHeight };
-      for (const [row, rec] of changed) {
-        strip(row.cells.strip, stepLabels(rec), stripSize);
+      for (const [row, rec, labels] of changed) {
+        strip(row.cells.strip, labels, stripSize);
         sparkBars(row.cells.spark, rec.accepted_per_round, sparkSize);
       }
     }
@@ -175,17 +176,8 @@ export class LiveView {
     clear(legend);
     if (ids.length === 0) return;
     legend.append(h("span", { class: "legend-title", text: "Drafters" }));
-    for (const id of ids) {
-      const swatch = h("span", { class: "swatch" });
-      swatch.style.background = colorFor(id);
-      legend.append(h("span", { class: "chip", title: id }, swatch, h("span", { text: id })));
-    }
-    if (this.model.sawPlainSteps) {
-      const swatch = h("span", { class: "swatch" });
-      swatch.style.background = colorFor(PLAIN_STEP);
-      legend.append(h("span", { class: "chip plain-step", title: PLAIN_TITLE }, swatch,
-        h("span", { text: labelOf(PLAIN_STEP) })));
-    }
+    for (const id of ids) legend.append(legendChip(id, "chip", id));
+    if (this.model.sawPlainSteps) legend.append(legendChip(PLAIN_STEP, "chip plain-step", PLAIN_TITLE));
   }
 
   renderDetail() {
@@ -294,6 +286,12 @@ function setBadge(el, status) {
 
 const PLAIN_TITLE = "Steps the speculation gate decoded without drafting (plain decoding was faster at that batch size)";
 
+function legendChip(name, cls, title) {
+  const swatch = h("span", { class: "swatch" });
+  swatch.style.background = colorFor(name);
+  return h("span", { class: cls, title }, swatch, h("span", { text: labelOf(name) }));
+}
+
 // The drafter of each step, or PLAIN_STEP for a step the speculation gate ran plain.
 function stepLabels(rec) {
   return rec.drafter_per_round.map((d, i) => (rec.plain_per_round[i] ? PLAIN_STEP : d));
@@ -327,7 +325,7 @@ function countChoices(choices) {
   return Array.from(counts.entries()).sort((a, b) => b[1] - a[1]);
 }
 
-function updateRow(row, rec) {
+function updateRow(row, rec, labels) {
   const c = row.cells;
   setBadge(c.status, rec.status);
   row.tr.dataset.status = rec.status;
@@ -337,7 +335,7 @@ function updateRow(row, rec) {
   setText(c.mat, fmt(rec.mean_acceptance_length));
   setText(c.tps, fmt(rec.tokens_per_s, 1));
   setText(c.regret, fmt(rec.regret_tokens, 1));
-  const summary = countChoices(stepLabels(rec))
+  const summary = countChoices(labels)
     .map(([name, n]) => `${labelOf(name)} ×${n}`)
     .join(", ");
   c.strip.title = summary ? `Drafter per step: ${summary}` : "No steps yet";

@@ -89,7 +89,7 @@ class RequestStats:
         self.time_evaluate_s += rs.evaluate_s
         self.time_bookkeeping_s += rs.bookkeeping_s
         if rs.gated:
-            self.gated_steps.append(self.rounds + self.gated_rounds)
+            self.gated_steps.append(rs.round_index)
             self.gated_rounds += 1
             self.gated_tokens += rs.committed
             return
