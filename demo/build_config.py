@@ -67,6 +67,8 @@ class BuildConfig:
     # 9 held-out prompts a domain: 3 under-stated the specialists by ~5% (rollouts-5x.md)
     report: ReportSpec = field(default_factory=lambda: ReportSpec(prompts_per_domain=9))
     eval_prompts_per_domain: int = 30
+    # The static router baseline (demo/router.py, policy `router`): training prompts a domain.
+    router_per_domain: int = 300
     threads: int = 2
     report_workers: int = 2  # single-threaded engine processes measuring the MAT tables
     # The target's forward passes (rollouts, features) run in bf16 where the CPU has native
@@ -122,6 +124,7 @@ QUICK = BuildConfig(
     report=ReportSpec(top_k=2, depth=2, total_tokens=4, max_new_tokens=4, prompts_per_domain=1,
                       temperatures=(0.0, 1.0)),
     eval_prompts_per_domain=2,
+    router_per_domain=4,
     threads=1,
     report_workers=2,  # the report's 112 tiny cells dominate a quick build: share them
 )

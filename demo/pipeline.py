@@ -3,15 +3,16 @@
 Stages: target (provision the converted SmolLM2 directory, `demo/smollm2.py`) -> rollouts
 (the target's greedy and sampled answers to each domain's training prompts; reused from
 `demo/data/rollouts/` when their key matches) -> target features (once, shared by all eight
-drafters) -> generalist -> seven specialists -> pool files -> report (MAT tables measured with
-the real engine, greedy and at temperature 1).
+drafters) -> generalist -> seven specialists -> pool files -> router (the static router
+baseline, `demo/router.py`) -> report (MAT tables measured with the real engine, greedy and at
+temperature 1).
 
     hedgespec demo build --out demo/pool [--quick] [--seed 0] [--cache DIR] [--set KEY=VALUE]
     python -m demo.pipeline ...  (the same options)
 
 Reads only `demo/data/` and the SmolLM2 wheel; writes `drafters/<id>/`, `pool.json`,
-`eval_prompts.jsonl`, `report.json` and `REPORT.md` under the output directory. Every trained
-drafter and every rollout chunk is kept in the stage cache (default
+`router.npz`, `eval_prompts.jsonl`, `report.json` and `REPORT.md` under the output directory.
+Every trained drafter and every rollout chunk is kept in the stage cache (default
 `~/.cache/hedgespec/build`), so an interrupted build resumes where it stopped.
 """
 
@@ -220,6 +221,8 @@ def _build(
     with timer.stage("save"):
         write_pool_files(out_dir, pool, cfg, data_dir)
     pool_json = out_dir / "pool.json"
+    with timer.stage("router"):
+        add_router(pool_json, tokenizer, cfg, seed, data_dir)
     with timer.stage("report"):
         tables = measure_reports(pool_json, list(pool), DOMAINS, cfg.report, cfg.report_workers)
     report = full_report(tables, list(pool), DOMAINS, cfg.report)
@@ -235,6 +238,14 @@ def _build(
     (out_dir / "REPORT.md").write_text(render_report_md(report))
     print(f"pool written to {out_dir} ({report['build']['pool_bytes'] / 1e6:.1f} MB)", flush=True)
     return pool_json
+
+
+def add_router(pool_json: Path, tokenizer: PreTrainedTokenizerBase, cfg: BuildConfig, seed: int,
+               data_dir: Path) -> None:
+    """Train the static router baseline into the pool, as `python -m demo.router` does."""
+    from demo.router import add_to_pool, train_router  # demo.router imports this module
+
+    add_to_pool(train_router(tokenizer, cfg.router_per_domain, seed, data_dir), pool_json)
 
 
 def main(argv: list[str] | None = None) -> None:

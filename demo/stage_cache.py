@@ -56,7 +56,7 @@ class StageCache:
         self.logs: dict[str, TrainLog] = {}
         key = {"corpora": corpora_digest(data_dir), "seed": seed, "target": smollm2.GGUF_SHA256,
                "config": {k: v for k, v in asdict(cfg).items()
-                          if k not in ("report", "report_workers")}}
+                          if k not in ("report", "report_workers", "router_per_domain")}}
         self.key = _digest(key)
 
     def path(self, name: str) -> Path | None:

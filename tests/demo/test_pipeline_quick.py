@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from core.eagle3 import inspect_drafter
+from core.router import PromptRouter
 from demo import pipeline
 from demo.build_config import QUICK, with_overrides
 from demo.build_timer import StageTimer
@@ -34,6 +35,9 @@ def test_quick_build_writes_the_pool_layout(quick_pool: Path, smollm2_dir: Path)
     for entry in pool["drafters"]:
         result = inspect_drafter(root / entry["path"], smollm2_dir)
         assert result["compatible"], result
+    # the static router baseline comes with the build, as the shipped pool has it
+    assert pool["router"] == "router.npz"
+    assert set(PromptRouter.load(root / pool["router"]).labels) == set(DOMAINS)
 
 
 def test_quick_build_report_has_greedy_and_sampled_tables(quick_pool: Path) -> None:
@@ -48,7 +52,8 @@ def test_quick_build_report_has_greedy_and_sampled_tables(quick_pool: Path) -> N
         # the oracle can pick the generalist
         assert table["checks"]["oracle_over_generalist"] >= 1.0
     stages = set(report["build"]["stage_seconds"])
-    assert stages >= {"target", "rollouts", "features", "generalist", "specialists", "report"}
+    assert stages >= {"target", "rollouts", "features", "generalist", "specialists", "router",
+                      "report"}
     text = (quick_pool.parent / "REPORT.md").read_text()
     assert "| generalist |" in text and "temperature 1.0" in text
 

@@ -162,3 +162,23 @@ def test_the_shipped_router_routes_held_out_prompts_to_their_domain(pool: dict,
             hits += router.route(encode_prompt(tok, rec.prompt, 600)) == domain
             total += 1
     assert hits / total >= 0.8
+
+
+def test_the_builds_router_stage_reproduces_the_shipped_router(tmp_path: Path,
+                                                               smollm2_dir: Path) -> None:
+    """`hedgespec demo build` writes the router the pool ships (same bytes, same pool.json), so
+    a rebuilt pool serves policy `router` as the shipped one does."""
+    from transformers import AutoTokenizer
+
+    from demo.build_config import FULL
+    from demo.domains import DATA_DIR
+    from demo.pipeline import add_router
+
+    shipped = json.loads(POOL_JSON.read_text())
+    built = tmp_path / "pool.json"
+    built.write_text(json.dumps({k: v for k, v in shipped.items() if k != "router"}, indent=2))
+    tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
+    add_router(built, tok, FULL, 0, DATA_DIR)
+    name = shipped["router"]
+    assert (tmp_path / name).read_bytes() == (POOL_DIR / name).read_bytes()
+    assert json.loads(built.read_text()) == shipped
