@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Any
 import torch
 
 from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
+from bench.machine import describe_machine
 from core.config import EngineConfig, SamplingParams, TreeConfig, served_selector, served_tree
 from core.engine import SpecEngine
 from core.precision import auto_dtype, cpu_has_native_bf16
@@ -249,8 +248,7 @@ def main(argv: list[str] | None = None) -> None:
            if args.trees_only else best(first, "fixed:generalist").setting)
     second = tree_sweep(args, prompts, top.dtype, top.threads)
     win = best(second, args.policy).setting
-    meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
-                       f"cores visible, native bf16: {cpu_has_native_bf16()}",
+    meta = {"machine": describe_machine(),
             "prompts": len(prompts), "max_new": args.max_new, "repeats": args.repeats,
             "policy": args.policy, "temperature": args.temperature, "flags": _flags(args),
             "chosen": (None if args.trees_only

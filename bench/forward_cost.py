@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -34,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.hedgespec_bench import DEFAULT_POOL, load_prompts
+from bench.machine import describe_machine
 from core.config import EngineConfig, served_tree
 from core.precision import cpu_has_native_bf16
 from core.target import Target, compact_cache
@@ -188,8 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     for dtype in dtypes:
         engine, runs[dtype] = measure(args.pool, dtype, args.context, args.repeats)
     weight = engine.target.decoder_layers[0].mlp.up_proj.weight
-    meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
-                       f"cores visible, native bf16: {cpu_has_native_bf16()}",
+    meta = {"machine": describe_machine(),
             "target": engine.model_name, "threads": args.threads, "context": args.context,
             "repeats": args.repeats, "default_tree_tokens": engine.config.tree.total_tokens + 1,
             "gemm_shape": f"[rows, {weight.shape[1]}] x [{weight.shape[1]}, {weight.shape[0]}]"}

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,10 +22,11 @@ from pathlib import Path
 import torch
 
 from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
+from bench.machine import describe_machine
 from bench.served_sampling_report import METHODS, Cell, plot, render
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
-from core.precision import auto_dtype, cpu_has_native_bf16
+from core.precision import auto_dtype
 from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -90,8 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     engine.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=4))  # warm-up
     cells = measure(engine, prompts, args.max_new, args.repeats)
     tree = config.tree
-    meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
-                       f"cores visible, native bf16: {cpu_has_native_bf16()}",
+    meta = {"machine": describe_machine(),
             "dtype": dtype, "threads": args.threads, "prompts": len(prompts),
             "max_new": args.max_new, "repeats": args.repeats,
             "tree": (tree.top_k, tree.depth, tree.total_tokens),

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,10 +21,11 @@ from pathlib import Path
 import torch
 
 from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
+from bench.machine import describe_machine
 from bench.speculation_gate_report import MODES, Cell, plot, render, rows
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
-from core.precision import auto_dtype, cpu_has_native_bf16
+from core.precision import auto_dtype
 from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -149,8 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         level, choices[str(n)] = measure_level(modes, prompts, n, args.max_new, args.repeats)
         cells += level
     tree = config.tree
-    meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
-                       f"cores visible, native bf16: {cpu_has_native_bf16()}",
+    meta = {"machine": describe_machine(),
             "dtype": dtype, "threads": args.threads, "max_new": args.max_new,
             "repeats": args.repeats, "tree": (tree.top_k, tree.depth, tree.total_tokens),
             "eval_every": config.selector.eval_every, "choices": choices}

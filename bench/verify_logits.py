@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -29,9 +27,10 @@ from typing import Any
 import torch
 
 from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
+from bench.machine import describe_machine
 from core.config import EngineConfig, SamplingParams, served_tree
 from core.engine import SpecEngine
-from core.precision import auto_dtype, cpu_has_native_bf16
+from core.precision import auto_dtype
 from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -213,8 +212,7 @@ def main(argv: list[str] | None = None) -> None:
         prompts = [prompts[i % len(prompts)] for i in range(args.streams * 2)]
     cells = measure(engines, counter, prompts, args.max_new, args.repeats, args.streams)
     tree = base.config.tree
-    meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
-                       f"cores visible, native bf16: {cpu_has_native_bf16()}",
+    meta = {"machine": describe_machine(),
             "dtype": dtype, "threads": args.threads, "prompts": len(prompts),
             "max_new": args.max_new, "repeats": args.repeats, "streams": args.streams,
             "tree": (tree.top_k, tree.depth, tree.total_tokens),
