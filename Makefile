@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup serve test lint bench demo-build
+.PHONY: setup serve test test-slow-cpu lint bench demo-build
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,6 +29,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy core gateway drafter_registry bench demo
 	$(BIN)/python -m pytest -q
+
+# The suite as the slowest CPU it may meet would run it (AVX2 only, one core; HOG=1 adds a busy
+# neighbour on that core): tests/slow_cpu.sh, README "Tests".
+test-slow-cpu: $(STAMP)
+	bash tests/slow_cpu.sh
 
 bench: $(STAMP)
 	$(BIN)/hedgespec bench --quick

@@ -75,29 +75,29 @@ class _Row:
 
 
 def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestState, int]],
-                  config: EngineConfig, visited: bool = True,
-                  speculate: bool = True) -> list[RowResult]:
+                  config: EngineConfig, visited: bool = True, speculate: bool = True,
+                  clock: Callable[[], float] = time.perf_counter) -> list[RowResult]:
     """One round for each (request, slot) row; the requests must be prefilled and unfinished.
     `visited`: the LM head computes the roots' rows up front and the walks the rest (else
     every node's row in one call; core/head_rows.py chooses). `speculate` False: no row drafts
     but seeded sampled ones (core/spec_gate.py); each commits one token and the learners still
-    learn from it."""
+    learn from it. `clock` times the phases (SpecEngine.clock)."""
     work = [_Row(state, slot) for state, slot in rows]
-    t0 = time.perf_counter()
+    t0 = clock()
     _each(work, lambda r: _select(r, cache, config, speculate))
     _draft(_live(work), config)
-    t1 = time.perf_counter()
+    t1 = clock()
     _batched(_live(work), lambda rs: _forward(target, cache, rs))
-    th = time.perf_counter()
+    th = clock()
     _batched(_live(work), lambda rs: _head(rs, visited))
     _each(_live(work), _verify)
-    head_s = time.perf_counter() - th
+    head_s = clock() - th
     live = _live(work)
     cache.keep([r.slot for r in live], [r.v.path for r in live if r.v is not None])
     _each(live, _commit)
-    t2 = time.perf_counter()
+    t2 = clock()
     _evaluate(_live(work), config)
-    t3 = time.perf_counter()
+    t3 = clock()
     rows_in_pass = sum(r.out is not None for r in work)
     return [_result(r, (t1 - t0, t2 - t1, t3 - t2), head_s, rows_in_pass) for r in work]
 

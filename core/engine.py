@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -72,8 +72,13 @@ class RoundOutput:
 
 class SpecEngine:
     def __init__(self, target: Target, drafters: dict[str, Eagle3Drafter], config: EngineConfig,
-                 model_name: str | None = None) -> None:
+                 model_name: str | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.target = target
+        # What every in-place measurement reads (the gate's step times, the LM head's times,
+        # the phase times in the statistics). A test of a choice made from measured time
+        # passes a modelled clock, so the choice follows the costs it models on any CPU.
+        self.clock = clock
         self.config = config
         self.tokenizer = target.tokenizer
         self.model_name = model_name or "target"
@@ -92,7 +97,7 @@ class SpecEngine:
         # Whether a batched step drafts at all, per batch size (measured in place under "auto";
         # the round-robin engine, kept to measure batching, always drafts).
         self.gate = SpecGate(config.speculation, config.selector.eval_every)
-        self._batch = BatchScheduler(target, config, self.head_rows, self.gate)
+        self._batch = BatchScheduler(target, config, self.head_rows, self.gate, clock)
         self._grammars: GrammarCompiler | None = None
         # The static baseline policy `router` (core/router.py), when the pool ships one.
         self.router: PromptRouter | None = None
@@ -302,16 +307,17 @@ class SpecEngine:
                               state.stats.warm_start_requests + 1)
 
     def _run_round(self, state: RequestState) -> RoundOutput:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         if not state.prefilled:
             tokens, rstats = prefill(self.target, state, self.config), None
         else:
             visited = self.head_rows.visited()
-            tokens, rstats = speculative_round(self.target, state, self.config, visited)
+            tokens, rstats = speculative_round(self.target, state, self.config, visited,
+                                              self.clock)
             if rstats.drafted > 0:
                 self.head_rows.record(visited, rstats.head_s, 1)
             # bookkeeping = the round's wall time not spent drafting, verifying or evaluating
-            rest = time.perf_counter() - t0 - rstats.draft_s - rstats.verify_s - rstats.evaluate_s
+            rest = self.clock() - t0 - rstats.draft_s - rstats.verify_s - rstats.evaluate_s
             rstats = replace(rstats, bookkeeping_s=max(rest, 0.0))
             state.stats.time_bookkeeping_s += rstats.bookkeeping_s
         return self._round_output(state, tokens, rstats)

@@ -9,10 +9,20 @@ promised in fp32 only (low-precision results depend on the shape of each pass).
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+# oneDNN instruction-set caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: under them oneDNN
+# emulates bf16 as on a CPU without it. `make test-slow-cpu` sets AVX2 to run the suite as an
+# AVX2-only machine would (README, "Tests").
+_ISA_CAPS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2",
+                                    "AVX512_CORE", "AVX512_CORE_VNNI"})
 
 
 def cpu_has_native_bf16() -> bool:
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() in _ISA_CAPS_WITHOUT_BF16:
+        return False
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             flags = f.read()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,28 +73,31 @@ def start_drafters(state: RequestState) -> None:
 
 
 def speculative_round(target: Target, state: RequestState, config: EngineConfig,
-                      visited: bool = True) -> tuple[list[int], RoundStats]:
+                      visited: bool = True,
+                      clock: Callable[[], float] = time.perf_counter,
+                      ) -> tuple[list[int], RoundStats]:
     """`visited`: the LM head computes the root's row up front and the walk the rest (else
-    every node's row in one call; core/head_rows.py chooses)."""
-    t0 = time.perf_counter()
+    every node's row in one call; core/head_rows.py chooses). `clock` times the phases
+    (SpecEngine.clock)."""
+    t0 = clock()
     weights = state.weights()
     chosen = state.select(argmax=config.selector.select == "argmax")
     n = len(state.token_ids) - 1  # committed tokens in the target KV cache; the root is next
     tree = _draft(state, chosen, n, config)
-    t1 = time.perf_counter()
+    t1 = clock()
     out = target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask)
-    th = time.perf_counter()
+    th = clock()
     out.compute(logit_rows(tree, visited))
     v = verify_tree(state, tree, out)
-    head_s = time.perf_counter() - th
+    head_s = clock() - th
     compact_cache(state.cache, n, torch.tensor(v.path))
     committed = commit_verified(state, v)
-    t2 = time.perf_counter()
+    t2 = clock()
     if record_pairs(state, v):
         due = state.evaluation_due()
         cur = state.dstate.sync(state.snapshot, config.tree.top_k) if due else None  # type: ignore[union-attr]
         learn_from(state, v, chosen, n, config, cur)
-    t3 = time.perf_counter()
+    t3 = clock()
     return committed, round_stats(state, v, chosen, weights, len(committed),
                                   (t1 - t0, t2 - t1, t3 - t2), head_s)
 

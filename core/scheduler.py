@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from core.batch_rounds import RowResult, batched_round, with_bookkeeping
 from core.config import EngineConfig
@@ -33,8 +34,9 @@ log = logging.getLogger(__name__)
 
 class BatchScheduler:
     def __init__(self, target: Target, config: EngineConfig, head_rows: HeadRows | None = None,
-                 gate: SpecGate | None = None) -> None:
-        self.target, self.config = target, config
+                 gate: SpecGate | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.target, self.config, self.clock = target, config, clock
         self.head_rows = head_rows or HeadRows(config.verify_logits, config.device)
         self.gate = gate or SpecGate(config.speculation, config.selector.eval_every)
         self.cache = target.new_slot_cache()
@@ -46,16 +48,16 @@ class BatchScheduler:
 
     def step(self, states: list[RequestState]) -> list[RowResult]:
         """One step over the running requests; results for those that committed or failed."""
-        t0 = time.perf_counter()
+        t0 = self.clock()
         for s in states:
             self._hold(s)
         ready = [s for s in states if s.prefilled and not s.finished]
         rows = self._rows(ready)
         visited = self.head_rows.visited(len(rows))
         speculate = self.gate.speculate(len(rows))
-        results = (batched_round(self.target, self.cache, rows, self.config, visited, speculate)
-                   if rows else [])
-        wall = time.perf_counter() - t0
+        results = (batched_round(self.target, self.cache, rows, self.config, visited, speculate,
+                                 self.clock) if rows else [])
+        wall = self.clock() - t0
         self._measured(results, visited)
         if any(s.learner is not None for s, _ in rows):  # a step the gate could change
             self.gate.record(speculate, sum(len(r.tokens) for r in results), wall, len(rows))

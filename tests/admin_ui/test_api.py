@@ -486,7 +486,9 @@ def test_a_new_stream_sees_a_running_request_in_its_snapshot(server: ServerProce
     worker.start()
     deadline = time.monotonic() + 60
     snapshot: dict[str, Any] = {}
-    while time.monotonic() < deadline and not snapshot.get("active"):
+    # Until a snapshot catches it after its first round: one taken between its start and that
+    # round (a prefill, long on a slow machine) shows it running with no round yet.
+    while time.monotonic() < deadline and not any(a["rounds"] for a in snapshot.get("active", [])):
         with httpx.stream("GET", f"{server.base_url}/admin/api/live", headers=ADMIN) as r:
             for line in r.iter_lines():
                 if line.startswith("data:"):
@@ -503,8 +505,9 @@ def test_shutdown_is_not_held_up_by_an_open_live_stream(pool_file: Path, tmp_pat
     with running_server(pool_file, tmp_path / "srv", "--drain-timeout", "2") as proc:
         reader = LiveReader(proc.base_url, ADMIN)
         assert reader.opened.wait(10)
-        started_at = time.monotonic()
         proc.proc.send_signal(signal.SIGTERM)
-        proc.proc.wait(30)
-        assert time.monotonic() - started_at < 15, proc.log()
-        assert reader.ended.wait(5)
+        proc.proc.wait(60)
+        # Held up, uvicorn would wait out its graceful-shutdown timeout (the drain timeout + 5 s),
+        # then cancel the stream and say so: the log tells, whatever this machine's speed.
+        assert "timeout graceful shutdown exceeded" not in proc.log(), proc.log()
+        assert reader.ended.wait(30)

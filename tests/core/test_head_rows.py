@@ -4,7 +4,6 @@ not depend on it."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import torch
@@ -13,6 +12,7 @@ from bench.harness.tiny_models import bigram_setup
 from core.config import SamplingParams, TreeConfig
 from core.engine import SpecEngine
 from core.head_rows import HeadRows, bucket
+from tests.modelled_clock import ModelledClock
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
 
@@ -90,11 +90,13 @@ def test_rounds_without_requests_are_not_measured() -> None:
 
 
 def slowed_head(engine: SpecEngine, per_call_s: float, per_row_s: float) -> None:
-    """Make the target's LM head cost `per_call_s` a call plus `per_row_s` a row."""
-    head = engine.target.head
+    """Make the target's LM head cost `per_call_s` a call plus `per_row_s` a row on the
+    engine's modelled clock (nothing else advances it), whatever this CPU's own speed."""
+    head, clock = engine.target.head, engine.clock
+    assert isinstance(clock, ModelledClock)
 
     def slow(hidden: torch.Tensor) -> torch.Tensor:
-        time.sleep(per_call_s + per_row_s * int(hidden.shape[0]))
+        clock.advance(per_call_s + per_row_s * int(hidden.shape[0]))
         return head(hidden)
 
     engine.target.head = slow  # type: ignore[method-assign]
@@ -103,7 +105,8 @@ def slowed_head(engine: SpecEngine, per_call_s: float, per_row_s: float) -> None
 def engine_with(mode: str, batching: bool = True) -> SpecEngine:
     _, base = bigram_setup(TREE, randoms=1)
     return SpecEngine(base.target, dict(base.snapshot.drafters),
-                      replace(base.config, verify_logits=mode, batching=batching))
+                      replace(base.config, verify_logits=mode, batching=batching),
+                      clock=ModelledClock())
 
 
 def generate(engine: SpecEngine) -> list[int]:

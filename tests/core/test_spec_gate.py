@@ -4,7 +4,6 @@ depend on it, and a full-information learner keeps learning while drafting is of
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +13,7 @@ from bench.harness.tiny_models import bigram_setup, make_engine, random_drafter,
 from core.config import EngineConfig, SamplingParams, TreeConfig
 from core.engine import RoundOutput, SpecEngine
 from core.spec_gate import GATED_EVAL_STRETCH, SpecGate
+from tests.modelled_clock import ModelledClock
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
 
@@ -96,18 +96,22 @@ def test_each_batch_size_is_chosen_on_its_own_and_always_never_measures() -> Non
 # -- in the engine -------------------------------------------------------------------------------
 
 def engine_with(mode: str) -> SpecEngine:
+    """On a modelled clock: the gate sees only the pass costs a test gives `slowed_rows`."""
     _, base = bigram_setup(TREE, randoms=2)
     return SpecEngine(base.target, dict(base.snapshot.drafters),
-                      replace(base.config, speculation=mode, batching=True))
+                      replace(base.config, speculation=mode, batching=True),
+                      clock=ModelledClock())
 
 
 def slowed_rows(engine: SpecEngine, per_call_s: float, per_row_s: float) -> None:
-    """Make the target's batched pass cost `per_call_s` plus `per_row_s` a token row: the
-    compute-bound pass of a large batch (rows dear) or the memory-bound one of a small one."""
-    forward_rows = engine.target.forward_rows
+    """Make the target's batched pass cost `per_call_s` plus `per_row_s` a token row on the
+    engine's modelled clock (nothing else advances it): the compute-bound pass of a large batch
+    (rows dear) or the memory-bound one of a small one, whatever this CPU's own speed."""
+    forward_rows, clock = engine.target.forward_rows, engine.clock
+    assert isinstance(clock, ModelledClock)
 
     def slow(cache: Any, slots: list[int], tokens: list[Any], *args: Any, **kw: Any) -> Any:
-        time.sleep(per_call_s + per_row_s * sum(int(t.numel()) for t in tokens))
+        clock.advance(per_call_s + per_row_s * sum(int(t.numel()) for t in tokens))
         return forward_rows(cache, slots, tokens, *args, **kw)
 
     engine.target.forward_rows = slow  # type: ignore[method-assign]
@@ -161,7 +165,7 @@ def test_a_seeded_sampled_request_keeps_drafting_and_its_sample() -> None:
         base = make_engine(target, {f"d{i}": random_drafter(target, seed=i) for i in range(2)},
                            TREE)
         engine = SpecEngine(base.target, dict(base.snapshot.drafters),
-                            replace(base.config, speculation=mode))
+                            replace(base.config, speculation=mode), clock=ModelledClock())
         engine.gate.probe_steps = 3
         slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
         greedy = SamplingParams(max_new_tokens=48, ignore_eos=True)

@@ -278,8 +278,8 @@ def test_a_session_carries_the_learner_across_requests_of_one_api_key(
     assert warm_starts(other, session) == 0
     assert warm_starts(client, session, n=2) == 3  # n choices start from the same state
     # Requests 2 and 3, and both choices of the n=2 request. The worker counts a request just
-    # after handing it its last update, so allow it a moment.
-    deadline = time.monotonic() + 10
+    # after handing it its last update, so allow it a moment (returns as soon as it is there).
+    deadline = time.monotonic() + 60
     while (after := _metric(httpx.get(f"{server.base_url}/metrics").text, metric)) < before + 4:
         if time.monotonic() > deadline:
             break
@@ -492,7 +492,7 @@ def test_disconnect_mid_stream_frees_the_request(http: httpx.Client, server: Ser
         lines = resp.iter_lines()
         assert next(lines).startswith("data: ")
         next(lines)  # read a little, then hang up
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if http.get("/ready").json()["in_flight"] == 0:
             break
@@ -543,7 +543,7 @@ def test_disconnect_while_waiting_for_a_non_streaming_answer_aborts(
             timeout=httpx.Timeout(60, read=0.3),
         )
     gave_up = time.monotonic()
-    while http.get("/ready").json()["in_flight"] and time.monotonic() - gave_up < 10:
+    while http.get("/ready").json()["in_flight"] and time.monotonic() - gave_up < 60:
         time.sleep(0.02)
     freed_after = time.monotonic() - gave_up
     assert http.get("/ready").json()["in_flight"] == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from typing import Any
 
@@ -35,9 +36,11 @@ class ScriptedEngine:
     gate = SpecGate("always")
     max_context = 100_000
 
-    def __init__(self, *, round_s: float = 0.0, fail_on_round: int | None = None) -> None:
+    def __init__(self, *, round_s: float = 0.0, fail_on_round: int | None = None,
+                 hold: threading.Event | None = None) -> None:
         self.tokenizer: Any = _Tok()
         self.round_s = round_s
+        self.hold = hold  # when given, no request advances until it is set
         self.fail_on_round = fail_on_round
         self.rounds = 0
         self.order: list[str] = []
@@ -66,6 +69,8 @@ class ScriptedEngine:
     def step(self) -> list[RoundOutput]:
         if not self._reqs:
             return []
+        if self.hold is not None and not self.hold.wait(0.01):
+            return []  # a round that advanced nothing: the worker still takes commands between
         self.rounds += 1
         if self.fail_on_round == self.rounds:
             raise RuntimeError("boom")
@@ -145,7 +150,9 @@ def test_requests_interleave_round_by_round() -> None:
 
 def test_full_queue_raises_429_and_counts_capacity() -> None:
     async def main() -> None:
-        runner = make_runner(ScriptedEngine(round_s=0.01), max_running=1, max_queue=1)
+        # "a" cannot finish until released, however slowly this test reaches its next submit
+        release = threading.Event()
+        runner = make_runner(ScriptedEngine(hold=release), max_running=1, max_queue=1)
         await ready(runner)
         sink: asyncio.Queue[Update] = asyncio.Queue()
         await runner.submit([spec("a", 5)], sink)
@@ -153,6 +160,7 @@ def test_full_queue_raises_429_and_counts_capacity() -> None:
             await runner.submit([spec("b"), spec("c")], sink)  # all-or-nothing for n choices
         assert err.value.status == 429 and err.value.headers == {"Retry-After": "1"}
         await runner.submit([spec("b")], sink)  # the one waiting slot is still free
+        release.set()
         updates = await drain(sink, 2)
         assert [u.request_id for u in updates if u.finished] == ["a", "b"]  # FIFO admission
         assert runner.in_flight == 0

@@ -30,7 +30,19 @@ def tight(pool_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     proc.stop()
 
 
-def _wait_idle(base_url: str, timeout_s: float = 10) -> None:
+@pytest.fixture(scope="module")
+def full(pool_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One running slot, no waiting room and the default deadline: a request holds the slot
+    until it ends or its client hangs up, however long the test takes to send the next."""
+    proc = ServerProcess.start(
+        pool_file, tmp_path_factory.mktemp("full"),
+        "--max-running", "1", "--max-queue", "0", "--no-warmup",
+    )  # fmt: skip
+    yield proc
+    proc.stop()
+
+
+def _wait_idle(base_url: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if httpx.get(f"{base_url}/ready").json()["in_flight"] == 0:
@@ -39,32 +51,39 @@ def _wait_idle(base_url: str, timeout_s: float = 10) -> None:
     raise AssertionError("requests still in flight")
 
 
-def test_full_queue_answers_429_with_retry_after(tight: ServerProcess) -> None:
-    started = threading.Event()
+def test_full_queue_answers_429_with_retry_after(full: ServerProcess) -> None:
+    # The occupant streams until the checks are done, then hangs up (the server aborts it): its
+    # slot stays taken for as long as the checks take, on any machine.
+    started, checked = threading.Event(), threading.Event()
 
     def occupy() -> None:
         with httpx.stream(
             "POST",
-            f"{tight.base_url}/v1/chat/completions",
+            f"{full.base_url}/v1/chat/completions",
             json={**LONG, "stream": True},
-            timeout=30,
+            timeout=60,
         ) as r:
             for _ in r.iter_lines():
                 started.set()
+                if checked.is_set():
+                    return
 
     worker = threading.Thread(target=occupy)
     worker.start()
-    assert started.wait(20)
-    resp = httpx.post(
-        f"{tight.base_url}/v1/chat/completions", json={**LONG, "max_tokens": 2}, timeout=30
-    )
-    assert resp.status_code == 429 and resp.headers["retry-after"]
-    assert resp.json()["error"]["code"] == "overloaded"
-    client = openai.OpenAI(base_url=f"{tight.base_url}/v1", api_key="unused", max_retries=0)
-    with pytest.raises(openai.RateLimitError):
-        client.chat.completions.create(model="tiny-target", messages=HELLO, max_tokens=2)
-    worker.join(30)
-    _wait_idle(tight.base_url)
+    try:
+        assert started.wait(60)
+        resp = httpx.post(
+            f"{full.base_url}/v1/chat/completions", json={**LONG, "max_tokens": 2}, timeout=30
+        )
+        assert resp.status_code == 429 and resp.headers["retry-after"]
+        assert resp.json()["error"]["code"] == "overloaded"
+        client = openai.OpenAI(base_url=f"{full.base_url}/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(model="tiny-target", messages=HELLO, max_tokens=2)
+    finally:
+        checked.set()
+        worker.join(60)
+    _wait_idle(full.base_url)
 
 
 def test_deadline_non_streaming_is_408(tight: ServerProcess) -> None:

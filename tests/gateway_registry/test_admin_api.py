@@ -160,7 +160,7 @@ def test_disable_during_the_download_stops_it_and_enable_fetches_again(
         # The download notices at its next progress write and stops; the throttle stays on
         # until then, or the rest of the file could be pushed into socket buffers meanwhile.
         wait_for(lambda: admin.http.get("/events", params={"target": "zeta"}).json()["count"] >= 3,
-                 10, lambda: "no events")
+                 60, lambda: "no events")
     finally:
         hub.throttle_bps = None
     assert admin.drafters()["zeta"]["status"] == "disabled"  # the operator's change holds
@@ -313,7 +313,7 @@ def test_finished_requests_land_in_the_request_log(server: ServerProcess) -> Non
         # matched by id: other tests' fixed:alpha requests may have the same rounds
         return [r for r in body["data"] if r["request_id"] == engine_id] or None
 
-    rows = wait_for(logged, 15, lambda: "the request never reached the request log")
+    rows = wait_for(logged, 60, lambda: "the request never reached the request log")
     assert rows[0]["status"] == "finished" and rows[0]["completion_tokens"] == 6
     assert rows[0]["policy"] == "fixed:alpha"
     assert rows[0]["drafter_per_round"] == metrics["drafter_choices"]
@@ -332,7 +332,7 @@ def test_prompt_text_is_logged_when_the_operator_opts_in(pool_file: Path, tmp_pa
             body = httpx.get(f"{server.base_url}/admin/api/requests", headers=ADMIN).json()
             return [r for r in body["data"] if r["prompt"] and marker in r["prompt"]] or None
 
-        rows = wait_for(logged, 15, lambda: "the prompt never reached the request log")
+        rows = wait_for(logged, 60, lambda: "the prompt never reached the request log")
         assert rows[0]["status"] == "finished" and rows[0]["completion_tokens"] == 3
     finally:
         server.stop()

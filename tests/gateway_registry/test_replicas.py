@@ -51,7 +51,7 @@ def test_a_fresh_database_converges_on_the_served_pool(replicas: tuple[Admin, Ad
     for admin in replicas:
         rows = admin.drafters()
         assert {i: rows[i]["status"] for i in DRAFTER_IDS} == dict.fromkeys(DRAFTER_IDS, "ready")
-        wait_for(lambda adm=admin: adm.http.get("/pool").json()["in_sync"], 10,
+        wait_for(lambda adm=admin: adm.http.get("/pool").json()["in_sync"], 60,
                  lambda: "replica never in sync")
         assert set(DRAFTER_IDS) <= admin.serving()
     # Imported once, although both replicas started on the same empty database.

@@ -115,7 +115,7 @@ def test_a_killed_download_resumes_and_hot_drafters_survive_a_restart(
     # A clean restart: every ready drafter is served again from the cache, nothing downloaded.
     third = Admin(start_server(pool_file, workdir, database_url=database, hub=hub, env=env))
     try:
-        wait_for(lambda: {"slow", "seed-hub", "seed-local", *DRAFTER_IDS} <= third.serving(), 15,
+        wait_for(lambda: {"slow", "seed-hub", "seed-local", *DRAFTER_IDS} <= third.serving(), 60,
                  lambda: f"not served after restart: {third.serving()}")
         assert hub.bytes_served == served
         response = chat(third.server, "fixed:slow")

@@ -120,8 +120,10 @@ def test_the_injected_validator_decides(session_factory: sessionmaker[Session],
 
 def test_disabling_during_a_download_stops_it(session_factory: sessionmaker[Session],
                                               settings: FetchSettings, fake_hub: FakeHub) -> None:
-    fake_hub.add_repo("org/big", drafter_files("python", pad_to=400_000))
-    fake_hub.throttle_bps = 100_000  # 4 s for the whole file: an uninterrupted fetch would finish
+    fake_hub.add_repo("org/big", drafter_files("python", pad_to=1_000_000))
+    # 10 s for the whole file, 0.5 s to the 50 kB this test waits for: the interruption lands
+    # long before an uninterrupted fetch would finish, however slow the machine
+    fake_hub.throttle_bps = 100_000
     with session_factory() as s:
         drafter_id = add(s, "Big", repo_id="org/big", subfolder="python")
     outcome: list[str | None] = []
@@ -178,8 +180,10 @@ def test_a_replica_without_the_files_gets_its_own_copy(session_factory: sessionm
 def test_shutdown_interrupts_a_download_that_the_next_start_resumes(
     session_factory: sessionmaker[Session], settings: FetchSettings, fake_hub: FakeHub
 ) -> None:
-    fake_hub.add_repo("org/big", drafter_files("python", pad_to=400_000))
-    fake_hub.throttle_bps = 100_000  # 4 s for the whole file: an uninterrupted fetch would finish
+    fake_hub.add_repo("org/big", drafter_files("python", pad_to=1_000_000))
+    # 10 s for the whole file, 0.5 s to the 50 kB this test waits for: the interruption lands
+    # long before an uninterrupted fetch would finish, however slow the machine
+    fake_hub.throttle_bps = 100_000
     with session_factory() as s:
         drafter_id = add(s, "Big", repo_id="org/big", subfolder="python")
     fetcher = DrafterFetcher(session_factory, settings)

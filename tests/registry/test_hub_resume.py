@@ -65,14 +65,17 @@ def settled_count(hub: FakeHub, path: str, quiet_s: float = 0.3) -> int:
 
 
 def test_a_killed_download_resumes_where_it_stopped(fake_hub: FakeHub, hub_cache: Path) -> None:
-    files = drafter_files("python", pad_to=600_000)
+    files = drafter_files("python", pad_to=1_800_000)
     fake_hub.add_repo("org/drafters", files)
     weights = files[WEIGHTS]
-    fake_hub.throttle_bps = 400_000  # ~1.5 s for the weights
+    # ~0.5 s to the kill, then ~4 s more before the download could finish by itself: the kill
+    # lands half way however slowly this process reads the progress and sends the signal.
+    fake_hub.throttle_bps = 400_000
+    kill_at = 200_000
 
     worker = start_worker(fake_hub, hub_cache)
     try:
-        wait_for_bytes(worker, threshold=len(weights) // 3)
+        wait_for_bytes(worker, threshold=kill_at)
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
@@ -84,7 +87,7 @@ def test_a_killed_download_resumes_where_it_stopped(fake_hub: FakeHub, hub_cache
     blobs = hub_cache / "models--org--drafters" / "blobs"
     partial = blobs / f"{Blob.of(WEIGHTS, weights).sha256}.incomplete"
     on_disk = partial.stat().st_size
-    assert len(weights) // 4 < on_disk < len(weights)
+    assert kill_at * 3 // 4 < on_disk < len(weights)
     assert partial.read_bytes() == weights[:on_disk]  # what survived the kill is a clean prefix
 
     fake_hub.throttle_bps = None

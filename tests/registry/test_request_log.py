@@ -71,15 +71,16 @@ def test_the_interval_flushes_partial_batches(session_factory: sessionmaker[Sess
 
 
 def test_a_full_queue_drops_instead_of_blocking(session_factory: sessionmaker[Session]) -> None:
-    gate = threading.Event()
+    gate, taken = threading.Event(), threading.Event()
 
     def slow_factory() -> Session:  # the database stalls until the gate opens
+        taken.set()
         gate.wait()
         return session_factory()
 
     writer = RequestLogWriter(slow_factory, batch_size=1, max_queue=5, retention_days=None)  # type: ignore[arg-type]
     writer.write(RECORD)
-    time.sleep(0.2)  # the thread has taken it and waits on the database
+    assert taken.wait(30)  # the thread has taken it and waits on the database
     started = time.perf_counter()
     accepted = [writer.write({**RECORD, "request_id": f"r{i}"}) for i in range(20)]
     # a blocking write would wait for the gate forever; the bound is generous for a starved CI
