@@ -29,6 +29,20 @@ Two estimators of C_d, selected by `SelectorConfig.estimator`:
 A level whose realised token is not among the modelled tree's nodes ends the modelled path:
 deeper levels get γ = 0 (under greedy decoding γ at that level is 0 already).
 
+ÂL of a window. "topk" keeps the paper's form 1 + Σ_k Π_{j≤k} γ_j. "tree" uses what the
+realised trajectory already tells: verification is lossless, so x_j ~ p̃ and a level of a
+tree is accepted exactly when x_j is among its children C_j (EAGLE's sampling verifier
+accepts some c ∈ C_j with probability Σ_{c∈C_j} p̃(c), and the committed token is then
+distributed as p̃; reference 2.6). The accepted length is 1 + Σ_k Π_{j≤k} 1{x_j ∈ C_j}, and
+taking the last factor's expectation given x_{<k} gives the unbiased one-step form
+
+    ÂL_d = 1 + Σ_{k=1..K} Π_{j<k} 1{x_j ∈ C_d,j} · γ_d,k            (`tree_length`)
+
+The paper's product Π_{j≤k} γ_j along the realised path would count the levels before k twice
+(once by the indicator that the path is still in the tree, once by γ): 6-13% low at T > 0,
+and for γ = (0.5, 1, 1, 1) it expects 2.25 where the truth is 3.0. Under greedy decoding
+γ_j = 1{x_j ∈ C_j}, so the two forms agree there.
+
 Shape letters: N drafters, M positions, k candidates per position, V target vocabulary.
 All functions are pure numpy. Reference: HedgeSpec, arXiv 2510.20064 (Theorems 2, 3).
 """
@@ -54,18 +68,30 @@ class Evidence:
     credit:    [N, M, k] what accepting each candidate is worth: p̃_m(c) when sampling,
                1{c = argmax p̃_m} when greedy; 0 for a repeated target id (d2t collisions)
     path_rank: [N, M] rank of the realised next token x_{m+1} among them, -1 if absent
+    path_mass: [N, M] how surely the realised token is that candidate: 1 for a verified
+               trajectory (None stands for that); γ for positions known only by their γ
+               (from_gammas), where membership is known in expectation only
     """
 
     logp: FloatArray
     credit: FloatArray
     path_rank: IntArray
+    path_mass: FloatArray | None = None
 
     @property
     def positions(self) -> int:
         return int(self.logp.shape[1])
 
+    @property
+    def mass(self) -> FloatArray:
+        """path_mass, with a verified trajectory's 1 (or 0 where the token is no candidate)."""
+        if self.path_mass is not None:
+            return self.path_mass
+        return (self.path_rank >= 0).astype(np.float64)
+
     def slice(self, lo: int, hi: int) -> Evidence:
-        return Evidence(self.logp[:, lo:hi], self.credit[:, lo:hi], self.path_rank[:, lo:hi])
+        return Evidence(self.logp[:, lo:hi], self.credit[:, lo:hi], self.path_rank[:, lo:hi],
+                        self.mass[:, lo:hi])
 
     def padded(self, length: int) -> Evidence:
         """The first `length` positions, unknown ones as positions with no candidate."""
@@ -76,21 +102,24 @@ class Evidence:
             np.concatenate([self.credit[:, :length], np.zeros((n, pad, k))], axis=1),
             np.concatenate([self.path_rank[:, :length], np.full((n, pad), -1, dtype=np.int64)],
                            axis=1),
+            np.concatenate([self.mass[:, :length], np.zeros((n, pad))], axis=1),
         )
 
     @staticmethod
     def concat(parts: list[Evidence]) -> Evidence:
         return Evidence(np.concatenate([e.logp for e in parts], axis=1),
                         np.concatenate([e.credit for e in parts], axis=1),
-                        np.concatenate([e.path_rank for e in parts], axis=1))
+                        np.concatenate([e.path_rank for e in parts], axis=1),
+                        np.concatenate([e.mass for e in parts], axis=1))
 
     @staticmethod
     def from_gammas(gammas: npt.ArrayLike) -> Evidence:
-        """Positions known only by their γ ([N, M]): one candidate worth γ, the realised one.
-        Both estimators then return exactly these γ (a chain of one candidate per level)."""
+        """Positions known only by their γ ([N, M]): one candidate worth γ, the realised one
+        with mass γ. Both estimators then return exactly these γ and ÂL = 1 + Σ_k Π_{j≤k} γ_j
+        (a chain of one candidate per level)."""
         g = _checked_probabilities(gammas)
         return Evidence(np.zeros(g.shape + (1,)), g[..., None].copy(),
-                        np.zeros(g.shape, dtype=np.int64))
+                        np.zeros(g.shape, dtype=np.int64), g.copy())
 
 
 def evidence_greedy(target_argmax: npt.ArrayLike, topk_ids: npt.ArrayLike,
@@ -158,6 +187,25 @@ def gammas_tree(window: Evidence, total_tokens: int) -> FloatArray:
     """γ with C = the children the drafter's modelled tree keeps under the path: [N, K]."""
     kept = tree_kept(window, total_tokens)
     return np.clip(np.where(kept, window.credit, 0.0).sum(axis=-1), 0.0, 1.0)
+
+
+def tree_length(window: Evidence, total_tokens: int) -> FloatArray:
+    """ÂL under the "tree" estimator, 1 + Σ_k Π_{j<k} 1{x_j ∈ C_j} · γ_k (module docstring):
+    [N] for a window [N, K, k]."""
+    kept = tree_kept(window, total_tokens)
+    gammas = np.clip(np.where(kept, window.credit, 0.0).sum(axis=-1), 0.0, 1.0)  # [N, K]
+    rank = np.maximum(window.path_rank, 0)[..., None]  # [N, K, 1]
+    on_path = np.take_along_axis(kept, rank, axis=-1)[..., 0] * window.mass  # [N, K]
+    reach = np.cumprod(np.concatenate([np.ones_like(on_path[:, :1]), on_path[:, :-1]],
+                                      axis=1), axis=1)  # Π_{j<k}
+    return 1.0 + (reach * gammas).sum(axis=-1)
+
+
+def window_length(window: Evidence, estimator: str, total_tokens: int) -> FloatArray:
+    """ÂL of one round's window ([N]) under the named estimator (ESTIMATORS)."""
+    if estimator == "tree":
+        return tree_length(window, total_tokens)
+    return estimate_length(window_gammas(window, estimator, total_tokens))
 
 
 def window_gammas(window: Evidence, estimator: str, total_tokens: int) -> FloatArray:

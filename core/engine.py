@@ -35,6 +35,7 @@ from core.errors import ContextLengthError, PolicyError, RequestError
 from core.grammar import GrammarCompiler
 from core.head_rows import HeadRows
 from core.learner_sessions import LearnerSessions
+from core.learners import NormalHedge
 from core.request import Policy, RequestState, parse_policy
 from core.rounds import prefill, speculative_round
 from core.router import PromptRouter
@@ -214,6 +215,8 @@ class SpecEngine:
             warm = self.sessions.take(session, resolved.name, self.snapshot.ids)
             if warm is not None:
                 state.learner, state.stats.warm_start_requests = warm.learner, warm.requests
+                if resolved.prior is not None and isinstance(warm.learner, NormalHedge):
+                    warm.learner.set_prior(resolved.prior)  # this prompt's, not the first's
         if params.grammar is not None:
             state.matcher = self.grammar_compiler().matcher(params.grammar)
         self._requests[request_id] = state

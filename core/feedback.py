@@ -14,10 +14,12 @@ one window per real round). What is stored per position is the `Evidence` of the
 so that a window's γ can depend on the window (the "tree" estimator ranks candidates by
 their cumulative score from the window's root).
 
-Completion. A window is complete when its K positions are known, or as soon as every
-drafter has an exact zero γ inside the known part: the running product Π γ is then zero for
-all of them, and since more positions can only lower a "tree" γ (a larger tree raises the
-total_tokens cut), the unknown positions cannot change ÂL or either loss. This holds for
+Completion. A window is complete when its K positions are known, or earlier when its
+unknown positions can no longer change ÂL or either loss. Under "topk" (γ per position,
+ÂL = 1 + Σ_k Π_{j≤k} γ_j) that is as soon as every drafter has an exact zero γ inside the
+known part. Under "tree" a γ depends on the whole window (more positions raise the
+total_tokens cut, which can only lower a γ, but can turn an earlier non-zero γ into zero), so
+only a zero at the window's first level is final: every drafter's ÂL is then 1. Both hold for
 greedy and sampled decoding alike (when sampling, a zero comes from candidates with no
 target mass, e.g. under top-p or top-k truncation).
 
@@ -41,10 +43,10 @@ from core.counterfactual import (
     ESTIMATORS,
     Evidence,
     FloatArray,
-    estimate_length,
     length_loss,
     prob_loss,
     window_gammas,
+    window_length,
 )
 
 
@@ -66,6 +68,15 @@ class Window:
     @property
     def is_round(self) -> bool:
         return self.realised is not None
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """A window judged on its `known` leading positions (unknown ones count as γ = 0)."""
+
+    gammas: FloatArray  # [N, K]
+    est_len: FloatArray  # [N] ÂL
+    known: int
 
 
 @dataclass
@@ -158,10 +169,10 @@ class FeedbackQueue:
         for pending in self._pending:
             if pending.learned:
                 continue
-            gammas, known = self._window_gammas(pending.start)
-            if not self._loss_ready(gammas, known):
+            verdict = self._verdict(pending.start)
+            if not self._loss_ready(verdict):
                 break  # FIFO: a later window never overtakes an earlier one
-            out.append(self._loss(gammas))
+            out.append(self._loss(verdict))
             pending.learned = True
         return out
 
@@ -170,59 +181,69 @@ class FeedbackQueue:
         yet is marked as handed out: its loss is in the Window."""
         done: list[Window] = []
         while self._pending:
-            gammas, known = self._window_gammas(self._pending[0].start)
-            if not self._is_complete(gammas, known):
+            verdict = self._verdict(self._pending[0].start)
+            if not self._is_complete(verdict):
                 break
-            done.append(self._window(self._pending.popleft(), gammas, censored=False))
+            done.append(self._window(self._pending.popleft(), verdict, censored=False))
         self._trim()
         return done
 
     def close(self) -> list[Window]:
         """End of request: every remaining window, judged with γ = 0 where unknown.
 
-        Incomplete windows are censored-truncated and flagged `censored=True`. The queue
-        holds no window afterwards.
+        Incomplete windows are censored-truncated and flagged `censored=True`. A window none
+        of whose positions was scored (deferred evaluation, SelectorConfig.eval_every) has no
+        verdict at all and is dropped: judging it would enter ÂL 1 for every drafter into the
+        statistics and the calibration. The queue holds no window afterwards.
         """
         done: list[Window] = []
         while self._pending:
-            gammas, known = self._window_gammas(self._pending[0].start)
-            censored = not self._is_complete(gammas, known)
-            done.append(self._window(self._pending.popleft(), gammas, censored=censored))
+            verdict = self._verdict(self._pending[0].start)
+            pending = self._pending.popleft()
+            if verdict.known == 0:
+                continue
+            censored = not self._is_complete(verdict)
+            done.append(self._window(pending, verdict, censored=censored))
         self._trim()
         return done
 
-    def _is_complete(self, gammas: FloatArray, known: int) -> bool:
-        if known == self.depth:
+    def _is_complete(self, v: _Verdict) -> bool:
+        if v.known == self.depth:
             return True
+        if v.known == 0:
+            return False
+        if self.estimator == "tree":  # only a first-level zero is final (module docstring)
+            return bool((v.gammas[:, 0] == 0.0).all())
         # Every drafter's running product is already zero: the unknown tail cannot matter.
-        return known > 0 and bool((gammas[:, :known] == 0.0).any(axis=1).all())
+        return bool((v.gammas[:, :v.known] == 0.0).any(axis=1).all())
 
-    def _loss_ready(self, gammas: FloatArray, known: int) -> bool:
+    def _loss_ready(self, v: _Verdict) -> bool:
         if self.loss == "prob" and self.estimator == "topk":
-            return known > 0
-        return self._is_complete(gammas, known)
+            return v.known > 0
+        return self._is_complete(v)
 
-    def _loss(self, gammas: FloatArray) -> FloatArray:
+    def _loss(self, v: _Verdict) -> FloatArray:
         if self.loss == "length":
-            return length_loss(estimate_length(gammas), self.depth)
-        return prob_loss(gammas[:, 0])
+            return length_loss(v.est_len, self.depth)
+        return prob_loss(v.gammas[:, 0])
 
-    def _window(self, pending: _Pending, gammas: FloatArray, *, censored: bool) -> Window:
+    def _window(self, pending: _Pending, v: _Verdict, *, censored: bool) -> Window:
         pending.learned = True
-        return Window(pending.start, pending.chosen, pending.realised, gammas,
-                      estimate_length(gammas), self._loss(gammas), censored=censored)
+        return Window(pending.start, pending.chosen, pending.realised, v.gammas, v.est_len,
+                      self._loss(v), censored=censored)
 
-    def _window_gammas(self, start: int) -> tuple[FloatArray, int]:
-        """γ of the window rooted at `start` ([N, K], zero where unknown) and how many of its
-        leading positions are known."""
+    def _verdict(self, start: int) -> _Verdict:
+        """γ ([N, K], zero where unknown) and ÂL of the window rooted at `start`, judged on
+        its known leading positions."""
         if self._base is None or self._evidence is None:
-            return np.zeros((self.num_drafters, self.depth)), 0
+            return _Verdict(np.zeros((self.num_drafters, self.depth)),
+                            np.ones(self.num_drafters), 0)
         lo = start - self._base
         known = max(0, min(self.depth, self._evidence.positions - lo))
         window = self._evidence.slice(lo, lo + known).padded(self.depth)
         gammas = window_gammas(window, self.estimator, self.total_tokens)
         gammas[:, known:] = 0.0
-        return gammas, known
+        return _Verdict(gammas, window_length(window, self.estimator, self.total_tokens), known)
 
     def _trim(self) -> None:
         """Drop positions no open or future window can need: windows start strictly after the

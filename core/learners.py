@@ -273,6 +273,13 @@ class NormalHedge(FullInformationLearner):
         self._regret = [r + learner_loss - x for r, x in zip(self._regret, ell, strict=True)]
         self._reweight()
 
+    def set_prior(self, prior: Sequence[float]) -> None:
+        """Replace π, keeping the regrets: a session's next request carries what the learner
+        learned, with the side signal (the router's view) of its own prompt."""
+        self._prior = check_prior(prior, self._n)
+        self._y = None
+        self._reweight()
+
     def add_expert(self) -> None:
         # A newcomer starts with zero regret: it gains weight only by beating the learner. Its
         # prior is the mean one (1/N when uniform), the others' shrink in proportion.

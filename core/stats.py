@@ -162,8 +162,11 @@ class StatsSnapshot:
         return self.num_accepted_draft_tokens / drafted if drafted else 0.0
 
     @property
-    def regret_tokens(self) -> float:
-        return self.regret_curve[-1] if self.regret_curve else 0.0
+    def regret_tokens(self) -> float | None:
+        """Regret against the best drafter in hindsight, in tokens; None where no feedback
+        window was scored (policies fixed, router, the bandits and none do not evaluate every
+        drafter, so their regret is not computed, which 0.0 would misreport as none)."""
+        return self.regret_curve[-1] if self.regret_curve else None
 
 
 def _frozen(value: Any) -> Any:

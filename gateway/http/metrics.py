@@ -224,7 +224,10 @@ class GatewayMetrics:
         policy = stats.policy
         if stats.rounds:
             self.acceptance_length.labels(policy).observe(stats.mean_acceptance_length)
-            regret = stats.regret_tokens
+        elif stats.gated_rounds:  # decoded fully plain: one token per target pass
+            self.acceptance_length.labels(policy).observe(1.0)
+        regret = stats.regret_tokens
+        if regret is not None:  # not computed for policies that score no drafter
             self.regret.labels(policy).observe(max(0.0, regret))
             self.regret_signed.labels(policy).inc(regret)
         if stats.warm_start_requests:

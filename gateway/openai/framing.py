@@ -37,9 +37,11 @@ def finite(logprob: float) -> float:
 def spec_metrics(stats: list[StatsSnapshot | None]) -> dict[str, Any] | None:
     """`metrics.speculative_decoding`: one choice's stats, or the aggregate of n choices.
 
-    With n > 1 the counts and `regret_tokens` are summed, `mean_acceptance_length` is recomputed
-    over all rounds, `acceptance_by_position` is summed per depth, `drafter_choices` lists the
-    rounds of every choice in choice order, `final_weights` is the mean distribution and
+    With n > 1 the counts and `regret_tokens` are summed (regret over the choices that
+    computed it; null, as for one choice, where no drafter was scored counterfactually),
+    `mean_acceptance_length` is recomputed over all rounds, `acceptance_by_position` is
+    summed per depth, `drafter_choices` lists the rounds of every choice in choice order,
+    `final_weights` is the mean distribution and
     `warm_start_requests` (how many earlier requests of the session the learner had seen) the
     largest over the choices; each choice's own object is under `per_choice` (vLLM returns
     null for n > 1 instead).
@@ -89,10 +91,16 @@ def _aggregate(stats: list[StatsSnapshot]) -> dict[str, Any]:
         "acceptance_by_position": _sum_positions([s.accepted_by_position for s in stats]),
         "policy": stats[0].policy,
         "drafter_choices": [d for s in stats for d in s.drafter_per_round],
-        "regret_tokens": sum(s.regret_tokens for s in stats),
+        "regret_tokens": _sum_known([s.regret_tokens for s in stats]),
         "final_weights": weights,
         "warm_start_requests": max(s.warm_start_requests for s in stats),
     }
+
+
+def _sum_known(values: list[float | None]) -> float | None:
+    """The sum of the values that were computed; None when none was."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _sum_positions(lists: list[tuple[int, ...]]) -> list[int]:

@@ -96,3 +96,25 @@ def test_a_server_default_of_normalhedge_router_falls_back_without_a_router() ->
     assert (plain.name, plain.router_prior, plain.label) == ("normalhedge", False, "normalhedge")
     prior = parse_policy("auto", "normalhedge_router", ("a", "b"), has_router=True)
     assert (prior.name, prior.router_prior) == ("normalhedge", True)
+
+
+def test_a_sessions_next_request_takes_the_router_prior_of_its_own_prompt() -> None:
+    """Issue 40, defect I: a warm-started normalhedge_router learner kept the prior of the
+    session's first prompt. It keeps its regrets and takes the new prompt's prior."""
+    from core.learners import NormalHedge
+
+    target = tiny_target(vocab=64, seed=2)
+    drafters = {f"d{i}": random_drafter(target, seed=i) for i in range(3)}
+    engine = make_engine(target, drafters, TreeConfig(top_k=2, depth=3, total_tokens=6))
+    engine.router = PromptRouter.fit(*synthetic(90, 0))
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    prompts, labels = synthetic(3, 3)
+    assert labels[0] != labels[1]
+    list(engine.generate(prompts[0], params, policy="normalhedge_router", session="s"))
+    engine.add_request("second", prompts[1], params, "normalhedge_router", session="s")
+    state = engine._requests["second"]
+    assert state.stats.warm_start_requests == 1
+    learner = state.learner
+    assert isinstance(learner, NormalHedge)
+    np.testing.assert_allclose(learner.prior, engine._router_prior(prompts[1]))
+    assert learner.regrets.any()  # what the first request taught is kept

@@ -26,6 +26,7 @@ from core.counterfactual import (
     gammas_tree,
     simulate_acceptance,
     tree_kept,
+    tree_length,
 )
 from core.drafting import grow_tree
 from core.feedback import FeedbackQueue
@@ -299,3 +300,88 @@ def test_engine_variants_stay_lossless_and_find_the_copying_drafter(
     sampled, _ = eng.generate_ids([7], SamplingParams(max_new_tokens=30, temperature=1.0, seed=3,
                                                       ignore_eos=True), "normalhedge")
     assert len(sampled) == 30
+
+
+# -- ÂL over realised trajectories (issue 40, defect A) and exact early close (defect D) --------
+
+def test_tree_length_is_unbiased_over_realised_trajectories_of_the_real_verifier() -> None:
+    """Truth: the mean committed length of core.verify.verify_sampling on the real tree. The
+    estimator sees one realised trajectory per draw (x_j ~ p̃ at each level: verification is
+    lossless), and its mean over trajectories must match. The paper's product along the path
+    (estimate_length of the tree's γ) counts earlier levels twice and falls short."""
+    cfg = TreeConfig(top_k=3, depth=4, total_tokens=9)
+    rng = np.random.default_rng(7)
+    table = torch.from_numpy(rng.normal(0, 1.5, (cfg.depth, V))).float()
+    # a target close to the drafter (its logits plus noise), so that deep levels are reached
+    logits = np.concatenate([table.numpy() + rng.normal(0, 0.7, (cfg.depth, V)),
+                             rng.normal(0, 1.0, (1, V))])
+    p_level = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)  # [K+1, V]
+    tree = real_tree(table, cfg)
+    node_probs = torch.from_numpy(p_level[tree.depths.numpy()]).float()
+    gen = torch.Generator().manual_seed(1)
+    n = 20_000
+    truth = np.mean([len(verify_sampling(tree, node_probs, gen)[0]) for _ in range(n)])
+    ids, logp = catch_up_topk(table, cfg.top_k)
+    draws = np.stack([rng.choice(V, size=n, p=p_level[j]) for j in range(cfg.depth)], axis=1)
+    est, paper = [], []
+    for realised in draws[:4000]:
+        ev = evidence_sampling(p_level[:cfg.depth], ids, logp, realised)
+        est.append(tree_length(ev, cfg.total_tokens)[0])
+        paper.append(estimate_length(gammas_tree(ev, cfg.total_tokens))[0])
+    spread = np.std(est) / np.sqrt(len(est)) + 0.01  # + the truth's own Monte Carlo error
+    assert abs(np.mean(est) - truth) < 4 * spread, (np.mean(est), truth)
+    assert np.mean(paper) < truth - 0.1  # the double count this replaced
+
+
+def test_the_worked_examples_of_the_review() -> None:
+    """A chain whose level j is accepted with probability γ_j: γ = (0.5, 1, 1, 1) commits 3.0
+    tokens on average (1 + 0.5 · 4); realised trajectories stay in the tree or leave it at
+    level 1 with probability 0.5 each."""
+    gam = np.array([0.5, 1.0, 1.0, 1.0])
+    lengths = []
+    for first_in in (True, False):
+        credit = np.zeros((1, 4, 2))
+        credit[0, :, 0] = gam  # candidate 0 holds the level's target mass
+        rank = np.array([[0 if first_in else 1, 0, 0, 0]])
+        credit[0, 0, 1] = 0.0 if first_in else 0.5  # the realised token outside C
+        logp = np.log(np.tile([[0.9, 0.1]], (1, 4, 1)))
+        logp[0, 0, 1] = -np.inf if first_in else np.log(0.1)
+        ev = Evidence(logp, credit, np.where(rank == 1, -1, rank))
+        lengths.append(tree_length(ev, total_tokens=4)[0])
+    np.testing.assert_allclose(lengths, [4.5, 1.5])
+    assert np.mean(lengths) == pytest.approx(3.0)
+
+
+def deep_cut_evidence() -> Evidence:
+    """Greedy, one drafter, K = 3, total_tokens = 3: the realised level-1 token is the weak
+    candidate (0.05). Known to level 2 it survives the cut; level 3's children of the strong
+    branch (0.9·0.95·0.95 = 0.81) push it out, so γ_1 turns 0 once position 2 is known."""
+    logp = np.log(np.array([[[0.9, 0.05], [0.95, 0.05], [0.95, 0.05]]]))
+    rank = np.array([[1, -1, 0]])  # level 2: the target's token is no candidate (γ_2 = 0)
+    credit = np.zeros((1, 3, 2))
+    credit[0, 0, 1] = credit[0, 2, 0] = 1.0
+    return Evidence(logp, credit, rank)
+
+
+def test_a_tree_window_closes_early_only_when_its_verdict_is_final() -> None:
+    ev = deep_cut_evidence()
+    whole = FeedbackQueue(1, depth=3, estimator="tree", total_tokens=3)
+    whole.open_window(0, chosen=0, realised=1)
+    whole.add_evidence(0, ev)
+    [full] = whole.pop_completed()
+    assert full.est_len.tolist() == [1.0]
+    queue = FeedbackQueue(1, depth=3, estimator="tree", total_tokens=3)
+    queue.open_window(0, chosen=0, realised=1)
+    queue.add_evidence(0, ev.slice(0, 2))
+    assert queue.pop_completed() == [] and queue.pop_losses() == []  # level 2's zero: not final
+    queue.add_evidence(2, ev.slice(2, 3))
+    [window] = queue.pop_completed()
+    np.testing.assert_array_equal(window.est_len, full.est_len)
+    np.testing.assert_array_equal(window.loss, full.loss)
+    # a first-level zero is final at once: ÂL 1 whatever comes later
+    first_zero = FeedbackQueue(1, depth=3, estimator="tree", total_tokens=3)
+    first_zero.open_window(0, chosen=0, realised=1)
+    first_zero.add_evidence(0, Evidence(ev.logp[:, :1], np.zeros((1, 1, 2)),
+                                        np.array([[-1]])))
+    [early] = first_zero.pop_completed()
+    assert early.est_len.tolist() == [1.0] and not early.censored

@@ -142,3 +142,24 @@ def test_the_head_setting_gauge_marks_the_current_setting_only() -> None:
     got = {s: value(m, "hedgespec_verify_head_setting", setting=s)
            for s in ("visited", "all", "measuring")}
     assert got == {"visited": 1.0, "all": 0.0, "measuring": 0.0}
+
+
+def test_a_policy_that_scores_no_drafter_has_no_regret_observed() -> None:
+    """Issue 40, defect C: fixed, router, the bandits and none evaluate no drafter
+    counterfactually; their regret is not computed, and 0.0 would read as "no regret"."""
+    m = GatewayMetrics()
+    m.observe_request_stats(request_stats("fixed", rounds=5, tokens=12))
+    assert request_stats("fixed", rounds=5, tokens=12).regret_tokens is None
+    assert value(m, "hedgespec_request_mean_acceptance_length_count", policy="fixed") == 1
+    assert value(m, "hedgespec_request_regret_tokens_count", policy="fixed") == 0
+
+
+def test_a_request_decoded_fully_plain_is_in_the_acceptance_histogram_at_one() -> None:
+    """Issue 40, defect H: a request whose every step ran plain committed one token a pass."""
+    m = GatewayMetrics()
+    stats = RequestStats("normalhedge", completion_tokens=9, gated_rounds=8,
+                         gated_tokens=8, prefill_tokens=1).snapshot()
+    m.observe_request_stats(stats)
+    length = "hedgespec_request_mean_acceptance_length"
+    assert value(m, f"{length}_count", policy="normalhedge") == 1
+    assert value(m, f"{length}_sum", policy="normalhedge") == 1.0

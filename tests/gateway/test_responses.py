@@ -48,3 +48,15 @@ def test_n_choices_aggregate_with_stable_types() -> None:
     assert spec["final_weights"] == {"a": 0.5, "b": 0.5}
     assert len(spec["per_choice"]) == 2
     assert spec_metrics([None]) is None
+
+
+def test_regret_is_null_where_no_drafter_was_scored_and_summed_where_it_was() -> None:
+    """Issue 40, defect C: a fixed or bandit policy's regret is not computed (null on the wire,
+    not 0.0); with n > 1 the choices that computed it are summed."""
+    unscored = stats("a", [2, 0])
+    assert spec_metrics([unscored])["regret_tokens"] is None  # type: ignore[index]
+    assert spec_metrics([unscored, stats("b", [1])])["regret_tokens"] is None  # type: ignore[index]
+    scored = RequestStats(policy="normalhedge", drafter_ids=("a", "b"))
+    scored.record_window({"a": 3.0, "b": 1.0}, "b", 1)
+    spec = spec_metrics([unscored, scored.snapshot()])
+    assert spec is not None and spec["regret_tokens"] == 2.0
