@@ -13,6 +13,8 @@ cheap):
 - `validation`: torch-free checks of a drafter directory (truncation, corruption, shapes).
 - `fetcher`: `DrafterFetcher` runs pending drafters to `ready` or `failed` in the background.
 - `request_log`: `RequestLogWriter`, batched off-thread request statistics with retention.
+- `discovery`: `discover_and_register(session, spec, ...)`: every drafter under a folder prefix
+  of a multi-drafter Hub repository (CLI, admin API and seed pools share it).
 - `seed`: `load_seed_pool(path)`, `import_seed_pool(session, pool, ...)`.
 - `identifiers`, `errors`: input validation and the exception types.
 

@@ -7,6 +7,8 @@
 | `DrafterConflict` | id or name already taken | 409 |
 | `StatusConflict` | transition not allowed from the current status | 409 |
 | `HubError` | a download failed; the message is meant for the operator | stored in `drafters.error` |
+| `HubNotFound` | the repository or revision does not exist (or is private) | 404 |
+| `NothingDiscovered` | a repository folder holds no usable drafter | 404 |
 | `CheckpointError` | downloaded files are not a usable checkpoint | stored in `drafters.error` |
 """  # noqa: E501
 
@@ -42,6 +44,15 @@ class StatusConflict(RegistryError):
 class HubError(RegistryError):
     """Downloading from the Hugging Face Hub failed (unknown repo, bad revision, missing or corrupt
     file, network or disk error)."""
+
+
+class HubNotFound(HubError, LookupError):
+    """The repository, revision or path does not exist on the hub (or is private without a
+    token)."""
+
+
+class NothingDiscovered(RegistryError, LookupError):
+    """Discovery found no usable drafter under the given repository folder."""
 
 
 class DownloadCancelled(HubError):

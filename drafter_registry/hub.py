@@ -44,6 +44,7 @@ from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
     LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
@@ -51,7 +52,7 @@ from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from drafter_registry.errors import CheckpointError, HubError, InvalidIdentifier
+from drafter_registry.errors import CheckpointError, HubError, HubNotFound, InvalidIdentifier
 from drafter_registry.identifiers import validate_repo_id, validate_revision, validate_subfolder
 from drafter_registry.validation import (
     CONFIG_FILE,
@@ -357,15 +358,18 @@ def _hub_errors(where: str, *, endpoint: str) -> Iterator[None]:
         raise HubError(f"{where}: the repository is gated; accept its terms and set a "
                        "token") from None
     except RepositoryNotFoundError:
-        raise HubError(
+        raise HubNotFound(
             f"repository {where.split('@')[0]!r} not found on {endpoint} (or private: set a token)"
         ) from None
     except RevisionNotFoundError:
-        raise HubError(f"revision not found: {where}") from None
+        raise HubNotFound(f"revision not found: {where}") from None
+    except OfflineModeIsEnabled:
+        raise HubError(f"HF_HUB_OFFLINE is set: {where} cannot be fetched from {endpoint} "
+                       "(unset it, or use drafters already on disk with source 'local')") from None
     except LocalEntryNotFoundError as exc:
         raise HubError(f"cannot reach the hub at {endpoint} for {where}: {_cause(exc)}") from None
     except EntryNotFoundError:
-        raise HubError(f"not found in the repository: {where}") from None
+        raise HubNotFound(f"not found in the repository: {where}") from None
     except HfHubHTTPError as exc:
         raise HubError(f"hub error for {where}: {_first_line(exc)}") from None
     except TRANSPORT_ERRORS as exc:

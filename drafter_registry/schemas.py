@@ -62,6 +62,29 @@ class DrafterCreate(BaseModel):
         return self
 
 
+class DiscoverSpec(BaseModel):
+    """Register every drafter found under a folder of a Hub repository (`discovery.py`).
+
+    `prefix` is a folder path inside the repo (`lm318/model/`; empty: the whole repo). Every
+    folder below it that holds an EAGLE-3 `config.json` and weights becomes one drafter: id
+    `id_prefix` + the folder path relative to the prefix, slugified (`MedQA` -> `medqa`), domain
+    mapped from the folder name (`MedQA` -> `medical`; `domains` overrides it per folder name),
+    the folder name kept as a tag, name `name_prefix` + folder (default: repo name/folder path).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo_id: RepoId
+    prefix: Subfolder = None
+    revision: Revision = "main"
+    id_prefix: str = Field(default="", max_length=32, pattern=r"^([a-z0-9][a-z0-9._-]*)?$")
+    name_prefix: str | None = Field(default=None, min_length=1, max_length=64)
+    domains: dict[str, DomainTag] = Field(
+        default_factory=dict, description="folder name (relative to the prefix) -> domain")
+    tags: list[DomainTag] = Field(default_factory=list)
+    target_model: str | None = Field(default=None, max_length=512)
+
+
 class DrafterUpdate(BaseModel):
     """Descriptive fields an operator may edit; send only what changes (`exclude_unset`)."""
 

@@ -9,6 +9,19 @@ Format (HedgeSpec style; `_comment` keys are allowed anywhere and ignored):
         {"id": "python", "name": "Python", "domain": "python", "source": "local",
          "path": "demo/pool/drafters/python"}]}
 
+An entry may instead name a folder of a multi-drafter Hub repository; it stands for every
+drafter discovery finds there (`drafter_registry.discovery`: ids from the folder names, domains
+mapped from them, nothing guessed):
+
+        {"_comment": "the paper's seven domain drafters",
+         "discover": {"repo_id": "aladinggit/hedgespec_eagle_drafters", "prefix": "lm318/model/",
+                      "revision": "main", "name_prefix": "HedgeSpec Llama-3.1-8B"}}
+
+`discover` takes every field of `schemas.DiscoverSpec` (`id_prefix`, `domains`, `tags`, ...).
+Importing such an entry lists the repository (hub access as for downloads: `hub=` settings,
+`HF_ENDPOINT`, token, `HF_HUB_OFFLINE`); when that fails, the entry is reported as `error` and
+the rest of the file is imported anyway; importing again later adds what was missed.
+
 Import is idempotent: a drafter whose id exists with the same source is left as it is (status,
 progress and operator edits included); one whose id exists with a different source is reported
 as a conflict and not touched, so a seed never overrides an operator's change.
@@ -19,15 +32,25 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 from sqlalchemy.orm import Session
 
 from drafter_registry import crud
-from drafter_registry.errors import DrafterConflict, InvalidDrafter
+from drafter_registry.discovery import discover_and_register
+from drafter_registry.errors import DrafterConflict, InvalidDrafter, RegistryError
+from drafter_registry.fetcher import FetchSettings
 from drafter_registry.models import Drafter
-from drafter_registry.schemas import DrafterCreate, DrafterId
+from drafter_registry.schemas import DiscoverSpec, DrafterCreate, DrafterId
 
 
 class SeedDrafter(DrafterCreate):
@@ -37,16 +60,42 @@ class SeedDrafter(DrafterCreate):
     comment: str | None = Field(default=None, alias="_comment")
 
 
+class SeedDiscover(BaseModel):
+    """Every drafter found under a folder of a Hub repository (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    discover: DiscoverSpec
+    comment: str | list[str] | None = Field(default=None, alias="_comment")
+
+    @property
+    def label(self) -> str:
+        prefix = self.discover.prefix
+        return f"discover:{self.discover.repo_id}" + (f"/{prefix}" if prefix else "")
+
+
+def _entry_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "discover" if "discover" in value else "drafter"
+    return "discover" if isinstance(value, SeedDiscover) else "drafter"
+
+
+SeedEntry = Annotated[
+    Annotated[SeedDrafter, Tag("drafter")] | Annotated[SeedDiscover, Tag("discover")],
+    Discriminator(_entry_kind),
+]
+
+
 class SeedPool(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     target: str = Field(min_length=1)
-    drafters: list[SeedDrafter]
+    drafters: list[SeedEntry]
     comment: str | list[str] | None = Field(default=None, alias="_comment")
 
     @model_validator(mode="after")
     def _unique_ids(self) -> SeedPool:
-        ids = [d.id for d in self.drafters]
+        ids = [d.id for d in self.drafters if isinstance(d, SeedDrafter)]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
             raise ValueError(f"duplicate drafter ids {duplicates}")
@@ -56,8 +105,9 @@ class SeedPool(BaseModel):
 @dataclass(frozen=True)
 class SeedResult:
     drafter_id: str
-    action: Literal["created", "unchanged", "conflict"]
+    action: Literal["created", "unchanged", "conflict", "skipped", "error"]
     detail: str | None = None
+    subfolder: str | None = None  # discovered drafters and skipped folders
 
 
 def load_seed_pool(path: str | Path) -> SeedPool:
@@ -72,15 +122,21 @@ def load_seed_pool(path: str | Path) -> SeedPool:
 
 
 def import_seed_pool(
-    session: Session, pool: SeedPool, *, actor: str, base_dir: str | Path
+    session: Session, pool: SeedPool, *, actor: str, base_dir: str | Path,
+    hub: FetchSettings | None = None,
 ) -> list[SeedResult]:
     """Register every drafter of `pool` that is not registered yet (as `pending`).
 
     Relative local paths are resolved against `base_dir` (the gateway passes its working
-    directory: the repository root for `make serve` and in the Docker image).
+    directory: the repository root for `make serve` and in the Docker image). `discover`
+    entries list their repository through `hub` (cache, endpoint, token of the downloader);
+    without it they are reported as `error`.
     """
-    results = []
+    results: list[SeedResult] = []
     for entry in pool.drafters:
+        if isinstance(entry, SeedDiscover):
+            results += _discover(session, entry, pool.target, actor=actor, hub=hub)
+            continue
         spec = _resolved(entry, Path(base_dir), pool.target)
         existing = crud.get_drafter(session, drafter_id=entry.id)
         if existing is not None:
@@ -96,6 +152,26 @@ def import_seed_pool(
         detail={"target": pool.target, "results": {r.drafter_id: r.action for r in results}},
     )
     return results
+
+
+def _discover(session: Session, entry: SeedDiscover, target: str, *, actor: str,
+              hub: FetchSettings | None) -> list[SeedResult]:
+    if hub is None:
+        return [SeedResult(entry.label, "error", "no hub settings given: cannot list the "
+                           "repository")]
+    spec = entry.discover
+    if spec.target_model is None:
+        spec = spec.model_copy(update={"target_model": target})
+    try:
+        report = discover_and_register(session, spec, actor=actor, cache_dir=hub.cache_dir,
+                                       token=hub.token, endpoint=hub.endpoint)
+    except RegistryError as exc:
+        return [SeedResult(entry.label, "error", str(exc))]
+    return [
+        SeedResult(r.drafter_id or r.subfolder, r.action,  # type: ignore[arg-type]
+                   r.detail, subfolder=r.subfolder)
+        for r in report.results
+    ]
 
 
 def _resolved(entry: SeedDrafter, base_dir: Path, target: str) -> DrafterCreate:

@@ -32,6 +32,7 @@ from core.sampling_defaults import checked_sampling_defaults
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POOL = REPO_ROOT / "demo" / "pool" / "pool.json"
+SEED_POOLS_DIR = REPO_ROOT / "pools"  # the shipped seed pools, selectable by name
 DEFAULT_DATABASE_URL = f"sqlite:///{REPO_ROOT / 'var' / 'hedgespec.db'}"
 
 
@@ -89,7 +90,8 @@ class Settings(BaseSettings):
     hf_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("hedgespec_hf_token", "hf_token")
     )
-    # A HedgeSpec-style pool JSON whose drafters are registered (idempotently) on every start.
+    # A HedgeSpec-style pool JSON whose drafters are registered (idempotently) on every start,
+    # or the name of a shipped one (`qwen3_32b_hedgespec` = pools/qwen3_32b_hedgespec.json).
     # Only drafters come from it: the target is always the one loaded from `pool`/`target`.
     seed_pool: Path | None = None
     pool_sync_interval_s: float = Field(default=1.0, gt=0, le=60)  # registry -> engine polling
@@ -155,6 +157,16 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_list(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("seed_pool", mode="before")
+    @classmethod
+    def _seed_pool_by_name(cls, value: Any) -> Any:
+        """A bare name (no `/`, no `.json`) that is not a file names a shipped seed pool."""
+        if isinstance(value, str) and value and "/" not in value and not value.endswith(".json"):
+            shipped = SEED_POOLS_DIR / f"{value}.json"
+            if not Path(value).exists() and shipped.is_file():
+                return shipped
+        return value
 
     @field_validator("override_generation_config", mode="before")
     @classmethod

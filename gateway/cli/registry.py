@@ -6,9 +6,18 @@ running server. They only change rows: a running gateway notices within about a 
 sync polls the pool version), downloads and validates new drafters in the background and updates
 its serving pool; with no server running, the next `hedgespec serve` does it on start.
 
+`add --repo-id R --prefix P` registers every drafter found under folder P of repository R
+(`drafter_registry.discovery`: the repository's file list at `--revision`, one drafter per folder
+holding an EAGLE-3 config.json and weights, id and domain from the folder name); `--dry-run`
+prints what it would register and writes nothing. Discovery and seed imports with `discover`
+entries reach the Hub as the server's downloads do: `HF_ENDPOINT`, the server's token setting
+(`HEDGESPEC_HF_TOKEN` / `HF_TOKEN`) and cache directory, and `HF_HUB_OFFLINE`.
+
 Output: `list` prints a table (`--json` for JSON); the other commands print the drafter (or the
-import results) as JSON. Exit status: 0 done, 1 refused by the registry (unknown id, taken id or
-name, a status that does not allow the change), 2 invalid input or unreadable file.
+import or discovery results) as JSON. Exit status: 0 done, 1 refused by the registry (unknown id,
+taken id or name, a status that does not allow the change), 2 invalid input or unreadable file,
+3 the Hub could not be listed or held nothing to register (no such repository or revision, no
+drafter under the prefix, network, offline mode; an import still registers the rest of its file).
 """
 
 from __future__ import annotations
@@ -40,7 +49,19 @@ def register(drafter_sub: Any) -> None:
                        help="Hugging Face repo, e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
     where.add_argument("--path", type=Path, help="a local drafter directory")
     add.add_argument("--revision", help="branch, tag or commit (default main)")
-    add.add_argument("--subfolder", help="the drafter's sub-folder inside the repo")
+    one = add.add_mutually_exclusive_group()
+    one.add_argument("--subfolder", help="the drafter's sub-folder inside the repo")
+    one.add_argument("--prefix",
+                     help="discover: register every drafter in the folders under this one, "
+                          "e.g. lm318/model/ ('' for the whole repo)")
+    add.add_argument("--dry-run", action="store_true",
+                     help="with --prefix: print what would be registered, change nothing")
+    add.add_argument("--id-prefix", default="",
+                     help="with --prefix: put this before every discovered id, e.g. qw38-")
+    add.add_argument("--name-prefix", help="with --prefix: display names '<this> <folder>'")
+    add.add_argument("--folder-domain", action="append", default=[], metavar="FOLDER=DOMAIN",
+                     help="with --prefix: the domain of one folder, instead of the one mapped "
+                          "from its name (repeatable)")
     add.add_argument("--name", help="display name (default: from the id, sub-folder or repo)")
     add.add_argument("--id", dest="drafter_id",
                      help="the id used in fixed:<id> (default: from the name)")
@@ -78,6 +99,11 @@ def register(drafter_sub: Any) -> None:
 def add_drafter(args: argparse.Namespace) -> int:
     from drafter_registry import crud
 
+    if args.prefix is not None:
+        return _discover(args)
+    if args.dry_run or args.id_prefix or args.name_prefix or args.folder_domain:
+        return _fail("add", "--dry-run, --id-prefix, --name-prefix and --folder-domain need "
+                     "--prefix", 2)
     source = "hf" if args.repo_id else "local"
     name = args.name or args.drafter_id or _default_name(args)
     path = str(Path(args.path).expanduser().resolve()) if args.path else None
@@ -131,17 +157,69 @@ def retry_drafter(args: argparse.Namespace) -> int:
 def import_pool(args: argparse.Namespace) -> int:
     from drafter_registry.seed import import_seed_pool, load_seed_pool
 
+    errors: list[str] = []
+
     def run(session: Any) -> None:
         pool = load_seed_pool(args.pool_file)
         base = args.base_dir if args.base_dir is not None else Path.cwd()
-        results = import_seed_pool(session, pool, actor=ACTOR, base_dir=base)
+        results = import_seed_pool(session, pool, actor=ACTOR, base_dir=base, hub=_hub_settings())
         print(json.dumps({
             "target": pool.target,
-            "results": [{"id": r.drafter_id, "action": r.action, "detail": r.detail}
+            "results": [{"id": r.drafter_id, "action": r.action, "detail": r.detail,
+                         **({"subfolder": r.subfolder} if r.subfolder else {})}
                         for r in results],
         }, indent=2))
+        errors.extend(f"{r.drafter_id}: {r.detail}" for r in results if r.action == "error")
 
-    return _run(args, "import", run)
+    code = _run(args, "import", run)
+    if code == 0 and errors:
+        return _fail("import", "; ".join(errors), 3)
+    return code
+
+
+def _discover(args: argparse.Namespace) -> int:
+    from drafter_registry.discovery import discover_and_register
+    from drafter_registry.errors import HubError, NothingDiscovered
+    from drafter_registry.schemas import DiscoverSpec
+
+    if args.repo_id is None:
+        return _fail("add", "--prefix needs --repo-id", 2)
+    if args.drafter_id or args.name or args.domain:
+        return _fail("add", "with --prefix, ids, names and domains come from the folder names: "
+                     "use --id-prefix, --name-prefix and --folder-domain FOLDER=DOMAIN", 2)
+    domains = dict(item.partition("=")[::2] for item in args.folder_domain)
+    if any(not folder or not domain for folder, domain in domains.items()):
+        return _fail("add", "--folder-domain takes FOLDER=DOMAIN", 2)
+
+    def run(session: Any) -> None:
+        spec = DiscoverSpec(repo_id=args.repo_id, prefix=args.prefix,
+                            revision=args.revision or "main", id_prefix=args.id_prefix,
+                            name_prefix=args.name_prefix, domains=domains, tags=args.tag)
+        hub = _hub_settings()
+        report = discover_and_register(session, spec, actor=ACTOR, cache_dir=hub.cache_dir,
+                                       token=hub.token, endpoint=hub.endpoint,
+                                       dry_run=args.dry_run)
+        print(json.dumps(report.as_dict(), indent=2))
+
+    try:
+        return _run(args, "add", run)
+    except (HubError, NothingDiscovered) as exc:
+        return _fail("add", str(exc), 3)
+
+
+def _hub_settings() -> Any:
+    """Cache, token and endpoint as the server's downloader uses them."""
+    import os
+
+    from drafter_registry.fetcher import FetchSettings
+    from gateway.config import Settings
+
+    settings = Settings()
+    return FetchSettings(
+        cache_dir=Path(settings.hf_cache_dir).expanduser(),
+        token=settings.hf_token.get_secret_value() if settings.hf_token else None,
+        endpoint=os.environ.get("HF_ENDPOINT") or None,
+    )
 
 
 # ---- helpers ----------------------------------------------------------------------------------

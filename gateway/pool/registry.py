@@ -14,7 +14,11 @@ Start-up (after `RegistryLink.open` migrated the database):
    drafters come from a seed pool: the target is always the one loaded from `--pool`/`--target`,
    so a seed pool whose `target` is a Hub id (e.g. pools/llama31_8b_hedgespec.json) needs that
    target downloaded beforehand (`hf download meta-llama/Llama-3.1-8B-Instruct --local-dir ...`)
-   and served with `--target`.
+   and served with `--target`. A seed pool's `discover` entries list their Hub repository
+   through the fetcher's settings (cache, token, `HF_ENDPOINT`); if that fails (hub down,
+   offline), the rest of the file is imported, the error logged, and the import retried in the
+   background with backoff (`SEED_RETRY_S`) until it succeeds, so the discovered drafters
+   arrive without a restart.
 3. A `DrafterFetcher` downloads and validates drafters in the background. Its validator is
    `core.drafter_check.inspect_drafter` against the served target (the same check as `hedgespec
    drafter inspect`), followed by an actual load into the engine (`PoolSync.preload`), so a
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -72,6 +77,7 @@ SEED_ACTOR = "seed-pool"
 FETCH_ACTOR = "fetcher"
 ENGINE_INFO_TIMEOUT_S = 60.0
 ENGINE_LOAD_WAIT_S = 3600.0  # a validation waits this long at most for the engine to load
+SEED_RETRY_S = (30.0, 60.0, 120.0, 300.0, 600.0)  # a seed import that could not reach the hub
 
 
 @dataclass(frozen=True)
@@ -270,8 +276,10 @@ class RegistryService:
         served = served_drafters(self.settings)
         model = self.settings.model_name or (self.target_dir.name if self.target_dir else None)
         unmanaged = import_served_pool(self.session_factory, served, target_model=model)
-        if self.settings.seed_pool is not None:
-            self._import_seed(self.settings.seed_pool)
+        seed_pool = self.settings.seed_pool
+        if seed_pool is not None and not self._import_seed(seed_pool):
+            threading.Thread(target=self._retry_seed, args=(seed_pool,), name="seed-retry",
+                             daemon=True).start()
         self.fetcher = DrafterFetcher(self.session_factory, self.fetch_settings,
                                       validator=self._validate, actor=FETCH_ACTOR)
         self.pool_sync = PoolSync(
@@ -415,21 +423,44 @@ class RegistryService:
 
     # ---- seed pools and request logs -----------------------------------------------------------
 
-    def _import_seed(self, path: Path) -> None:
+    def _import_seed(self, path: Path) -> bool:
+        """Import the seed pool; False when a `discover` entry could not list the hub (the
+        caller retries: the import is idempotent)."""
         assert self.session_factory is not None
         try:
             pool = load_seed_pool(path)
             with self.session_factory() as session:
-                results = import_seed_pool(session, pool, actor=SEED_ACTOR, base_dir=Path.cwd())
+                results = import_seed_pool(session, pool, actor=SEED_ACTOR, base_dir=Path.cwd(),
+                                           hub=self.fetch_settings)
         except RegistryError as exc:
             log.error("seed pool not imported: %s", exc)
-            return
+            return True  # an unreadable file does not get better by retrying
+        served = str(self.settings.target) if self.settings.target is not None else None
+        if served is not None and served != pool.target:
+            log.warning("seed pool %s is for target %s but the served target is %s: its drafters "
+                        "will fail validation unless they fit it (set HEDGESPEC_TARGET to match)",
+                        path, pool.target, served)
         log.info("seed pool %s (target %s; drafters only, the served target stays %s): %s",
                  path, pool.target, self.target_dir,
                  {r.drafter_id: r.action for r in results})
         for result in results:
             if result.action == "conflict":
                 log.warning("seed drafter %s not imported: %s", result.drafter_id, result.detail)
+            elif result.action == "skipped":
+                log.warning("seed pool: %s is not a usable drafter: %s", result.subfolder,
+                            result.detail)
+            elif result.action == "error":
+                log.error("seed pool entry %s not imported: %s", result.drafter_id, result.detail)
+        return not any(r.action == "error" for r in results)
+
+    def _retry_seed(self, path: Path) -> None:
+        """Background: import the seed pool again until its hub listings succeed."""
+        for delay in itertools.chain(SEED_RETRY_S, itertools.repeat(SEED_RETRY_S[-1])):
+            if self._stopping.wait(delay):
+                return
+            if self._import_seed(path):
+                self.submit_pending()
+                return
 
     async def _log_requests(self, subscription: Any) -> None:
         try:

@@ -50,7 +50,7 @@ def test_llama_pool_in_bf16_with_the_eagle3_tree(monkeypatch: pytest.MonkeyPatch
     pool = REPO_ROOT / active["HEDGESPEC_SEED_POOL"]
     seed = json.loads(pool.read_text())
     assert seed["target"] == active["HEDGESPEC_TARGET"] == "meta-llama/Llama-3.1-8B-Instruct"
-    repos = {d.get("repo_id") for d in seed["drafters"]}
+    repos = {d.get("repo_id") or d["discover"]["repo_id"] for d in seed["drafters"]}
     assert {"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "aladinggit/hedgespec_eagle_drafters"} <= repos
 
     settings = _settings(active, monkeypatch)

@@ -4,7 +4,6 @@ with no server (SQLite and PostgreSQL): rows, audit events, output and exit code
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +129,12 @@ def test_list_as_a_table_and_as_json(database_url: str,
 
 def test_import_a_seed_pool_is_idempotent(database_url: str, capsys: pytest.CaptureFixture[str],
                                           tmp_path: Path) -> None:
-    pool = tmp_path / "pool.json"
-    shutil.copy(REPO_ROOT / "pools" / "llama31_8b_hedgespec.json", pool)
+    pool = tmp_path / "pool.json"  # HedgeSpec style, sub-folders named (no hub needed)
+    pool.write_text(json.dumps({"target": "meta-llama/Llama-3.1-8B-Instruct", "drafters": [
+        {"id": d, "name": f"HedgeSpec {d}", "domain": d, "source": "hf",
+         "repo_id": "aladinggit/hedgespec_eagle_drafters", "subfolder": f"lm318/model/{d}"}
+        for d in ("generalist", "python", "math", "biology", "chemistry", "medical", "news",
+                  "sql")]}))
     code, out, err = run(capsys, "drafter", "import", "--database-url", database_url, str(pool))
     assert code == 0, err
     first = json.loads(out)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from drafter_registry import crud
 from drafter_registry.db import pool_version
 from drafter_registry.errors import InvalidDrafter
-from drafter_registry.seed import import_seed_pool, load_seed_pool
+from drafter_registry.seed import SeedDiscover, SeedDrafter, import_seed_pool, load_seed_pool
 
 POOLS = Path(__file__).resolve().parents[2] / "pools"
 DOMAINS = ["generalist", "python", "math", "biology", "chemistry", "medical", "news", "sql"]
@@ -24,15 +24,16 @@ def test_the_demo_pool_lists_the_local_demo_drafters() -> None:
                for d in pool.drafters)
 
 
-def test_the_llama_pool_lists_the_published_drafters() -> None:
+def test_the_llama_pool_discovers_the_published_drafters() -> None:
     pool = load_seed_pool(POOLS / "llama31_8b_hedgespec.json")
     assert pool.target == "meta-llama/Llama-3.1-8B-Instruct"
-    generalist, *experts = pool.drafters
+    generalist, experts = pool.drafters
+    assert isinstance(generalist, SeedDrafter) and isinstance(experts, SeedDiscover)
     assert (generalist.repo_id, generalist.subfolder) == ("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
                                                           None)
-    assert [d.id for d in experts] == DOMAINS[1:]
-    assert {d.repo_id for d in experts} == {"aladinggit/hedgespec_eagle_drafters"}
-    assert len({d.subfolder for d in experts}) == 7
+    # No guessed folder names: the domain drafters are whatever lm318/model/ holds.
+    assert (experts.discover.repo_id, experts.discover.prefix) == (
+        "aladinggit/hedgespec_eagle_drafters", "lm318/model")
 
 
 def test_import_is_idempotent(session: Session, tmp_path: Path) -> None:
@@ -70,6 +71,10 @@ def test_import_reports_conflicts_and_leaves_them_alone(session: Session, tmp_pa
                                    "subfolder": "../x"}]}, "invalid subfolder"),
     ({"target": "t", "drafters": [{"name": "A", "source": "hf", "repo_id": "o/r"}]}, "id"),
     ({"target": "t", "drafters": [], "unknown": 1}, "unknown"),
+    ({"target": "t", "drafters": [{"discover": {"repo_id": "o/r", "prefix": "../x"}}]},
+     "invalid subfolder"),
+    ({"target": "t", "drafters": [{"discover": {"repo_id": "o/r", "subfolder": "x"}}]},
+     "subfolder"),
 ])
 def test_invalid_seed_files_name_the_problem(tmp_path: Path, content: object, message: str) -> None:
     path = tmp_path / "pool.json"

@@ -3,6 +3,9 @@
     GET    /admin/api/drafters               list, with status, progress and `serving` (here)
     POST   /admin/api/drafters               register {name, source: hf|local, repo_id, revision,
                                              subfolder, path, domain, id?, tags?} -> 202 + drafter
+    POST   /admin/api/drafters/discover      register every drafter under a folder of a Hub repo
+                                             {repo_id, prefix, revision?, id_prefix?, name_prefix?,
+                                             domains?, tags?, dry_run?} -> 202 (200 for a dry run)
     GET    /admin/api/drafters/{id}          one drafter
     PATCH  /admin/api/drafters/{id}          {"enabled": bool} and/or name, domain, tags
     DELETE /admin/api/drafters/{id}          remove (leaves the pool for new requests)
@@ -21,7 +24,11 @@ moment; other replicas follow within about `pool_sync_interval_s`).
 
 Errors are OpenAI-shaped: 400 for invalid fields, 404 for an unknown id, 409 for a taken id or
 name and for an action the drafter's status does not allow, 503 when the registry database is
-unavailable.
+unavailable. Discovery adds: 404 `hub_not_found` (no such repository or revision, or private),
+404 `no_drafters_found` (nothing usable under the prefix; the message says what is there), 502
+`hub_error` (the Hub could not be listed: network, token, `HF_HUB_OFFLINE`); nothing is written
+then. Its listing blocks this route's worker thread for the Hub's answer (one listing plus one
+small config.json per folder).
 """
 
 from __future__ import annotations
@@ -39,16 +46,21 @@ from sqlalchemy.orm import Session
 
 from drafter_registry import crud
 from drafter_registry.db import pool_version
+from drafter_registry.discovery import discover_and_register
 from drafter_registry.errors import (
     DrafterConflict,
     DrafterNotFound,
+    HubError,
+    HubNotFound,
     InvalidDrafter,
     InvalidIdentifier,
+    NothingDiscovered,
     StatusConflict,
 )
 from drafter_registry.models import Drafter, DrafterStatus
 from drafter_registry.schemas import (
     AuditEventPublic,
+    DiscoverSpec,
     DrafterCreate,
     DrafterPublic,
     DrafterUpdate,
@@ -63,6 +75,12 @@ T = TypeVar("T")
 ACTOR = "admin-api"
 
 router = APIRouter(prefix="/admin/api", tags=["admin"], dependencies=[Depends(require_admin_key)])
+
+
+class DiscoverRequest(DiscoverSpec):
+    """POST /drafters/discover body: a `DiscoverSpec` plus `dry_run`."""
+
+    dry_run: StrictBool = False
 
 
 class DrafterPatch(DrafterUpdate):
@@ -131,6 +149,29 @@ def create_drafter(
     drafter = _one(service, lambda s: crud.create_drafter_from_spec(s, spec=spec, actor=ACTOR))
     service.submit(drafter.id)
     return JSONResponse(_public(drafter, _serving(runner)), status_code=202)
+
+
+@router.post("/drafters/discover", status_code=202)
+def discover_drafters(body: DiscoverRequest, service: RegistryServiceDep) -> JSONResponse:
+    """Every drafter under `prefix` of `repo_id` becomes a `pending` drafter (one code path
+    with the CLI and seed pools: `drafter_registry.discovery`), fetched and validated in the
+    background like a single POST /drafters."""
+    spec = DiscoverSpec.model_validate(body.model_dump(exclude={"dry_run"}))
+    hub = service.fetch_settings
+    try:
+        report = _one(service, lambda s: discover_and_register(
+            s, spec, actor=ACTOR, cache_dir=hub.cache_dir, token=hub.token,
+            endpoint=hub.endpoint, dry_run=body.dry_run))
+    except HubNotFound as exc:
+        raise APIError(str(exc), status=404, code="hub_not_found", param="repo_id") from None
+    except NothingDiscovered as exc:
+        raise APIError(str(exc), status=404, code="no_drafters_found", param="prefix") from None
+    except HubError as exc:
+        raise APIError(str(exc), status=502, type="server_error", code="hub_error") from None
+    for drafter_id in report.created:
+        service.submit(drafter_id)
+    body_out = {"object": "drafter.discovery", **report.as_dict()}
+    return JSONResponse(body_out, status_code=200 if body.dry_run else 202)
 
 
 @router.get("/drafters/{drafter_id}")
