@@ -8,6 +8,9 @@
   re-sync their engine pool when it moves; see `db.pool_version`.
 - `request_logs`: per-request speculative-decoding statistics, written off the hot path by
   `request_log.RequestLogWriter`.
+- `responses`: Responses API objects created with `store` (the default), their input items and
+  the conversation they continue; private to the API key that created them (`owner`, a digest
+  prefix, never the key) and purged after the retention period (`responses.py`).
 
 Status lifecycle of a drafter:
 
@@ -179,3 +182,29 @@ class RequestLog(Base):
     # Only written when the operator enabled prompt logging.
     prompt: Mapped[str | None] = mapped_column(Text)
     extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class StoredResponse(Base):
+    """One `/v1/responses` response kept for retrieval and `previous_response_id`."""
+
+    __tablename__ = "responses"
+    __table_args__ = (
+        Index("ix_responses_created_at", "created_at"),
+        Index("ix_responses_owner", "owner"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    status: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str | None] = mapped_column(String(256))
+    previous_response_id: Mapped[str | None] = mapped_column(String(64))
+    # The engine's learner-session key the conversation runs under (drafter choice carries over).
+    session: Mapped[str | None] = mapped_column(String(512))
+    # The response object as `GET /v1/responses/{id}` returns it.
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # This request's input items (with ids), as `GET /v1/responses/{id}/input_items` lists them.
+    input_items: Mapped[list[Any]] = mapped_column(JSON)
+    # The whole conversation as chat messages, through this response's output: what a request
+    # with `previous_response_id` continues (instructions are not carried over, as OpenAI's).
+    history: Mapped[list[Any]] = mapped_column(JSON)

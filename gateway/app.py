@@ -36,9 +36,11 @@ from gateway.http.routes import admin, health, openai
 from gateway.live import routes as admin_live
 from gateway.live.aggregator import STALE_S, LiveAggregator, Load
 from gateway.live.events import EventBus
+from gateway.openai.response_store import ResponseStore
 from gateway.openai.serving_chat import OpenAIServingChat
 from gateway.openai.serving_completion import OpenAIServingCompletion
 from gateway.openai.serving_models import OpenAIServingModels
+from gateway.openai.serving_responses import OpenAIServingResponses
 from gateway.pool.database import RegistryLink
 from gateway.pool.registry import RegistryService
 from gateway.runner import Engine, EngineRunner
@@ -107,6 +109,7 @@ class Components:
     serving_models: OpenAIServingModels
     serving_chat: OpenAIServingChat
     serving_completion: OpenAIServingCompletion
+    serving_responses: OpenAIServingResponses
     registry: RegistryLink
     registry_service: RegistryService
     api_keys: KeySet
@@ -129,6 +132,8 @@ def build_components(settings: Settings, engine: Engine | None = None) -> Compon
         serving_models=models,
         serving_chat=OpenAIServingChat(models, metrics),
         serving_completion=OpenAIServingCompletion(models, metrics),
+        serving_responses=OpenAIServingResponses(
+            models, metrics, ResponseStore(registry, settings.responses_retention_days)),
         registry=registry,
         registry_service=RegistryService(settings, runner, events, registry),
         api_keys=KeySet(settings.api_keys),
@@ -187,7 +192,7 @@ def _add_middleware(app: FastAPI, parts: Components) -> None:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type"],
         )
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)

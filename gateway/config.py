@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     pool_sync_interval_s: float = Field(default=1.0, gt=0, le=60)  # registry -> engine polling
     log_prompts: bool = False  # store prompt text in request_logs (off: statistics only)
     request_log_retention_days: float = Field(default=7.0, ge=0)  # 0 keeps logs forever
+    # Stored /v1/responses responses (`store`, the default) are purged after this many days, as
+    # OpenAI keeps them for 30; 0 keeps them until deleted.
+    responses_retention_days: float = Field(default=30.0, ge=0)
 
     # --- engine ------------------------------------------------------------------------------
     device: str = "cpu"

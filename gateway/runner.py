@@ -15,8 +15,9 @@ Cancellation design (the one async/sync boundary, style rule 10):
   chunks within the step's token budget (`max_step_tokens`), so no stream waits on another's
   prefill. With batching off (`HEDGESPEC_BATCHING=false`) a step is one round of the next
   request in round-robin order.
-- Admission: at most `max_running` requests are in the engine; up to `max_queue` more wait
-  in order. Beyond that `submit` raises 429 at once rather than building an unbounded queue
+- Admission: at most `max_running` requests are in the engine; up to `max_queue` more wait,
+  admitted by `priority` (vLLM's field: lower first; arrival order among equals; default 0).
+  Beyond that `submit` raises 429 at once rather than building an unbounded queue
   (TGI's semaphore behaviour).
 - Validation: the engine is the one judge of a request (context length, policy). `submit`
   returns only once the worker has asked it (`engine.check_request`, between two rounds), and
@@ -96,6 +97,7 @@ class RequestSpec:
     prompt_text: str | None = None  # only when the operator logs prompts (request log)
     session: str | None = None  # learner session key (scoped to the API key by the caller)
     prompt_param: str = "prompt"  # the request field the prompt came from (a 400's `param`)
+    priority: int = 0  # vLLM's: lower is admitted first when the batch is full
 
 
 @dataclass(frozen=True)
@@ -358,7 +360,7 @@ class EngineRunner:
 
     def _admit(self, engine: Engine) -> None:
         while self._waiting and len(self._running) < self.max_running:
-            tracked = self._waiting.popleft()
+            tracked = self._next_waiting()
             spec = tracked.spec
             try:
                 engine.add_request(
@@ -373,6 +375,13 @@ class EngineRunner:
             if self.metrics:
                 self.metrics.queue_time.observe(tracked.started_at - tracked.submitted_at)
         self._observe_load()
+
+    def _next_waiting(self) -> _Tracked:
+        """The waiting request admitted next: the lowest `priority` value first (vLLM's
+        convention), in arrival order among equals."""
+        best = min(self._waiting, key=lambda t: t.spec.priority)
+        self._waiting.remove(best)
+        return best
 
     def _step(self, engine: Engine) -> None:
         try:

@@ -26,6 +26,7 @@ SERVE_FLAGS: dict[str, str] = {
     "cors_origin": "cors_origins",
     "policy": "default_policy",
     "max_sessions": "max_sessions",
+    "responses_retention_days": "responses_retention_days",
     "eval_every": "eval_every",
     "prompt_windows": "prompt_windows",
     "verify_logits": "verify_logits",
@@ -67,6 +68,8 @@ def register(sub: Any) -> None:
                    "normalhedge on a pool without a router), none or fixed:<id>")
     p.add_argument("--max-sessions", type=int,
                    help="learner sessions kept between requests (default 4096; 0: off)")
+    p.add_argument("--responses-retention-days", type=float,
+                   help="days a stored /v1/responses response is kept (default 30; 0: forever)")
     p.add_argument("--eval-every", type=int,
                    help="score every drafter every n-th round (delayed feedback, cheaper "
                         "rounds; default 4 on a CPU, else 1)")

@@ -21,6 +21,7 @@ from gateway.live.aggregator import LiveAggregator
 from gateway.openai.serving_chat import OpenAIServingChat
 from gateway.openai.serving_completion import OpenAIServingCompletion
 from gateway.openai.serving_models import OpenAIServingModels
+from gateway.openai.serving_responses import OpenAIServingResponses
 from gateway.pool.database import RegistryLink
 from gateway.pool.registry import RegistryService
 from gateway.runner import EngineRunner
@@ -56,6 +57,14 @@ def get_serving_completion(request: Request) -> OpenAIServingCompletion:
 
 
 CompletionServingDep = Annotated[OpenAIServingCompletion, Depends(get_serving_completion)]
+
+
+def get_serving_responses(request: Request) -> OpenAIServingResponses:
+    serving: OpenAIServingResponses = request.app.state.serving_responses
+    return serving
+
+
+ResponsesServingDep = Annotated[OpenAIServingResponses, Depends(get_serving_responses)]
 
 
 def get_runner(request: Request) -> EngineRunner:

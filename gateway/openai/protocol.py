@@ -13,10 +13,12 @@ Tool calling: `tools`, `tool_choice` and `parallel_tool_calls` are validated her
 `gateway.openai.tools.spec` data; assistant `tool_calls` and `tool` messages (`tool_call_id`) are
 accepted in the history, with OpenAI's per-role rules (content required unless an assistant
 message makes calls; a tool message names its call). `tools` with a non-text `response_format`
-is refused (both would constrain the same output). Output is text only (`modalities`).
+means "call tools, or answer in the format" (one grammar allows either); with a `tool_choice`
+that forces a call, the call is the whole output and the format has nothing to apply to.
+Output is text only (`modalities`).
 
-Extensions, vLLM-compatible: `top_k`, `ignore_eos`, `repetition_penalty`; ours: a `hedgespec`
-object.
+Extensions, vLLM-compatible: `top_k`, `ignore_eos`, `repetition_penalty`, `priority`; ours: a
+`hedgespec` object.
 
 Responses are plain dicts built in `gateway/openai/serving.py`; their shapes are pinned by tests
 against the `openai` SDK's own types.
@@ -210,6 +212,8 @@ class SamplingFields(OpenAIBaseModel):
     hedgespec: HedgeSpecOptions | None = None
     top_k: int | None = Field(default=None, ge=0)  # vLLM extension; 0 = off
     ignore_eos: bool = False  # vLLM extension; fixed-length generation for benchmarks
+    # vLLM extension: when the batch is full, waiting requests with a lower value start first
+    priority: int = Field(default=0, ge=-(2**31), lt=2**31)
 
     @field_validator("stop", mode="after")
     @classmethod
@@ -314,14 +318,9 @@ class ChatCompletionRequest(SamplingFields):
         if self.top_logprobs and not self.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", param="top_logprobs")
         try:
-            tools = self.tool_request
+            self.tool_request  # noqa: B018  (raises on a tool_choice the tools cannot meet)
         except ValueError as e:
             raise invalid_request(str(e), param="tool_choice") from None
-        if tools is not None and self.grammar is not None:
-            raise invalid_request(
-                "response_format and tools cannot be used together; describe the output as a tool",
-                param="response_format",
-            )
 
     @property
     def max_new_tokens(self) -> int | None:

@@ -3,6 +3,9 @@ request into a job, submit its n engine requests, turn their rounds into text an
 and answer the OpenAI body or the SSE frames. `OpenAIServingChat` and
 `OpenAIServingCompletion` build their job and frame its pieces.
 
+The Responses API (`serving_responses.py`) is a third subclass: the same job, choices, tool
+parsing and grammar as chat, with its own body and typed stream events.
+
 One request is one call: `create` returns the body, or a `JobStream` of SSE frames, and raises
 every refusal (the protocol's or the engine's 400, 429, 503) before either, so a streaming
 client gets it as a plain HTTP error. The engine judges the prompt's length and the policy.
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from core.config import GrammarSpec, Penalties, SamplingParams
+from core.grammar import grammar_text
 from gateway.http.errors import APIError, invalid_request, model_not_found
 from gateway.http.metrics import GatewayMetrics
 from gateway.openai.framing import DONE_FRAME, spec_metrics, sse_frame
@@ -37,6 +41,10 @@ from gateway.openai.protocol import SamplingFields
 from gateway.openai.sampling import sampling, served_defaults
 from gateway.openai.serving_models import OpenAIServingModels
 from gateway.openai.text import IncrementalDetokenizer, StopMatcher, TokenText, usage
+from gateway.openai.tools import formats
+from gateway.openai.tools.grammar import special_token_id, tool_grammar
+from gateway.openai.tools.parse import ToolParser
+from gateway.openai.tools.spec import ToolRequest
 from gateway.runner import EngineInfo, RequestSpec, Update
 
 log = logging.getLogger(__name__)
@@ -123,7 +131,7 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
             raise invalid_request(f"n must be at most {self.settings.max_n}", param="n")
         check_logit_bias(req.penalties, info)
         job = Job(
-            id=f"{self.id_prefix}-{uuid.uuid4().hex}",
+            id=self._new_id(req),
             created=int(time.time()),
             model=self.models.served_name(info),
             fingerprint=info.fingerprint,
@@ -136,6 +144,9 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
         )
         self._add_choices(job, req, info)
         return job
+
+    def _new_id(self, req: RequestT) -> str:
+        return f"{self.id_prefix}-{uuid.uuid4().hex}"
 
     def _max_new_tokens(self, req: SamplingFields, prompt_len: int, info: EngineInfo) -> int:
         """What the request asks for, or the room the context leaves; the engine checks that
@@ -164,7 +175,8 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
             grammar=grammar,
         )
         job.specs.append(RequestSpec(request_id, list(prompt_ids), params, req.policy, prompt_text,
-                                     job.session, self.prompt_param))  # fmt: skip
+                                     job.session, self.prompt_param,
+                                     req.priority))  # fmt: skip
         choice = Choice(
             index, request_id, IncrementalDetokenizer(self._tokenizer()),
             StopMatcher(req.stop_strings),
@@ -172,6 +184,29 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
         )  # fmt: skip
         job.choices.append(choice)
         return choice
+
+    def _tool_grammar(self, fmt: formats.ToolFormat, tools: ToolRequest,
+                      answer: GrammarSpec | None = None) -> GrammarSpec | None:
+        """`required` or a named tool as a grammar, or "auto" with a structured answer format
+        (checked here: a 400, not an engine error)."""
+        grammar = tool_grammar(fmt, tools, self._tokenizer(), answer)
+        if grammar is not None:
+            try:
+                grammar_text(grammar)
+            except ValueError as e:
+                raise invalid_request(f"cannot enforce a call of these tools: {e}",
+                                      param="tools") from None
+        return grammar
+
+    def _parse_tools(self, choice: Choice, fmt: formats.ToolFormat, tools: ToolRequest) -> None:
+        """The choice's text is parsed for calls; tags that are special tokens are kept in it."""
+        tokenizer = self._tokenizer()
+        tags = [special_token_id(tokenizer, t) for t in (fmt.open, fmt.close) if t]
+        keep = frozenset(t for t in tags if t is not None)
+        if keep:
+            choice.detok = IncrementalDetokenizer(tokenizer, keep)
+        choice.tools = ToolParser(fmt, frozenset(t.name for t in tools.tools), tools.parallel,
+                                  forced=bool(tools.forced))
 
     def _tokenizer(self) -> Any:
         return self.runner.tokenizer
@@ -226,6 +261,11 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
     # ---- the body ------------------------------------------------------------------------------
 
     async def _complete(self, job: Job) -> dict[str, Any]:
+        await self._collect(job)
+        return self._body(job)
+
+    async def _collect(self, job: Job) -> None:
+        """Run the job to its end, gathering each choice's text and logprobs."""
         ok = False
         try:
             async with contextlib.aclosing(self._deltas(job)) as deltas:
@@ -237,6 +277,9 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
             ok = True
         finally:
             self._observe(job, ok)
+
+    def _body(self, job: Job) -> dict[str, Any]:
+        """The finished job's response body (the chat and completions shape)."""
         return {
             **self._head(job, chunk=False),
             "choices": [self._final_choice(job, c) for c in job.choices],

@@ -6,19 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.config import GrammarSpec
-from core.grammar import grammar_text
 from core.stats import TokenLogprob
-from gateway.http.errors import invalid_request
 from gateway.openai.framing import finite
 from gateway.openai.jobs import Choice, Delta, Job
 from gateway.openai.protocol import ChatCompletionRequest
 from gateway.openai.serving import OpenAIServing
-from gateway.openai.text import IncrementalDetokenizer, TokenText, render_chat
+from gateway.openai.text import TokenText, render_chat
 from gateway.openai.tools import formats
-from gateway.openai.tools.grammar import special_token_id, tool_grammar
-from gateway.openai.tools.parse import ToolCall, ToolParser
-from gateway.openai.tools.spec import ToolRequest
+from gateway.openai.tools.parse import ToolCall
 from gateway.runner import EngineInfo
 
 
@@ -37,7 +32,7 @@ class OpenAIServingChat(OpenAIServing[ChatCompletionRequest]):
         messages, listed = formats.render(fmt, [m.template_dict() for m in req.messages], tools)
         prompt_ids = render_chat(self._tokenizer(), messages, listed)
         max_new = self._max_new_tokens(req, len(prompt_ids), info)
-        grammar = self._tool_grammar(fmt, tools) if tools else req.grammar
+        grammar = self._tool_grammar(fmt, tools, req.grammar) if tools else req.grammar
         text = self._logged_prompt(prompt_ids)
         for i in range(req.n):
             choice = self._add_choice(job, prompt_ids, max_new, index=i, prompt_text=text,
@@ -45,27 +40,6 @@ class OpenAIServingChat(OpenAIServing[ChatCompletionRequest]):
             if tools:
                 self._parse_tools(choice, fmt, tools)
         job.prompt_tokens = len(prompt_ids)
-
-    def _tool_grammar(self, fmt: formats.ToolFormat, tools: ToolRequest) -> GrammarSpec | None:
-        """`required` or a named tool as a grammar (checked here: a 400, not an engine error)."""
-        grammar = tool_grammar(fmt, tools, self._tokenizer())
-        if grammar is not None:
-            try:
-                grammar_text(grammar)
-            except ValueError as e:
-                raise invalid_request(f"cannot enforce a call of these tools: {e}",
-                                      param="tools") from None
-        return grammar
-
-    def _parse_tools(self, choice: Choice, fmt: formats.ToolFormat, tools: ToolRequest) -> None:
-        """The choice's text is parsed for calls; tags that are special tokens are kept in it."""
-        tokenizer = self._tokenizer()
-        tags = [special_token_id(tokenizer, t) for t in (fmt.open, fmt.close) if t]
-        keep = frozenset(t for t in tags if t is not None)
-        if keep:
-            choice.detok = IncrementalDetokenizer(tokenizer, keep)
-        choice.tools = ToolParser(fmt, frozenset(t.name for t in tools.tools), tools.parallel,
-                                  forced=bool(tools.forced))
 
     # ---- the body ------------------------------------------------------------------------------
 

@@ -180,8 +180,6 @@ def test_langchain_bind_tools_and_structured_output(server: ServerProcess) -> No
         ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
          "tool_choice", "not in tools"),
         ({"tool_choice": "required"}, "tool_choice", "needs tools"),
-        ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format",
-         "cannot be used together"),
         ({"functions": [{"name": "f"}]}, "functions", "deprecated"),
     ],
 )

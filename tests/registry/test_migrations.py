@@ -42,9 +42,10 @@ def test_upgrade_from_empty_matches_the_models(database_url: str) -> None:
     assert schema_diff(database_url) == []
     engine = make_engine(database_url)
     try:
-        assert current_revision(engine) == "0001_initial"
+        assert current_revision(engine) == "0002_responses"
         assert set(inspect(engine).get_table_names()) >= {
-            "drafters", "audit_events", "registry_state", "request_logs", "alembic_version"}
+            "drafters", "audit_events", "registry_state", "request_logs", "responses",
+            "alembic_version"}
         with make_session_factory(engine)() as session:
             assert pool_version(session) == 0  # the counter row is created by the migration
     finally:

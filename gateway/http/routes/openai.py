@@ -1,4 +1,5 @@
-"""OpenAI-compatible routes: `/v1/models`, `/v1/chat/completions`, `/v1/completions`.
+"""OpenAI-compatible routes: `/v1/models`, `/v1/chat/completions`, `/v1/completions`,
+`/v1/responses` (create; retrieve, delete and list input items of a stored response).
 
 Each generation route makes one call to its serving class, which answers the body or the
 frames to stream (`gateway/openai/serving.py`); a refusal is raised before either."""
@@ -10,15 +11,23 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
 from gateway.config import Settings
 from gateway.http.auth import key_scope, require_api_key
-from gateway.http.deps import ChatServingDep, CompletionServingDep, ModelsServingDep
+from gateway.http.deps import (
+    ChatServingDep,
+    CompletionServingDep,
+    ModelsServingDep,
+    ResponsesServingDep,
+)
+from gateway.http.errors import invalid_request
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.openai.protocol_responses import ResponsesRequest
+from gateway.openai.response_store import response_not_found
 from gateway.openai.serving import JobStream
 
 router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[Depends(require_api_key)])
@@ -53,6 +62,71 @@ async def create_completion(
     """Legacy text completion, streamed as SSE when `stream` is true."""
     work = serving.create(body, arrival=_arrival(request), scope=key_scope(request))
     return _response(await _unless_disconnected(request, work), serving.settings)
+
+
+@router.post("/responses", response_model=None)
+async def create_response(
+    body: ResponsesRequest, request: Request, serving: ResponsesServingDep
+) -> Response:
+    """The Responses API, streamed as typed SSE events when `stream` is true."""
+    work = serving.create(body, arrival=_arrival(request), scope=key_scope(request))
+    return _response(await _unless_disconnected(request, work), serving.settings)
+
+
+@router.get("/responses/{response_id}")
+async def retrieve_response(
+    response_id: str, request: Request, serving: ResponsesServingDep
+) -> dict[str, Any]:
+    """A stored response; 404 when absent, expired, deleted or another API key's."""
+    record = await serving.store.load(response_id, key_scope(request))
+    if record is None:
+        raise response_not_found(response_id)
+    return record.body
+
+
+@router.delete("/responses/{response_id}")
+async def delete_response(
+    response_id: str, request: Request, serving: ResponsesServingDep
+) -> dict[str, Any]:
+    """Delete a stored response (404 as for retrieve)."""
+    if not await serving.store.delete(response_id, key_scope(request)):
+        raise response_not_found(response_id)
+    return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+@router.get("/responses/{response_id}/input_items")
+async def list_input_items(
+    response_id: str, request: Request, serving: ResponsesServingDep,
+    after: str | None = None, before: str | None = None,
+    limit: int = Query(default=20), order: str = "desc",
+) -> dict[str, Any]:
+    """The stored response's input items (OpenAI's cursor page: `order` desc by default,
+    `limit` 1-100, `after` / `before` an item id)."""
+    if not 1 <= limit <= 100:
+        raise invalid_request("limit must be between 1 and 100", param="limit")
+    if order not in ("asc", "desc"):
+        raise invalid_request('order must be "asc" or "desc"', param="order")
+    record = await serving.store.load(response_id, key_scope(request))
+    if record is None:
+        raise response_not_found(response_id)
+    items = list(record.input_items)
+    if order == "desc":
+        items.reverse()
+    ids = [item.get("id") for item in items]
+    for cursor, param in ((after, "after"), (before, "before")):
+        if cursor is not None and cursor not in ids:
+            raise invalid_request(f"No input item with id '{cursor}'.", param=param)
+    start = ids.index(after) + 1 if after is not None else 0
+    end = ids.index(before) if before is not None else len(items)
+    items = items[start:max(start, end)]
+    page = items[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > limit,
+    }
 
 
 def _arrival(request: Request) -> float:

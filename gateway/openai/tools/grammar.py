@@ -1,5 +1,8 @@
 """The grammar that forces tool calls: `tool_choice` "required" (one or more calls of any tool,
-exactly one when `parallel_tool_calls` is false) or a named tool (exactly one call of it).
+exactly one when `parallel_tool_calls` is false) or a named tool (exactly one call of it); and,
+for "auto" with a structured answer format (chat `response_format`, Responses `text.format`),
+the choice between them: either calls of any tool, or an answer that follows the format's JSON
+schema (what OpenAI's models do with tools and a JSON schema; the OpenAI Agents SDK sends both).
 
 A Lark grammar for llguidance with the call object embedded as a JSON schema (`%json`): an
 anyOf over the tools of `{"name": {"const": name}, <args key>: <parameters>}`, written with
@@ -20,18 +23,33 @@ from gateway.openai.tools.formats import ToolFormat
 from gateway.openai.tools.spec import Tool, ToolRequest
 
 
-def tool_grammar(fmt: ToolFormat, tools: ToolRequest, tokenizer: Any) -> GrammarSpec | None:
-    """None for "auto" (free text, parsed afterwards)."""
+def tool_grammar(fmt: ToolFormat, tools: ToolRequest, tokenizer: Any,
+                 answer: GrammarSpec | None = None) -> GrammarSpec | None:
+    """None for "auto" without an `answer` format (free text, parsed afterwards). With one
+    (a JSON-schema grammar), "auto" is calls of any tool or an answer in that schema; a forced
+    call ignores it (the call is the whole output, as OpenAI's)."""
     forced = tools.forced
-    if not forced:
+    if not forced and answer is None:
         return None
-    schema = json.dumps(call_schema(fmt, forced), ensure_ascii=False)
+    if not forced:
+        assert answer is not None and answer.kind == "json_schema"
+        schema = json.loads(answer.source)
+        schema.setdefault("x-guidance", dict(JSON_OPTIONS))
+        calls = _calls_grammar(fmt, tools.tools, not tools.parallel, tokenizer, rule="calls")
+        answer_rule = f"answer: %json {json.dumps(schema, ensure_ascii=False)}\n"
+        return GrammarSpec("lark", f"start: calls | answer\n{calls}{answer_rule}")
+    return GrammarSpec("lark", _calls_grammar(fmt, forced, tools.single_call, tokenizer))
+
+
+def _calls_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], single: bool, tokenizer: Any,
+                   *, rule: str = "start") -> str:
+    schema = json.dumps(call_schema(fmt, tools), ensure_ascii=False)
     call = f"%json {schema}"
     if fmt.open and fmt.close:
         call = (f'{lark_tag(fmt.open, tokenizer)} "\\n" {call} "\\n" '
                 f'{lark_tag(fmt.close, tokenizer)}')
-    repeat = "" if tools.single_call else f" ({json.dumps(fmt.separator)} call)*"
-    return GrammarSpec("lark", f"start: call{repeat}\ncall: {call}\n")
+    repeat = "" if single else f" ({json.dumps(fmt.separator)} call)*"
+    return f"{rule}: call{repeat}\ncall: {call}\n"
 
 
 def call_schema(fmt: ToolFormat, tools: tuple[Tool, ...]) -> dict[str, Any]:
