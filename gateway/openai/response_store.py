@@ -46,6 +46,15 @@ def response_not_found(response_id: str, param: str | None = None) -> APIError:
                     code="not_found")
 
 
+MAX_ID_CHARS = 64  # the `responses.id` column's width
+
+
+def possible_id(response_id: str) -> bool:
+    """Whether `response_id` could be one this server minted: it fits the column and holds no
+    NUL (PostgreSQL refuses NUL in text; asking would be a 500, not the 404 it is)."""
+    return len(response_id) <= MAX_ID_CHARS and "\x00" not in response_id
+
+
 class ResponseStore:
     def __init__(self, link: RegistryLink, retention_days: float) -> None:
         self.link = link
@@ -69,12 +78,16 @@ class ResponseStore:
         self._sessions()
 
     async def load(self, response_id: str, owner: str) -> StoredRecord | None:
+        if not possible_id(response_id):
+            return None
         return await asyncio.to_thread(self._load, response_id, owner)
 
     async def save(self, **fields: Any) -> None:
         await asyncio.to_thread(self._save, fields)
 
     async def delete(self, response_id: str, owner: str) -> bool:
+        if not possible_id(response_id):
+            return False
         return await asyncio.to_thread(self._delete, response_id, owner)
 
     # ---- on a thread -----------------------------------------------------------------------

@@ -22,19 +22,30 @@ only with the API key that created it; `previous_response_id` continues that con
 drafter choice carries over as it does for `hedgespec.session` (a conversation's session is its
 first response's id unless the client names one). A stream stores its response just before the
 terminal event, so a client can continue from it at once.
+
+Cancel (`POST /v1/responses/{id}/cancel`): a stored response still in flight is in
+`_in_flight` (event loop only; an entry lives from its admission by the engine to its end, so
+the runner's admission limit bounds it) until its body or stream ends. Cancelling it by its
+key aborts its engine requests as a client disconnect does (the slot is free at the next
+round); the job then ends with status `cancelled` and the output produced so far, is stored
+so, and a stream ends with `response.incomplete` carrying that response (the SDK defines no
+`response.cancelled` event); the cancel call answers the same object. An ended response
+cannot be cancelled (400); an absent one, another key's or a `store: false` one is a 404.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from gateway.http.errors import APIError
+from gateway.http.errors import APIError, invalid_request
 from gateway.http.metrics import GatewayMetrics
 from gateway.openai.framing import sse_frame
 from gateway.openai.jobs import Choice, Delta, Job
@@ -44,9 +55,14 @@ from gateway.openai.protocol_responses import (
     new_id,
     validated_messages,
 )
-from gateway.openai.response_store import ResponseStore, response_not_found
+from gateway.openai.response_store import (
+    MAX_ID_CHARS,
+    ResponseStore,
+    possible_id,
+    response_not_found,
+)
 from gateway.openai.sampling import sampling
-from gateway.openai.serving import OpenAIServing
+from gateway.openai.serving import JobStream, OpenAIServing
 from gateway.openai.serving_models import OpenAIServingModels
 from gateway.openai.text import render_chat
 from gateway.openai.tools import formats
@@ -55,6 +71,20 @@ from gateway.runner import EngineInfo
 
 log = logging.getLogger(__name__)
 Event = tuple[str, dict[str, Any]]
+# How long a cancel waits for the cancelled job to store its body (a stream whose client reads
+# nothing may never get there); past it, the answer is built from the output so far.
+CANCEL_WAIT_S = 10.0
+
+
+@dataclass
+class InFlight:
+    """A stored response still running: what a cancel needs to stop it and answer its body."""
+
+    job: Job
+    owner: str
+    ended: asyncio.Future[dict[str, Any] | None]
+    out: OutputItems | None = None  # the output so far, once the body or stream builds it
+    cancelled: bool = False
 
 
 class OutputItems:
@@ -146,6 +176,8 @@ class OpenAIServingResponses(OpenAIServing[ResponsesRequest]):
                  store: ResponseStore) -> None:
         super().__init__(models, metrics)
         self.store = store
+        # Stored responses still running, by id (event loop only; see the module docstring).
+        self._in_flight: dict[str, InFlight] = {}
 
     async def create(self, req: ResponsesRequest, *, arrival: float,
                      scope: str = "") -> dict[str, Any] | Any:
@@ -163,7 +195,83 @@ class OpenAIServingResponses(OpenAIServing[ResponsesRequest]):
             self.store.check_available()
         req._conversation_session = previous_session or (req._response_id if req.store else None)
         req._owner, req._history = scope, history
-        return await super().create(req, arrival=arrival, scope=scope)
+        result = await super().create(req, arrival=arrival, scope=scope)
+        if isinstance(result, JobStream):  # frames never read: forget it when it is released
+            release, response_id = result.release, req._response_id
+
+            def release_and_forget() -> None:
+                release()
+                self._forget(response_id)
+
+            return JobStream(result.frames, release_and_forget)
+        return result
+
+    async def cancel(self, response_id: str, scope: str) -> dict[str, Any]:
+        """Cancel the key's stored response while it runs: abort its engine requests and
+        answer the body it ends with (status `cancelled`, the output so far). 404 as for
+        retrieve; 400 when it has already ended (unless it ended cancelled: the same body)."""
+        if not possible_id(response_id):
+            raise response_not_found(response_id[:MAX_ID_CHARS])  # never one of ours
+        entry = self._in_flight.get(response_id)
+        if entry is not None and entry.owner == scope:
+            job = entry.job
+            if not entry.ended.done() and not all(c.done for c in job.choices):
+                entry.cancelled = True
+                self.release(job)  # as a client disconnect: freed at the engine's next round
+            body: dict[str, Any] | None
+            try:
+                body = await asyncio.wait_for(asyncio.shield(entry.ended), CANCEL_WAIT_S)
+            except TimeoutError:
+                body = None
+                if entry.cancelled:
+                    output = entry.out.items if entry.out is not None else []
+                    body = self._response(job, "cancelled", output)
+            if body is not None:
+                if body["status"] != "cancelled":
+                    raise cannot_cancel(body["status"])
+                return body
+        record = await self.store.load(response_id, scope)
+        if record is None:
+            raise response_not_found(response_id)
+        if record.status != "cancelled":
+            raise cannot_cancel(record.status)
+        return record.body
+
+    async def _submit(self, job: Job) -> None:
+        """Admit the job; a stored response is then cancellable until it ends."""
+        await super()._submit(job)
+        req = job.request
+        assert isinstance(req, ResponsesRequest)
+        if req.store:
+            ended: asyncio.Future[dict[str, Any] | None] = (
+                asyncio.get_running_loop().create_future())
+            self._in_flight[job.id] = InFlight(job, req._owner, ended)
+
+    def _track(self, job: Job, out: OutputItems) -> None:
+        entry = self._in_flight.get(job.id)
+        if entry is not None:
+            entry.out = out
+
+    def _cancelled(self, job: Job) -> bool:
+        entry = self._in_flight.get(job.id)
+        return entry is not None and entry.cancelled
+
+    def _settle(self, job_id: str, body: dict[str, Any] | None) -> None:
+        """The job's final body is stored (None: it ended without one): a cancel may answer."""
+        entry = self._in_flight.get(job_id)
+        if entry is not None and not entry.ended.done():
+            entry.ended.set_result(body)
+
+    def _forget(self, job_id: str) -> None:
+        self._settle(job_id, None)
+        self._in_flight.pop(job_id, None)
+
+    def _final_status(self, job: Job) -> str:
+        return "cancelled" if self._cancelled(job) else _status(job.choices[0])
+
+    def _observe(self, job: Job, ok: bool) -> None:
+        """A cancelled job counts as aborted, as a disconnect does."""
+        super()._observe(job, ok and not self._cancelled(job))
 
     def _new_id(self, req: ResponsesRequest) -> str:
         return req._response_id or new_id("resp")
@@ -194,18 +302,25 @@ class OpenAIServingResponses(OpenAIServing[ResponsesRequest]):
 
     async def _complete(self, job: Job) -> dict[str, Any]:
         out = OutputItems()
+        self._track(job, out)
+        body: dict[str, Any] | None = None
         try:
-            await self._collect(job)
-        except APIError as err:
-            await self._store(job, self._failed(job, out, err))
-            raise
-        c = job.choices[0]
-        self._events(out, Delta(c, "".join(c.text), [], [], True))
-        status = _status(c)
-        out.finish("incomplete" if status == "incomplete" else "completed")
-        body = self._response(job, status, out.items)
-        await self._store(job, body)
-        return body
+            try:
+                await self._collect(job)
+            except APIError as err:
+                body = self._failed(job, out, err)
+                await self._store(job, body)
+                raise
+            c = job.choices[0]
+            self._events(out, Delta(c, "".join(c.text), [], [], True))
+            status = self._final_status(job)
+            out.finish("completed" if status == "completed" else "incomplete")
+            body = self._response(job, status, out.items)
+            await self._store(job, body)
+            return body
+        finally:
+            self._settle(job.id, body)
+            self._forget(job.id)
 
     def _response(self, job: Job, status: str, output: list[dict[str, Any]],
                   error: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -299,6 +414,7 @@ class OpenAIServingResponses(OpenAIServing[ResponsesRequest]):
         def frame(kind: str, payload: dict[str, Any]) -> bytes:
             return typed_frame(kind, {"type": kind, "sequence_number": next(counter), **payload})
 
+        self._track(job, out)
         try:
             start = self._response(job, "in_progress", [])
             yield frame("response.created", {"response": start})
@@ -307,14 +423,16 @@ class OpenAIServingResponses(OpenAIServing[ResponsesRequest]):
                 async for delta in deltas:
                     for kind, payload in self._events(out, delta):
                         yield frame(kind, payload)
-            status = _status(job.choices[0])
-            for kind, payload in out.finish("incomplete" if status == "incomplete"
-                                            else "completed"):
+            status = self._final_status(job)
+            for kind, payload in out.finish("completed" if status == "completed"
+                                            else "incomplete"):
                 yield frame(kind, payload)
             final = self._response(job, status, out.items)
             ok = True
             await self._store(job, final)
-            terminal = "response.incomplete" if status == "incomplete" else "response.completed"
+            self._settle(job.id, final)
+            # cancelled: `response.incomplete` (the SDK has no `response.cancelled` event)
+            terminal = "response.completed" if status == "completed" else "response.incomplete"
             yield frame(terminal, {"response": final})
         except APIError as err:
             async for chunk in self._fail(job, out, err, frame):
@@ -326,11 +444,13 @@ class OpenAIServingResponses(OpenAIServing[ResponsesRequest]):
                 yield chunk
         finally:
             self._observe(job, ok)
+            self._forget(job.id)
 
     async def _fail(self, job: Job, out: OutputItems, err: APIError,
                     frame: Callable[[str, dict[str, Any]], bytes]) -> AsyncIterator[bytes]:
         failed = self._failed(job, out, err)
         await self._store(job, failed)
+        self._settle(job.id, failed)
         yield frame("error", {"code": err.code or err.type, "message": err.message,
                               "param": err.param})
         yield frame("response.failed", {"response": failed})
@@ -348,6 +468,11 @@ class OpenAIServingResponses(OpenAIServing[ResponsesRequest]):
 
     def _finish_chunk(self, job: Job, c: Choice) -> dict[str, Any]:
         raise NotImplementedError
+
+
+def cannot_cancel(status: str) -> APIError:
+    """OpenAI's answer for cancelling a response that has already ended."""
+    return invalid_request(f"Cannot cancel a {status} response.")
 
 
 def _status(c: Choice) -> str:

@@ -1,5 +1,5 @@
 """OpenAI-compatible routes: `/v1/models`, `/v1/chat/completions`, `/v1/completions`,
-`/v1/responses` (create; retrieve, delete and list input items of a stored response).
+`/v1/responses` (create; retrieve, delete, cancel and list input items of a stored response).
 
 Each generation route makes one call to its serving class, which answers the body or the
 frames to stream (`gateway/openai/serving.py`); a refusal is raised before either."""
@@ -92,6 +92,15 @@ async def delete_response(
     if not await serving.store.delete(response_id, key_scope(request)):
         raise response_not_found(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+@router.post("/responses/{response_id}/cancel")
+async def cancel_response(
+    response_id: str, request: Request, serving: ResponsesServingDep
+) -> dict[str, Any]:
+    """Cancel a stored response still in flight (its engine requests are aborted); the
+    response as it ends, status `cancelled`. 404 as for retrieve; 400 once it has ended."""
+    return await serving.cancel(response_id, key_scope(request))
 
 
 @router.get("/responses/{response_id}/input_items")
