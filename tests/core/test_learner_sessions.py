@@ -107,7 +107,8 @@ def test_a_sessions_next_request_starts_from_where_the_last_ended(setup) -> None
     assert second.warm_start_requests == 1
     first_round = next(r.round for r in rounds if r.round is not None)
     assert first_round.weights == pytest.approx(first.weights)  # no uniform restart
-    assert first_round.drafter == "copy" or first_round.weights["copy"] > 0.5
+    # the warm learner already leads with the copying drafter (a cold one would be uniform)
+    assert max(first_round.weights, key=first_round.weights.get) == "copy"  # type: ignore[arg-type]
     ids = [t for r in rounds for t in r.token_ids]
     assert ids == hf_greedy(target, [3, 4], 60)  # the warm learner changes speed, not output
     _, cold = engine.generate_ids([3, 4], params, "normalhedge")
