@@ -3,14 +3,19 @@ learner starting uniform, the generalist, the router and the per-request oracle,
 
     python -m bench.prompt_windows [--quick] [--pool demo/pool/pool.json] [--threads 2]
                                    [--per-domain 3] [--max-new-tokens 48]
-                                   [--windows 0,8,16,32,48,96]
+                                   [--windows 0,16,48] [--workloads held-out,mismatched]
 
 One engine (the served selector: NormalHedge, the CPU's eval_every) runs every drafter alone
 (for the generalist and the per-request oracle), then HedgeSpec once per prompt-window count W
-(W = 0: the learner starts uniform, as before prompt windows), greedy, on the held-out prompts
-of every domain interleaved. Also reported: how often HedgeSpec's first round already used the
-request's best fixed drafter (the oracle's pick). Writes bench/results/prompt_windows.{md,json,
-png}. MAT does not depend on the machine's speed; tokens/s do (run it on an idle machine).
+(W = 0: the learner starts uniform, as before prompt windows) and, for W > 0, once per form of
+the evidence (SelectorConfig.prompt_evidence: "prior", the default, and "losses", the form
+before issue 40), greedy. Two workloads: the held-out prompts of every domain interleaved, and
+"mismatched": the same texts wrapped in an instruction whose answer is of another domain (code
+to be explained in prose, a medical text turned into SQL, ...; the text comes last, so the
+prompt's tail is of the text's domain and the answer is not). Also reported: how often
+HedgeSpec's first round already used the request's best fixed drafter (the oracle's pick).
+Writes bench/results/prompt_windows.{md,json,png}. MAT does not depend on the machine's speed
+or load; tokens/s do (in the JSON only: the table reads MAT).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import json
 import os
 import platform
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +34,9 @@ import torch
 
 from bench.hedgespec_bench import (
     DEFAULT_POOL,
+    Prompt,
     Run,
+    chat_ids,
     load_prompts,
     oracle_runs,
     run_method,
@@ -35,11 +44,37 @@ from bench.hedgespec_bench import (
     variant,
 )
 from bench.hedgespec_run import generalist_id
+from core import prompt_feedback
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
+from core.engine import SpecEngine
 from core.precision import auto_dtype, cpu_has_native_bf16
 from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The mismatched workload: each domain's text under an instruction whose answer is of another
+# domain. The text comes last, so the prompt's tail is the text's domain.
+MISMATCH = {
+    "python": "Explain in plain English, without writing any code, what this code does:",
+    "sql": "Describe in plain English which data this SQL query returns and why:",
+    "medical": "Write SQL CREATE TABLE statements for the entities in this text:",
+    "news": "Write a Python function that returns the names of the people in this article:",
+    "math": "Write a short news report about a student who solved this problem:",
+    "biology": "Write a Python class that models the concepts in this text:",
+    "chemistry": "Write an SQL query over a table compounds(name, formula, mass) for this text:",
+}
+
+
+def mismatched(prompts: list[Prompt], tokenizer: Any, pool_json: Path) -> list[Prompt]:
+    """The held-out texts under MISMATCH's instructions (other domains' texts: a generic one)."""
+    path = pool_json.parent / "eval_prompts.jsonl"
+    text = {r["id"]: r["prompt"] for r in map(json.loads, path.read_text().splitlines())
+            if r.get("id")}
+    out = []
+    for p in prompts:
+        instruction = MISMATCH.get(p.domain, "Summarise this in one sentence of plain prose:")
+        body = tokenizer.decode(tokenizer(text[p.id])["input_ids"][:140])
+        out.append(Prompt(p.id, p.domain, chat_ids(tokenizer, f"{instruction}\n\n{body}", 180)))
+    return out
 
 
 def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
@@ -47,9 +82,21 @@ def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     config = EngineConfig(max_context=4096, dtype=args.dtype, tree=served_tree("cpu"),
                           selector=served_selector("cpu"))
     engine = open_pool_engine(args.pool, config)
-    prompts = load_prompts(args.pool, engine.tokenizer, args.per_domain, 160)
+    held_out = load_prompts(args.pool, engine.tokenizer, args.per_domain, 160)
+    engine.generate_ids(held_out[0].ids, SamplingParams(max_new_tokens=8))  # warm-up
+    workloads = {"held-out": held_out,
+                 "mismatched": mismatched(held_out, engine.tokenizer, args.pool)}
+    out = {}
+    for name in args.workloads:
+        log(f"workload {name}")
+        out[name] = measure_workload(engine, workloads[name], args, log)
+    return {"workloads": out, "prompts": len(held_out),
+            "domains": sorted({p.domain for p in held_out})}
+
+
+def measure_workload(engine: SpecEngine, prompts: list[Prompt], args: argparse.Namespace,
+                     log: Any) -> dict[str, Any]:
     gen = generalist_id(args.pool, engine.drafter_ids())
-    engine.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=8))  # warm-up
     alone: dict[str, list[Run]] = {}
     for d in engine.drafter_ids():
         alone[d] = timed(log, d, lambda d=d: run_method(engine, prompts, d, f"fixed:{d}",
@@ -65,12 +112,37 @@ def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
                                                          args.max_new_tokens))
         rows["router"] = row(router, None, _hits(router, best))
     for w in args.windows:
-        eng = variant(engine, prompt_windows=w)
-        runs = timed(log, f"hedgespec W={w}", lambda eng=eng: run_method(
-            eng, prompts, "hedgespec", "normalhedge", args.max_new_tokens))
-        rows[f"hedgespec W={w}"] = row(runs, w, _hits(runs, best))
-    return {"rows": rows, "prompts": len(prompts),
-            "domains": sorted({p.domain for p in prompts})}
+        for form, mix in _forms(w, args.prior_mixes):
+            eng = variant(engine, prompt_windows=w, prompt_evidence=form)
+            name = f"hedgespec W={w}" + (f" {form}" if form == "losses" else "") + (
+                f" prior {mix}" if mix != prompt_feedback.PROMPT_PRIOR_MIX else "")
+            with prior_mix(mix):
+                runs = timed(log, name, lambda eng=eng: run_method(
+                    eng, prompts, "hedgespec", "normalhedge", args.max_new_tokens))
+            rows[name] = {**row(runs, w, _hits(runs, best)), "form": form if w else None,
+                          "prior_mix": mix if w and form == "prior" else None}
+    return {"rows": rows}
+
+
+def _forms(windows: int, mixes: list[float]) -> list[tuple[str, float]]:
+    """(evidence form, prior mix) to run at W = windows: the losses form once, the prior form
+    at each mix (the served one first); W = 0 has no evidence."""
+    served = prompt_feedback.PROMPT_PRIOR_MIX
+    if not windows:
+        return [("prior", served)]
+    ordered = [served] + [m for m in mixes if m != served]
+    return [("prior", m) for m in ordered] + [("losses", served)]
+
+
+@contextmanager
+def prior_mix(mix: float) -> Iterator[None]:
+    """core.prompt_feedback.PROMPT_PRIOR_MIX set to `mix` for the runs inside."""
+    served = prompt_feedback.PROMPT_PRIOR_MIX
+    prompt_feedback.PROMPT_PRIOR_MIX = mix
+    try:
+        yield
+    finally:
+        prompt_feedback.PROMPT_PRIOR_MIX = served
 
 
 def timed(log: Any, name: str, fn: Any) -> list[Run]:
@@ -92,24 +164,29 @@ def row(runs: list[Run], windows: int | None, first_hits: float | None) -> dict[
 
 
 def render(results: dict[str, Any], meta: dict[str, Any]) -> str:
-    rows = results["rows"]
-    gen, oracle = rows["generalist"]["mat"], rows["oracle"]["mat"]
     lines = [
         "# HedgeSpec with feedback from the prompt's tail", "",
         f"`{meta['command']}` on {meta['machine']}; {meta['dtype']}, {meta['threads']} "
-        f"thread(s); {results['prompts']} held-out prompts ({len(results['domains'])} domains "
+        f"thread(s); {results['prompts']} prompts a workload ({len(results['domains'])} domains "
         f"interleaved), {meta['max_new']} new tokens each, greedy; served selector (NormalHedge, "
-        f"eval_every {meta['eval_every']}). W = prompt positions scored as feedback windows "
-        "before the first round (0: the learner starts uniform). First round on the best = "
-        "share of requests whose first round used the drafter that was best for that request "
-        "alone (the oracle's pick). MAT = tokens after the first / rounds.", "",
-        "| method | MAT | x generalist | x oracle | first round on the best | tokens/s |",
-        "|---|---|---|---|---|---|",
+        f"eval_every {meta['eval_every']}). W = prompt positions scored before the first round "
+        "(0: the learner starts uniform); the evidence enters as a prior (default) or as "
+        "full-weight losses (`losses`, the form before issue 40). `mismatched`: the same texts "
+        "under an instruction whose answer is of another domain (bench/prompt_windows.MISMATCH). "
+        "First round on the best = share of requests whose first round used the drafter that "
+        "was best for that request alone (the oracle's pick). MAT = tokens after the first / "
+        "rounds; it does not depend on the machine's speed (tokens/s are in the JSON).",
     ]
-    for name, r in rows.items():
-        hits = "" if r["first_round_best"] is None else f"{r['first_round_best']:.0%}"
-        lines.append(f"| {name} | {r['mat']:.3f} | {r['mat'] / gen:.3f} | {r['mat'] / oracle:.3f} "
-                     f"| {hits} | {r['tokens_per_s']:.2f} |")
+    for workload, res in results["workloads"].items():
+        rows = res["rows"]
+        gen, oracle = rows["generalist"]["mat"], rows["oracle"]["mat"]
+        lines += ["", f"## {workload}", "",
+                  "| method | MAT | x generalist | x oracle | first round on the best |",
+                  "|---|---|---|---|---|"]
+        for name, r in rows.items():
+            hits = "" if r["first_round_best"] is None else f"{r['first_round_best']:.0%}"
+            lines.append(f"| {name} | {r['mat']:.3f} | {r['mat'] / gen:.3f} | "
+                         f"{r['mat'] / oracle:.3f} | {hits} |")
     return "\n".join(lines) + "\n"
 
 
@@ -119,17 +196,24 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = results["rows"]
-    sweep = [(r["windows"], r["mat"]) for r in rows.values() if r["windows"] is not None]
-    fig, ax = plt.subplots(figsize=(6.5, 3.5))
-    ax.plot([w for w, _ in sweep], [m for _, m in sweep], marker="o", label="HedgeSpec")
-    for name, style in (("oracle", "--"), ("generalist", ":"), ("router", "-.")):
-        if name in rows:
-            ax.axhline(rows[name]["mat"], linestyle=style, color="grey", label=name)
-    ax.set_xlabel("prompt windows W")
-    ax.set_ylabel("MAT")
-    ax.set_title("HedgeSpec MAT vs feedback from the prompt (SmolLM2-135M pool)")
-    ax.legend(fontsize=8)
+    workloads = results["workloads"]
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6.5 * len(workloads), 3.5),
+                             squeeze=False)
+    for ax, (workload, res) in zip(axes[0], workloads.items(), strict=True):
+        rows = res["rows"]
+        for form, marker in (("prior", "o"), ("losses", "s")):
+            sweep = [(r["windows"], r["mat"]) for r in rows.values()
+                     if r["windows"] is not None and r.get("form") in (form, None)
+                     and r.get("prior_mix") in (prompt_feedback.PROMPT_PRIOR_MIX, None)]
+            ax.plot([w for w, _ in sweep], [m for _, m in sweep], marker=marker,
+                    label=f"HedgeSpec, evidence as {form}")
+        for name, style in (("oracle", "--"), ("generalist", ":"), ("router", "-.")):
+            if name in rows:
+                ax.axhline(rows[name]["mat"], linestyle=style, color="grey", label=name)
+        ax.set_xlabel("prompt windows W")
+        ax.set_ylabel("MAT")
+        ax.set_title(f"{workload} (SmolLM2-135M pool)")
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -140,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool", type=Path, default=DEFAULT_POOL)
     ap.add_argument("--per-domain", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--windows", default="0,8,16,32,48,96")
+    ap.add_argument("--windows", default="0,16,48")
+    ap.add_argument("--workloads", default="held-out,mismatched")
+    ap.add_argument("--prior-mixes", default="",
+                    help="more PROMPT_PRIOR_MIX values to run the prior form at (comma-separated)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--quick", action="store_true", help="1 prompt a domain, 16 tokens, W 0 and 16")
@@ -149,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.per_domain, args.max_new_tokens, args.windows = 1, 16, "0,16"
     args.windows = [int(w) for w in args.windows.split(",")]
+    args.workloads = args.workloads.split(",")
+    args.prior_mixes = [float(m) for m in args.prior_mixes.split(",") if m]
     args.dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     results = measure(args, lambda msg: print(msg, flush=True))
     meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores "

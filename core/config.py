@@ -143,6 +143,11 @@ class SelectorConfig:
     # The prompt's last positions scored as feedback windows before the first round
     # (core/prompt_feedback.py; counterfactual learners only). 0: the learner starts uniform.
     prompt_windows: int = 0
+    # How that evidence reaches the learner: "prior" (NormalHedge's starting weights, regrets
+    # left at zero) or "losses" (full-weight losses, the form before issue 40, which let a
+    # prompt whose domain differs from the answer's lock the answer's best drafter out).
+    # Measured side by side in bench/results/prompt_windows.md.
+    prompt_evidence: Literal["prior", "losses"] = "prior"
 
     def __post_init__(self) -> None:
         if self.eval_every < 1:
@@ -166,11 +171,13 @@ def default_eval_every(device: str) -> int:
 
 
 # Prompt positions scored before the first round by default (core/prompt_feedback.py), by
-# measurement on the shipped pool (bench/results/prompt_windows.md, greedy, 21 requests of 48
-# tokens): HedgeSpec's MAT 0.898x the per-request oracle's with none, 0.965x with 16, 0.987x
-# with 48, 0.992x with 96 (fp32, tree (4, 5, 20)); in bf16 with CPU_TREE 0.900x, 0.962x,
-# 0.964x and 0.979x (0.973x with 32, within the run's noise). Past 48 the gain no longer pays for
-# the extra LM-head rows of the prefill (about 2 ms each on a two-core CPU).
+# measurement with the evidence fed as losses (the form before issue 40) on the shipped pool
+# (bench/results/prompt_windows.md of 2026-12-04, greedy, 21 requests of 48 tokens;
+# the current file compares the forms at 48): HedgeSpec's MAT 0.898x the per-request
+# oracle's with none, 0.965x with 16, 0.987x with 48, 0.992x with 96 (fp32, tree (4, 5, 20));
+# in bf16 with CPU_TREE 0.900x, 0.962x, 0.964x and 0.979x (0.973x with 32, within the run's
+# noise). Past 48 the gain no longer pays for the extra LM-head rows of the prefill (about 2 ms
+# each on a two-core CPU).
 PROMPT_WINDOWS = 48
 
 

@@ -41,10 +41,19 @@ class Chunk:
         return self.state.params.prompt_logprobs is not None
 
 
-def plan_chunk(cache: SlotCache, slot: int, state: RequestState, budget: int) -> Chunk:
-    """The request's next chunk: at most `budget` tokens (at least one), fewer at its end."""
+def plan_chunk(cache: SlotCache, slot: int, state: RequestState, budget: int,
+               tail: int = 1) -> Chunk:
+    """The request's next chunk: at most `budget` tokens (at least one), fewer at its end. A
+    chunk never leaves fewer than `tail` tokens (prompt_tail: the prompt windows' positions and
+    the first root) for the last one, so that the last pass holds the whole tail wherever the
+    step's budget happened to cut: otherwise a 513-token prompt cut at 512 would get no prompt
+    window, and the learner's start would depend on the load."""
     start = cache.lengths[slot]
-    return Chunk(slot, state, start, min(state.prompt_len, start + max(1, budget)))
+    end = min(state.prompt_len, start + max(1, budget))
+    cut = state.prompt_len - tail  # where the tail begins
+    if start < cut < end < state.prompt_len:
+        end = cut  # (a budget smaller than the tail splits it anyway)
+    return Chunk(slot, state, start, end)
 
 
 def forward_chunks(target: Target, cache: SlotCache, chunks: list[Chunk],

@@ -11,22 +11,51 @@ positions exactly as verified positions are scored (core/counterfactual.py) give
 W windows of evidence on the request's own domain before it drafts a single token, at the
 cost of W head rows and no target pass.
 
-Prompt windows are position windows (no round, not in the statistics): they only feed the
-learner. The target side follows the request's decoding: the argmax under greedy, p̃ (raw
-logits with temperature, top-k, top-p) when sampling, the realised next token being the
-prompt's own. A window whose K positions reach past the prompt completes with the first
-evaluated rounds, as any window does.
+The target side follows the request's decoding: the argmax under greedy, p̃ (raw logits with
+temperature, top-k, top-p) when sampling, the realised next token being the prompt's own.
+
+How the evidence reaches the learner (SelectorConfig.prompt_evidence):
+  "prior" (default): the windows that lie wholly inside the prompt are judged apart; the
+      distribution a fresh NormalHedge reaches on their losses, mixed with the learner's
+      current prior (PROMPT_PRIOR_MIX of it: 0.9), becomes its prior (`prompt_prior`), its
+      regrets untouched. The
+      prompt is evidence about the request, not about the answer: a code snippet asked to be
+      explained in prose favours the code drafter, whose drafts then miss. As losses, 40-odd
+      prompt windows gave the code drafter regrets that NormalHedge's zero weight for negative
+      regret turned into a lock-out of the answer's best drafter for many rounds. As a prior
+      the regrets start at zero, so an expert whose regret turns negative gets no weight
+      whatever its prior, and the answer's first windows move the weights at once; every π_i
+      keeps at least a tenth of its former value, so a misleading prompt costs at most ln 10
+      inside the root of the regret bound, sqrt(T · ln(1/π_i)). Learners with no prior (the others
+      of LEARNER_NAMES) start as they would without prompt evidence.
+  "losses": position windows in the request's feedback queue (no round, not in the
+      statistics), their losses fed to the learner at full weight; a window whose K positions
+      reach past the prompt completes with the first evaluated rounds.
+Measured side by side on a workload whose prompt's domain differs from the answer's, and on
+the held-out mix: bench/results/prompt_windows.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from core.config import EngineConfig
-from core.counterfactual import evidence_greedy, evidence_sampling
+from core.counterfactual import Evidence, FloatArray, evidence_greedy, evidence_sampling
+from core.feedback import FeedbackQueue
+from core.learners import NormalHedge
 from core.request import RequestState
 from core.sampling import process_logits
 from core.target import TargetOutput
+
+# The share of the prompt's evidence in the new prior; the rest is the learner's prior before.
+# By measurement (bench/results/prompt_windows.md, 14 prompts a workload, x the per-request
+# oracle's MAT, held-out / mismatched): 0.9 gave 0.958 / 0.946, 0.5 gave 0.944 / 0.952, the
+# losses form 0.976 / 0.927, no prompt evidence 0.928 / 0.916: 0.9 has the best mean and worst
+# case (one request moves a row by about 0.01, so 0.9 and 0.5 are close).
+PROMPT_PRIOR_MIX = 0.9
 
 
 def prompt_tail(config: EngineConfig) -> int:
@@ -63,7 +92,34 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
         realised = np.array(state.token_ids[lo + 1 : first_root + 1])
         evidence = evidence_sampling(probs.cpu().numpy().astype(np.float64), ids, logp,
                                      realised)
-    for m in range(lo, first_root):
-        state.feedback.open_window(m, None, None)
-    state.feedback.add_evidence(lo, evidence)
-    state.learn()
+    if config.selector.prompt_evidence == "losses":
+        for m in range(lo, first_root):
+            state.feedback.open_window(m, None, None)
+        state.feedback.add_evidence(lo, evidence)
+        state.learn()
+    elif isinstance(state.learner, NormalHedge):
+        losses = prompt_losses(evidence, state.feedback)
+        if losses:
+            state.learner.set_prior(prompt_prior(losses, state.learner.prior))
+
+
+def prompt_losses(evidence: Evidence, like: FeedbackQueue) -> list[FloatArray]:
+    """The losses of the windows that lie wholly inside the evidence's positions, judged as
+    `like` judges windows (its loss, estimator, depth and tree size)."""
+    depth = like.depth
+    queue = FeedbackQueue(like.num_drafters, depth, like.loss, like.estimator, like.total_tokens)
+    for m in range(evidence.positions - depth + 1):
+        queue.open_window(m, None, None)
+    queue.add_evidence(0, evidence)
+    return queue.pop_losses()
+
+
+def prompt_prior(losses: Sequence[npt.ArrayLike], prior: npt.ArrayLike) -> list[float]:
+    """PROMPT_PRIOR_MIX x the distribution a fresh NormalHedge reaches on `losses`, plus the
+    rest x `prior` (every expert keeps at least (1 - PROMPT_PRIOR_MIX) of its prior)."""
+    before = np.asarray(prior, dtype=np.float64)
+    judge = NormalHedge(before.shape[0])
+    for loss in losses:
+        judge.update(loss)
+    mixed = PROMPT_PRIOR_MIX * judge.distribution() + (1.0 - PROMPT_PRIOR_MIX) * before
+    return [float(x) for x in mixed / mixed.sum()]

@@ -113,7 +113,8 @@ class BatchScheduler:
         for state in waiting:
             if budget <= 0:
                 break
-            chunks.append(plan_chunk(self.cache, self._slot[state.request_id], state, budget))
+            chunks.append(plan_chunk(self.cache, self._slot[state.request_id], state, budget,
+                                     prompt_tail(self.config)))
             budget -= chunks[-1].size
         shared = [c for c in chunks if not c.wants_prompt_logprobs]
         groups = ([shared] if shared else []) + [[c] for c in chunks if c.wants_prompt_logprobs]

@@ -1,7 +1,10 @@
 """Feedback from the prompt's tail (SelectorConfig.prompt_windows): before the first round the
 learner has scored every drafter on the prompt's last positions, so on a bigram target, with a
 prompt written the way the target writes (its own chain), the drafter that copies it already
-leads; outputs stay the target's (greedy: plain greedy)."""
+leads; outputs stay the target's (greedy: plain greedy). The evidence is a prior by default
+(issue 40, defect B: as losses it locked the answer's best drafter out when the prompt's
+domain differs from the answer's), and it covers the whole tail however the prompt was cut
+into chunks (defect E)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import pytest
 from bench.harness.tiny_models import bigram_setup, hf_greedy
 from core.config import SamplingParams, SelectorConfig, TreeConfig
 from core.engine import RoundOutput, SpecEngine
+from core.prompt_feedback import PROMPT_PRIOR_MIX
 
 TREE = TreeConfig(top_k=2, depth=3, total_tokens=6)
 # The bigram target's own chain: the copy drafter reads the target's features and assumes the
@@ -19,10 +23,12 @@ TREE = TreeConfig(top_k=2, depth=3, total_tokens=6)
 PROMPT = [3] + hf_greedy(bigram_setup(TREE, randoms=0)[0], [3], 23)
 
 
-def engine_with(windows: int, batching: bool = True, max_step_tokens: int = 512) -> SpecEngine:
+def engine_with(windows: int, batching: bool = True, max_step_tokens: int = 512,
+                evidence: str = "prior") -> SpecEngine:
     _, base = bigram_setup(TREE, randoms=3)
     cfg = replace(base.config, batching=batching, max_step_tokens=max_step_tokens,
-                  selector=replace(base.config.selector, prompt_windows=windows))
+                  selector=replace(base.config.selector, prompt_windows=windows,
+                                   prompt_evidence=evidence))
     return SpecEngine(base.target, dict(base.snapshot.drafters), cfg)
 
 
@@ -38,22 +44,35 @@ def test_without_prompt_windows_the_first_round_is_uniform() -> None:
     assert list(weights.values()) == pytest.approx([1 / 4] * 4)
 
 
+# As a prior: PROMPT_PRIOR_MIX of the prompt's NormalHedge distribution (all on "copy"), the
+# rest uniform.
+PRIOR_COPY = PROMPT_PRIOR_MIX * 1.0 + (1.0 - PROMPT_PRIOR_MIX) / 4
+PRIOR_OTHER = (1.0 - PROMPT_PRIOR_MIX) / 4
+
+
 @pytest.mark.parametrize("batching", [True, False])
 def test_the_prompt_already_points_the_learner_at_the_drafter_that_fits(batching: bool) -> None:
     weights = first_round(engine_with(16, batching), GREEDY).round.weights  # type: ignore[union-attr]
-    assert weights["copy"] > 0.9, weights
+    assert weights["copy"] == pytest.approx(PRIOR_COPY, abs=0.01), weights
+    assert all(w == pytest.approx(PRIOR_OTHER, abs=0.01) for d, w in weights.items() if d != "copy")
+    losses = first_round(engine_with(16, batching, evidence="losses"), GREEDY).round.weights  # type: ignore[union-attr]
+    assert losses["copy"] > 0.9, losses
 
 
-def test_a_prompt_prefilled_in_chunks_scores_its_last_chunk() -> None:
-    engine = engine_with(16, max_step_tokens=10)  # 24 prompt tokens: chunks of 10, 10, 4
-    weights = first_round(engine, GREEDY).round.weights  # type: ignore[union-attr]
-    assert weights["copy"] > 0.5, weights
+def test_a_prompt_prefilled_in_chunks_scores_its_whole_tail() -> None:
+    """24 prompt tokens in steps of at most 23: the chunks are cut 7 + 17 so that the last one
+    holds the 17-token tail (16 windows + the first root) instead of 23 + 1, which scored no
+    prompt window at all. The learner starts as after a one-pass prefill."""
+    whole = first_round(engine_with(16), GREEDY).round.weights  # type: ignore[union-attr]
+    engine = engine_with(16, max_step_tokens=23)
+    chunked = first_round(engine, GREEDY).round.weights  # type: ignore[union-attr]
+    assert chunked == pytest.approx(whole), (chunked, whole)
 
 
 def test_sampling_scores_the_prompt_against_p_tilde() -> None:
     params = SamplingParams(max_new_tokens=12, ignore_eos=True, temperature=0.7, seed=3)
     weights = first_round(engine_with(16), params).round.weights  # type: ignore[union-attr]
-    assert weights["copy"] > 0.9, weights
+    assert weights["copy"] == pytest.approx(PRIOR_COPY, abs=0.01), weights
 
 
 def test_output_is_still_plain_greedy_decoding() -> None:
@@ -111,3 +130,48 @@ def test_a_catch_up_job_scores_its_last_pairs_and_marks_the_others() -> None:
     assert torch.equal(tail.topk_logp[:, 4:], full.topk_logp[:, 4:])
     assert (tail.topk_ids[:, :4] == -1).all() and torch.isinf(tail.topk_logp[:, :4]).all()
     assert torch.equal(tail.h_last, full.h_last)  # the caches and states are computed in full
+
+
+def test_a_misleading_prompt_does_not_lock_out_the_answers_best_drafter() -> None:
+    """Defect B in two drafters: 40 prompt windows favour "code" (loss 0 against 1), then the
+    answer favours "prose" (0 against 0.5). As losses, NormalHedge gave "prose" weight 0 for
+    every one of 30 answer windows; as a prior, "prose" leads within a few."""
+    import numpy as np
+
+    from core.learners import NormalHedge
+    from core.prompt_feedback import prompt_prior
+
+    prompt = [np.array([0.0, 1.0])] * 40
+    answer = [np.array([0.5, 0.0])] * 30
+    as_losses = NormalHedge(2)
+    for loss in prompt:
+        as_losses.update(loss)
+    prose_as_losses = []
+    for loss in answer:
+        as_losses.update(loss)
+        prose_as_losses.append(float(as_losses.distribution()[1]))
+    assert max(prose_as_losses) == 0.0
+    as_prior = NormalHedge(2, prompt_prior(prompt, [0.5, 0.5]))
+    lead = PROMPT_PRIOR_MIX + (1.0 - PROMPT_PRIOR_MIX) / 2
+    assert as_prior.distribution().tolist() == pytest.approx([lead, 1.0 - lead])
+    prose_as_prior = []
+    for loss in answer:
+        as_prior.update(loss)
+        prose_as_prior.append(float(as_prior.distribution()[1]))
+    assert prose_as_prior[2] > 0.5 and prose_as_prior[-1] > 0.9, prose_as_prior
+
+
+def test_the_prior_keeps_a_share_of_the_old_one_and_sessions_keep_their_regrets() -> None:
+    from core.learners import NormalHedge
+    from core.prompt_feedback import prompt_prior
+
+    old = [0.2, 0.2, 0.6]
+    prior = prompt_prior([[0.0, 1.0, 1.0]] * 10, old)
+    rest = 1.0 - PROMPT_PRIOR_MIX
+    assert prior == pytest.approx([PROMPT_PRIOR_MIX + rest * 0.2, rest * 0.2, rest * 0.6])
+    assert all(p >= rest * o for p, o in zip(prior, old, strict=True))  # the bound's premise
+    warm = NormalHedge(3)
+    warm.update([1.0, 0.0, 0.5])
+    regrets = warm.regrets.copy()
+    warm.set_prior(prior)
+    assert (warm.regrets == regrets).all() and warm.prior.tolist() == pytest.approx(prior)
