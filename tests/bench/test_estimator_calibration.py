@@ -13,7 +13,7 @@ from tests.bench.test_hedgespec_bench import pool_with_prompts
 def test_bench_writes_both_forms_per_temperature(tmp_path: Path) -> None:
     pool = pool_with_prompts(tmp_path)
     out = tmp_path / "out"
-    main(["--pool", str(pool), "--per-domain", "2", "--max-new-tokens", "24",
+    main(["--pool", str(pool), "--per-domain", "1", "--max-new-tokens", "16",
           "--temperatures", "0,1", "--out", str(out)])
     data = json.loads((out / "estimator_calibration.json").read_text())
     assert set(data["summary"]) == {"0.0", "1.0"}

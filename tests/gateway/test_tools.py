@@ -97,11 +97,15 @@ def test_cross_field_rules_name_their_param() -> None:
     for fields, param in [
         ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
         ({"tools": [], "tool_choice": "required"}, "tool_choice"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
     ]:
         with pytest.raises(APIError) as err:
             request(**fields).check()
         assert err.value.param == param
+    # tools with a JSON response_format are one request (call tools, or answer in that
+    # format), as the OpenAI Agents SDK sends them: no longer a 400
+    both = request(response_format={"type": "json_object"})
+    both.check()
+    assert both.tool_request is not None
 
 
 def test_history_arguments_must_be_a_json_object() -> None:
