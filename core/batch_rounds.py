@@ -38,6 +38,7 @@ from core.rounds import (
     draft_row,
     learn_from,
     logit_rows,
+    model_free_tree,
     record_pairs,
     round_stats,
     verify_tree,
@@ -126,12 +127,20 @@ def _draft(rows: list[_Row], config: EngineConfig) -> None:
     for r in rows:
         if r not in spec:
             r.tree = chain_tree([r.state.token_ids[-1]])
+    free = [r for r in spec if r.chosen in r.state.snapshot.model_free]
+    _each(free, lambda r: _model_free(r))
+    spec = [r for r in spec if r not in free]
     _batched(spec, lambda rs: _sync_chosen(rs, config))
     by_drafter: dict[int, list[_Row]] = {}
     for r in _live(spec):
         by_drafter.setdefault(id(_drafter(r)), []).append(r)
     for group in by_drafter.values():
         _batched(group, lambda rs: _grow(rs, config))
+
+
+def _model_free(r: _Row) -> None:
+    assert r.chosen is not None
+    r.tree = model_free_tree(r.state, r.chosen)
 
 
 def _drafter(r: _Row) -> object:

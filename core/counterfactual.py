@@ -64,7 +64,8 @@ ESTIMATORS: tuple[str, ...] = ("topk", "tree")
 class Evidence:
     """What the catch-up tells about each drafter's candidates at M consecutive positions.
 
-    logp:      [N, M, k] log q_d of its top-k candidates, best first (-inf: no candidate)
+    logp:      [N, M, k] log q_d of its top-k candidates, best first (-inf: no candidate,
+               whose id is -1)
     credit:    [N, M, k] what accepting each candidate is worth: p̃_m(c) when sampling,
                1{c = argmax p̃_m} when greedy; 0 for a repeated target id (d2t collisions)
     path_rank: [N, M] rank of the realised next token x_{m+1} among them, -1 if absent
@@ -105,6 +106,37 @@ class Evidence:
             np.concatenate([self.mass[:, :length], np.zeros((n, pad))], axis=1),
         )
 
+    def truncated(self, depths: IntArray) -> Evidence:
+        """Drafter d's positions from depths[d] on as positions with no candidate: a drafter
+        whose trees are shallower than the window cannot be credited for deeper levels."""
+        beyond = np.arange(self.positions)[None, :] >= np.asarray(depths)[:, None]  # [N, M]
+        if not beyond.any():
+            return self
+        return Evidence(np.where(beyond[..., None], -np.inf, self.logp),
+                        np.where(beyond[..., None], 0.0, self.credit),
+                        np.where(beyond, -1, self.path_rank),
+                        np.where(beyond, 0.0, self.mass))
+
+    @property
+    def awake(self) -> BoolArray:
+        """[N, M] whether each drafter has a candidate at each position. A drafter with none at
+        a window's first position is asleep for that window (core/learners.py)."""
+        return np.asarray(np.isfinite(self.logp).any(axis=-1))
+
+    @staticmethod
+    def interleave(parts: list[tuple[list[int], Evidence]]) -> Evidence:
+        """Evidence of disjoint sets of drafters (their indices, then their evidence) as one, in
+        index order; candidates padded to the widest part (no candidate: log q -inf)."""
+        k = max(e.logp.shape[2] for _, e in parts)
+        order = np.argsort([i for idx, _ in parts for i in idx], kind="stable")
+        def cat(field: str, fill: float) -> FloatArray:
+            rows = [np.concatenate([getattr(e, field), np.full(
+                e.logp.shape[:2] + (k - e.logp.shape[2],), fill)], axis=2) for _, e in parts]
+            return np.concatenate(rows)[order]
+        return Evidence(cat("logp", -np.inf), cat("credit", 0.0),
+                        np.concatenate([e.path_rank for _, e in parts])[order],
+                        np.concatenate([e.mass for _, e in parts])[order])
+
     @staticmethod
     def concat(parts: list[Evidence]) -> Evidence:
         return Evidence(np.concatenate([e.logp for e in parts], axis=1),
@@ -138,10 +170,10 @@ def evidence_sampling(target_probs: npt.ArrayLike, topk_ids: npt.ArrayLike,
     probs = np.asarray(target_probs, dtype=np.float64)  # [M, V]
     ids = np.asarray(topk_ids)  # [N, M, k]
     _check_ids(ids, probs.shape[0])
-    if ids.size and (ids.min() < 0 or ids.max() >= probs.shape[1]):
-        raise ValueError("candidate ids must lie in [0, V)")
+    if ids.size and (ids.min() < -1 or ids.max() >= probs.shape[1]):
+        raise ValueError("candidate ids must lie in [0, V) (-1: no candidate)")
     rows = np.arange(probs.shape[0])[None, :, None]  # [1, M, 1]
-    credit = np.where(_first_occurrence(ids), probs[rows, ids], 0.0)
+    credit = np.where(_first_occurrence(ids) & (ids >= 0), probs[rows, np.maximum(ids, 0)], 0.0)
     return Evidence(_logp(topk_logp, ids.shape), credit, _rank_of(ids, np.asarray(realised)))
 
 
@@ -150,7 +182,10 @@ def gammas_topk(ev: Evidence) -> FloatArray:
     return np.clip(ev.credit.sum(axis=-1), 0.0, 1.0)  # rounding can push a full mass past 1
 
 
-def tree_kept(window: Evidence, total_tokens: int) -> BoolArray:
+TotalTokens = int | IntArray  # one tree size for every drafter, or one per drafter ([N])
+
+
+def tree_kept(window: Evidence, total_tokens: TotalTokens) -> BoolArray:
     """Which candidates at each level of a window are children that the drafter's modelled
     tree keeps under the realised path's node ([N, K, k]; see the module docstring).
 
@@ -161,7 +196,8 @@ def tree_kept(window: Evidence, total_tokens: int) -> BoolArray:
     """
     logp, rank = window.logp, window.path_rank  # [N, K, k], [N, K]
     n, depth, k = logp.shape
-    if total_tokens < 1:
+    totals = np.broadcast_to(np.asarray(total_tokens, dtype=np.int64), (n,))
+    if (totals < 1).any():
         raise ValueError("total_tokens must be >= 1")
     pool = [logp[:, 0]]  # candidates per level; level 1 = the root's top_k
     parent = np.zeros(n)  # cumulative log q of the path's node above the current level
@@ -178,18 +214,18 @@ def tree_kept(window: Evidence, total_tokens: int) -> BoolArray:
         expanded = -np.sort(-above, axis=1)[:, :k]  # [N, k]
         # Every expanded node has the profile of q at this level's path position.
         pool.append((expanded[:, :, None] + logp[:, j, None, :]).reshape(n, -1))
-    tau = _kth_largest(np.concatenate(pool, axis=1), total_tokens)  # [N] the cut of the tree
+    tau = _kth_largest(np.concatenate(pool, axis=1), totals)  # [N] the cut of the tree
     score = np.stack(parents, axis=1)[:, :, None] + logp  # [N, K, k] the path nodes' children
     return np.stack(opens, axis=1)[:, :, None] & np.isfinite(score) & (score >= tau[:, None, None])
 
 
-def gammas_tree(window: Evidence, total_tokens: int) -> FloatArray:
+def gammas_tree(window: Evidence, total_tokens: TotalTokens) -> FloatArray:
     """γ with C = the children the drafter's modelled tree keeps under the path: [N, K]."""
     kept = tree_kept(window, total_tokens)
     return np.clip(np.where(kept, window.credit, 0.0).sum(axis=-1), 0.0, 1.0)
 
 
-def tree_length(window: Evidence, total_tokens: int) -> FloatArray:
+def tree_length(window: Evidence, total_tokens: TotalTokens) -> FloatArray:
     """ÂL under the "tree" estimator, 1 + Σ_k Π_{j<k} 1{x_j ∈ C_j} · γ_k (module docstring):
     [N] for a window [N, K, k]."""
     kept = tree_kept(window, total_tokens)
@@ -201,14 +237,14 @@ def tree_length(window: Evidence, total_tokens: int) -> FloatArray:
     return 1.0 + (reach * gammas).sum(axis=-1)
 
 
-def window_length(window: Evidence, estimator: str, total_tokens: int) -> FloatArray:
+def window_length(window: Evidence, estimator: str, total_tokens: TotalTokens) -> FloatArray:
     """ÂL of one round's window ([N]) under the named estimator (ESTIMATORS)."""
     if estimator == "tree":
         return tree_length(window, total_tokens)
     return estimate_length(window_gammas(window, estimator, total_tokens))
 
 
-def window_gammas(window: Evidence, estimator: str, total_tokens: int) -> FloatArray:
+def window_gammas(window: Evidence, estimator: str, total_tokens: TotalTokens) -> FloatArray:
     """γ of one round's window ([N, K]) under the named estimator (ESTIMATORS)."""
     if estimator == "topk":
         return gammas_topk(window)
@@ -290,11 +326,16 @@ def _path_node(parent: FloatArray, parent_open: BoolArray, logp: FloatArray,
     return np.where(ok, parent + own, -np.inf), ok & np.isfinite(own)
 
 
-def _kth_largest(scores: FloatArray, kth: int) -> FloatArray:
-    """Per row, the kth largest score ([N]); -inf when a row has fewer (everything passes)."""
-    if kth > scores.shape[1]:
-        return np.full(scores.shape[0], -np.inf)
-    return -np.partition(-scores, kth - 1, axis=1)[:, kth - 1]
+def _kth_largest(scores: FloatArray, kth: int | IntArray) -> FloatArray:
+    """Per row, the kth largest score ([N]; kth one for all rows or one per row); -inf for a
+    row with fewer (everything passes)."""
+    n, width = scores.shape
+    ks = np.broadcast_to(np.asarray(kth, dtype=np.int64), (n,))
+    ranked = -np.sort(-scores, axis=1)
+    out = np.full(n, -np.inf)
+    fits = ks <= width
+    out[fits] = ranked[np.flatnonzero(fits), ks[fits] - 1]
+    return out
 
 
 def _first_occurrence(ids: npt.NDArray[np.int64]) -> BoolArray:

@@ -15,7 +15,7 @@ would be pure cost (issue 14, "honest baselines").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -23,8 +23,11 @@ from torch import Tensor
 
 from core.eagle3 import Eagle3Drafter, apply_rope, attention, rms_norm, rope_cos_sin
 from core.kv_buffer import KVBuffer
+from core.model_free.base import ModelFreeDrafter
 
 KV = tuple[Tensor, Tensor]
+# A pool member: an EAGLE-3 drafter or a drafter with no weights.
+Member = Eagle3Drafter | ModelFreeDrafter
 
 # Module parameters that are stacked, with their path inside Eagle3Drafter.
 _PARAMS = {
@@ -213,26 +216,34 @@ def _split(jobs: Sequence[CatchUpJob], h: Tensor, ids: Tensor, logp: Tensor) -> 
 
 
 class PoolSnapshot:
-    """An immutable, ordered set of drafters grouped for batched evaluation. A snapshot made
-    from another (`with_drafter`, `without`) keeps every group whose members did not change:
-    a pool change restacks only the group it touches, instead of holding a second copy of
-    every drafter's weights while requests on the old snapshot finish."""
+    """An immutable, ordered set of drafters: EAGLE-3 drafters grouped for batched evaluation,
+    and model-free drafters (core/model_free/), which need no group. `ids` lists every member
+    in pool order (the learner's expert order); `drafters` holds the EAGLE-3 ones, `free` the
+    model-free ones. A snapshot made from another (`with_drafter`, `without`) keeps every
+    group whose members did not change: a pool change restacks only the group it touches,
+    instead of holding a second copy of every drafter's weights while requests on the old
+    snapshot finish."""
 
-    def __init__(self, drafters: dict[str, Eagle3Drafter],
+    def __init__(self, members: Mapping[str, Member],
                  reuse: Sequence[StackedGroup] = ()) -> None:
-        self.ids: tuple[str, ...] = tuple(drafters)
-        self.drafters = dict(drafters)
+        self.ids: tuple[str, ...] = tuple(members)
+        self.members: dict[str, Member] = dict(members)
+        self.drafters = {i: d for i, d in members.items() if isinstance(d, Eagle3Drafter)}
+        self.free = {i: d for i, d in members.items() if isinstance(d, ModelFreeDrafter)}
         buckets: dict[tuple[object, ...], list[str]] = {}
-        for did, d in drafters.items():
+        for did, d in self.drafters.items():
             buckets.setdefault(group_key(d), []).append(did)
         prior = {tuple(id(d) for d in g.drafters): g for g in reuse}
-        self.groups = [prior.get(tuple(id(drafters[i]) for i in members))
-                       or StackedGroup([drafters[i] for i in members])
-                       for members in buckets.values()]
+        self.groups = [prior.get(tuple(id(self.drafters[i]) for i in group))
+                       or StackedGroup([self.drafters[i] for i in group])
+                       for group in buckets.values()]
         # global index of each group member, in snapshot order
-        self.members = [[self.ids.index(i) for i in members] for members in buckets.values()]
-        self.locate = {idx: (g, j) for g, mem in enumerate(self.members)
+        self.group_members = [[self.ids.index(i) for i in group] for group in buckets.values()]
+        self.locate = {idx: (g, j) for g, mem in enumerate(self.group_members)
                        for j, idx in enumerate(mem)}
+        # snapshot indices of the EAGLE-3 drafters and of the model-free ones
+        self.neural = [i for i, did in enumerate(self.ids) if did in self.drafters]
+        self.model_free = [i for i, did in enumerate(self.ids) if did in self.free]
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -240,11 +251,22 @@ class PoolSnapshot:
     def index(self, drafter_id: str) -> int:
         return self.ids.index(drafter_id)
 
-    def with_drafter(self, drafter_id: str, drafter: Eagle3Drafter) -> PoolSnapshot:
-        return PoolSnapshot({**self.drafters, drafter_id: drafter}, self.groups)
+    def kind(self, drafter_id: str) -> str:
+        """"eagle3" or the model-free drafter's kind."""
+        free = self.free.get(drafter_id)
+        return free.kind if free is not None else "eagle3"
+
+    def depth(self, index: int, tree_depth: int) -> int:
+        """Levels member `index` drafts at most: the engine's tree depth for an EAGLE-3
+        drafter, its own max_depth for a model-free one."""
+        free = self.free.get(self.ids[index])
+        return free.max_depth if free is not None else tree_depth
+
+    def with_drafter(self, drafter_id: str, drafter: Member) -> PoolSnapshot:
+        return PoolSnapshot({**self.members, drafter_id: drafter}, self.groups)
 
     def without(self, drafter_id: str) -> PoolSnapshot:
-        return PoolSnapshot({k: v for k, v in self.drafters.items() if k != drafter_id},
+        return PoolSnapshot({k: v for k, v in self.members.items() if k != drafter_id},
                             self.groups)
 
 
@@ -294,7 +316,8 @@ class DrafterState:
         self.full = full
         self.units: list[_Unit] = []
         wanted = set(range(len(snapshot)) if drafters is None else drafters)
-        for g, (group, members) in enumerate(zip(snapshot.groups, snapshot.members, strict=True)):
+        for g, (group, members) in enumerate(zip(snapshot.groups, snapshot.group_members,
+                                                   strict=True)):
             spans = ([slice(0, len(members))] if full
                      else [slice(j, j + 1) for j in range(len(members))])
             for rows in spans:

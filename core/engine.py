@@ -22,20 +22,23 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.drafter_check import compatibility_problems
-from core.drafter_pool import PoolSnapshot
+from core.drafter_pool import Member, PoolSnapshot
 from core.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
 from core.errors import ContextLengthError, PolicyError, RequestError
 from core.grammar import GrammarCompiler
 from core.head_rows import HeadRows
 from core.learner_sessions import LearnerSessions
 from core.learners import NormalHedge
+from core.model_free.base import MAX_DEPTH as MODEL_FREE_MAX_DEPTH
+from core.model_free.base import ModelFreeDrafter
+from core.model_free.kinds import make_model_free
 from core.request import Policy, RequestState, parse_policy
 from core.rounds import prefill, speculative_round
 from core.router import PromptRouter
@@ -72,7 +75,7 @@ class RoundOutput:
 
 
 class SpecEngine:
-    def __init__(self, target: Target, drafters: dict[str, Eagle3Drafter], config: EngineConfig,
+    def __init__(self, target: Target, drafters: Mapping[str, Member], config: EngineConfig,
                  model_name: str | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.target = target
@@ -85,9 +88,11 @@ class SpecEngine:
         self.model_name = model_name or "target"
         self.snapshot = PoolSnapshot({})
         for did, d in drafters.items():
-            self._check(did, d)
+            if isinstance(d, Eagle3Drafter):
+                self._check(did, d)
         self.snapshot = PoolSnapshot(dict(drafters))
-        limit = target.max_positions - config.tree.depth - 2
+        # Room for the deepest tree any member may draft (a model-free chain can be longer).
+        limit = target.max_positions - max(config.tree.depth, MODEL_FREE_MAX_DEPTH) - 2
         self.max_context = min(config.max_context, limit)
         self._requests: dict[str, RequestState] = {}
         self.sessions = LearnerSessions(config.selector.max_sessions)
@@ -121,9 +126,17 @@ class SpecEngine:
                        model_name: str | None = None) -> SpecEngine:
         spec = json.loads(Path(pool_json).read_text())
         base = Path(pool_json).parent
-        drafters = [(d["id"], base / d["path"]) for d in spec.get("drafters", [])]
+        entries = spec.get("drafters", [])
+        drafters = [(d["id"], base / d["path"]) for d in entries
+                    if d.get("kind", "eagle3") == "eagle3"]
         name = model_name or spec.get("model_name") or Path(spec["target"]).name
         engine = cls.from_dirs(base / spec["target"], drafters, config, name)
+        free = {d["id"]: make_model_free(d["kind"], d.get("params")) for d in entries
+                if d.get("kind", "eagle3") != "eagle3"}
+        # In the file's order, EAGLE-3 and model-free members interleaved as listed.
+        members = {**engine.snapshot.members, **free}
+        engine.snapshot = PoolSnapshot({d["id"]: members[d["id"]] for d in entries},
+                                       engine.snapshot.groups)
         engine.configure_from_pool(spec, base)
         return engine
 
@@ -172,6 +185,15 @@ class SpecEngine:
     def add_loaded_drafter(self, drafter_id: str, drafter: Eagle3Drafter) -> None:
         self._check(drafter_id, drafter)
         self.snapshot = self.snapshot.with_drafter(drafter_id, drafter)
+
+    def add_model_free(self, drafter_id: str, drafter: ModelFreeDrafter) -> None:
+        """Add a drafter with no weights (core/model_free/); running requests keep their
+        snapshot."""
+        self.snapshot = self.snapshot.with_drafter(drafter_id, drafter)
+
+    def drafter_kind(self, drafter_id: str) -> str:
+        """"eagle3", or a model-free drafter's kind ("ngram", "suffix")."""
+        return self.snapshot.kind(drafter_id)
 
     def remove_drafter(self, drafter_id: str) -> None:
         if drafter_id in self.snapshot.ids:
@@ -305,6 +327,8 @@ class SpecEngine:
         """Drop a finished request; keep its learner for the session's next request unless the
         request failed (its last round may have left the learner half-updated)."""
         self.abort(state.request_id)
+        if state.lookups is not None and out.error is None:
+            state.lookups.finish(state.token_ids, state.prompt_len)  # cross-request caches
         if state.session is not None and state.learner is not None and out.error is None:
             self.sessions.put(state.session, state.policy.name, state.snapshot.ids, state.learner,
                               state.stats.warm_start_requests + 1)

@@ -32,6 +32,7 @@ window (the cut), so the prob loss waits like the length loss.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import get_args
 
@@ -41,8 +42,10 @@ import numpy.typing as npt
 from core.config import LossName
 from core.counterfactual import (
     ESTIMATORS,
+    BoolArray,
     Evidence,
     FloatArray,
+    TotalTokens,
     length_loss,
     prob_loss,
     window_gammas,
@@ -71,12 +74,23 @@ class Window:
 
 
 @dataclass(frozen=True)
+class WindowLoss:
+    """One window's loss vector for the learner, and which drafters were awake for it (had a
+    candidate at its root): an asleep drafter's entry is to be replaced by the learner's own
+    expected loss over the awake ones (Learner.sleeping_losses)."""
+
+    loss: FloatArray  # [N]
+    awake: BoolArray  # [N]
+
+
+@dataclass(frozen=True)
 class _Verdict:
     """A window judged on its `known` leading positions (unknown ones count as γ = 0)."""
 
     gammas: FloatArray  # [N, K]
     est_len: FloatArray  # [N] ÂL
     known: int
+    awake: BoolArray  # [N] a candidate at the window's first position (all True if unknown)
 
 
 @dataclass
@@ -91,7 +105,11 @@ class FeedbackQueue:
     """Holds the evidence and open windows of one request; see the module docstring."""
 
     def __init__(self, num_drafters: int, depth: int, loss: str = "length",
-                 estimator: str = "topk", total_tokens: int | None = None) -> None:
+                 estimator: str = "topk", total_tokens: TotalTokens | None = None,
+                 depths: Sequence[int] | None = None) -> None:
+        """`depth` K: the window's levels (the deepest tree of the pool); `depths` and
+        `total_tokens`, one per drafter where their trees differ (model-free drafters draft
+        chains of their own length): a drafter is credited only with the levels it drafts."""
         if num_drafters < 1 or depth < 1:
             raise ValueError("num_drafters and depth must be >= 1")
         if loss not in get_args(LossName):
@@ -103,6 +121,9 @@ class FeedbackQueue:
         self.loss = loss
         self.estimator = estimator
         self.total_tokens = total_tokens if total_tokens is not None else 1 << 30
+        self.depths = np.full(num_drafters, depth) if depths is None else np.asarray(depths)
+        if self.depths.shape != (num_drafters,) or (self.depths > depth).any():
+            raise ValueError(f"depths must be {num_drafters} values <= the window depth {depth}")
         self._pending: deque[_Pending] = deque()
         self._evidence: Evidence | None = None  # positions from self._base on
         self._base: int | None = None  # absolute position of the first held position
@@ -163,16 +184,17 @@ class FeedbackQueue:
         self._evidence = evidence if held is None else Evidence.concat([held, evidence])
         self._trim()
 
-    def pop_losses(self) -> list[FloatArray]:
-        """Loss vectors ([N] each) that became known, in window order; each exactly once."""
-        out: list[FloatArray] = []
+    def pop_losses(self) -> list[WindowLoss]:
+        """Loss vectors ([N] each, with the awake set) that became known, in window order;
+        each exactly once."""
+        out: list[WindowLoss] = []
         for pending in self._pending:
             if pending.learned:
                 continue
             verdict = self._verdict(pending.start)
             if not self._loss_ready(verdict):
                 break  # FIFO: a later window never overtakes an earlier one
-            out.append(self._loss(verdict))
+            out.append(WindowLoss(self._loss(verdict), verdict.awake))
             pending.learned = True
         return out
 
@@ -235,15 +257,17 @@ class FeedbackQueue:
     def _verdict(self, start: int) -> _Verdict:
         """γ ([N, K], zero where unknown) and ÂL of the window rooted at `start`, judged on
         its known leading positions."""
+        n = self.num_drafters
         if self._base is None or self._evidence is None:
-            return _Verdict(np.zeros((self.num_drafters, self.depth)),
-                            np.ones(self.num_drafters), 0)
+            return _Verdict(np.zeros((n, self.depth)), np.ones(n), 0, np.ones(n, dtype=bool))
         lo = start - self._base
         known = max(0, min(self.depth, self._evidence.positions - lo))
-        window = self._evidence.slice(lo, lo + known).padded(self.depth)
+        window = self._evidence.slice(lo, lo + known).padded(self.depth).truncated(self.depths)
         gammas = window_gammas(window, self.estimator, self.total_tokens)
         gammas[:, known:] = 0.0
-        return _Verdict(gammas, window_length(window, self.estimator, self.total_tokens), known)
+        awake = window.awake[:, 0] if known else np.ones(n, dtype=bool)
+        return _Verdict(gammas, window_length(window, self.estimator, self.total_tokens), known,
+                        awake)
 
     def _trim(self) -> None:
         """Drop positions no open or future window can need: windows start strictly after the

@@ -10,6 +10,15 @@ Delayed feedback follows Joulani et al. 2013's queue: a loss vector is applied a
 the feedback of the round being played now, so the learner's instantaneous regret uses its
 current distribution p, not the one played when the window opened (reference notes 2.3).
 
+Sleeping experts. A model-free drafter (core/model_free/) often has nothing to propose at a
+round's root; it is then *asleep* for that round. A learner chooses among the awake experts
+only (`select(..., awake=)`: its distribution restricted to them), and a window's loss charges
+each asleep expert the learner's own expected loss over the awake ones (`sleeping_losses`),
+so its regret does not move: the standard reduction of sleeping experts to experts (Freund,
+Schapire, Singer, Warmuth 1997, "Using and combining predictors that specialize"; Blum,
+Mansour 2007, §6; the form AdaNormalHedge states in Luo, Schapire 2015, §5), under which the
+regret bound holds against each expert over the rounds it was awake.
+
 References: Chaudhuri, Freund, Hsu 2009 (NormalHedge, arXiv 0903.2851); Luo, Schapire 2015
 (AdaNormalHedge, arXiv 1502.05934); Hou et al. 2025 (BanditSpec, arXiv 2505.15141).
 """
@@ -24,7 +33,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from core.counterfactual import FloatArray
+from core.counterfactual import BoolArray, FloatArray
 
 LEARNER_KINDS: tuple[str, ...] = (
     "normalhedge", "adanormalhedge", "hedge", "ucbspec", "exp3spec", "fixed",
@@ -62,13 +71,41 @@ class Learner(ABC):
     def distribution(self) -> FloatArray:
         """Probabilities over experts ([N], sums to 1) for the next round."""
 
-    def select(self, rng: np.random.Generator, argmax: bool = False) -> int:
-        """Sample an expert from `distribution()`, or take its mode (ties broken by rng)."""
-        p = self.distribution()
+    def select(self, rng: np.random.Generator, argmax: bool = False,
+               awake: BoolArray | None = None) -> int:
+        """Sample an expert from `distribution()` (restricted to the `awake` experts when
+        given; at least one must be), or take its mode (ties broken by rng)."""
+        p = self.distribution() if awake is None else self.awake_distribution(awake)
         if argmax:
             best = np.flatnonzero(p >= p.max())
             return int(best[0] if best.size == 1 else rng.choice(best))
         return sample_index(p, rng)
+
+    def awake_distribution(self, awake: BoolArray) -> FloatArray:
+        """The distribution restricted to the awake experts and renormalised; where it puts no
+        mass on any of them (NormalHedge gives experts without positive regret none), the
+        fallback is `_asleep_fallback` over the awake ones."""
+        mask = np.asarray(awake, dtype=bool)
+        if mask.shape != (self._n,) or not mask.any():
+            raise ValueError(f"expected a mask over {self._n} experts with one awake")
+        p = np.where(mask, self.distribution(), 0.0)
+        if p.sum() <= 0.0:
+            p = np.where(mask, self._asleep_fallback(), 0.0)
+        return p / p.sum()
+
+    def _asleep_fallback(self) -> FloatArray:
+        return np.ones(self._n)
+
+    def sleeping_losses(self, losses: npt.ArrayLike, awake: BoolArray) -> FloatArray:
+        """`losses` with every asleep expert's entry replaced by the learner's expected loss
+        over the awake ones, ℓ̂ = Σ_awake p_i ℓ_i / Σ_awake p_i (module docstring): the
+        learner's loss on the round is then ℓ̂ and an asleep expert's regret r = ℓ̂ - ℓ̂ = 0."""
+        ell = np.asarray(losses, dtype=np.float64)
+        mask = np.asarray(awake, dtype=bool)
+        if mask.all():
+            return ell
+        fill = float(self.awake_distribution(mask) @ np.where(mask, ell, 0.0))
+        return np.where(mask, ell, fill)
 
     @abstractmethod
     def update(self, losses: npt.ArrayLike) -> None:
@@ -267,6 +304,9 @@ class NormalHedge(FullInformationLearner):
     def distribution(self) -> FloatArray:
         return np.array(self._p)
 
+    def _asleep_fallback(self) -> FloatArray:
+        return np.array(self._prior)
+
     def update(self, losses: npt.ArrayLike) -> None:
         ell = check_losses(losses, self._n)
         learner_loss = sum(p * x for p, x in zip(self._p, ell, strict=True))
@@ -439,8 +479,11 @@ class UCBSpec(BanditLearner):
         p[self._next_arm()] = 1.0
         return p
 
-    def select(self, rng: np.random.Generator, argmax: bool = False) -> int:
-        return self._next_arm()
+    def select(self, rng: np.random.Generator, argmax: bool = False,
+               awake: BoolArray | None = None) -> int:
+        if awake is None:
+            return self._next_arm()
+        return int(np.argmax(np.where(awake, self.upper_bounds(), -np.inf)))
 
     def update_bandit(self, arm: int, accepted_len: float, max_len: int) -> None:
         y = self._check_feedback(arm, accepted_len, max_len)
@@ -480,6 +523,7 @@ class EXP3Spec(BanditLearner):
         self._estimates = np.zeros(num_experts)
         self._rounds = 0
         self._learner_loss = 0.0  # Σ_t normalised loss of the played arm
+        self._played: FloatArray | None = None
 
     @property
     def loss_estimates(self) -> FloatArray:
@@ -493,14 +537,19 @@ class EXP3Spec(BanditLearner):
     def distribution(self) -> FloatArray:
         return softmax_log(-self.rate() * self._estimates)
 
-    def select(self, rng: np.random.Generator, argmax: bool = False) -> int:
-        return sample_index(self.distribution(), rng)
+    def select(self, rng: np.random.Generator, argmax: bool = False,
+               awake: BoolArray | None = None) -> int:
+        p = self.distribution() if awake is None else self.awake_distribution(awake)
+        self._played = p  # the importance weight needs the distribution the arm came from
+        return sample_index(p, rng)
 
     def update_bandit(self, arm: int, accepted_len: float, max_len: int) -> None:
         y = self._check_feedback(arm, accepted_len, max_len)
         loss = (max_len - y) / (max_len - 1)
-        # The distribution the arm was drawn from: nothing has changed it since select().
-        self._estimates[arm] += loss / self.distribution()[arm]
+        # The distribution the arm was drawn from (select's; nothing has changed it since).
+        played = self._played if self._played is not None else self.distribution()
+        self._estimates[arm] += loss / played[arm]
+        self._played = None
         self._learner_loss += loss
         self._rounds += 1
 
@@ -536,8 +585,9 @@ class Fixed(Learner):
         p[self.index] = 1.0
         return p
 
-    def select(self, rng: np.random.Generator, argmax: bool = False) -> int:
-        return self.index
+    def select(self, rng: np.random.Generator, argmax: bool = False,
+               awake: BoolArray | None = None) -> int:
+        return self.index  # asleep or not: the round then drafts nothing (a plain step)
 
     def update(self, losses: npt.ArrayLike) -> None:
         return None

@@ -19,7 +19,13 @@ from core.config import EngineConfig
 from core.kv_cache import SlotCache
 from core.prompt_feedback import learn_from_prompt, prompt_tail
 from core.request import RequestState
-from core.rounds import commit_first, first_token, prompt_logprobs, start_drafters
+from core.rounds import (
+    commit_first,
+    first_token,
+    prompt_logprobs,
+    start_drafters,
+    start_lookups,
+)
 from core.target import Target, TargetOutput
 
 
@@ -95,6 +101,7 @@ def finish_chunk(cache: SlotCache, chunk: Chunk, out: TargetOutput,
     if not state.finished:
         _feed(state, out.features, torch.tensor(state.token_ids[start + 1 : end] + [tok]), config,
               scored=prompt_tail(config))
+        start_lookups(state, config)
         learn_from_prompt(state, out, start, config)
     return committed
 

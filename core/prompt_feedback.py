@@ -43,9 +43,10 @@ import numpy as np
 import numpy.typing as npt
 
 from core.config import EngineConfig
-from core.counterfactual import Evidence, FloatArray, evidence_greedy, evidence_sampling
-from core.feedback import FeedbackQueue
+from core.counterfactual import Evidence
+from core.feedback import FeedbackQueue, WindowLoss
 from core.learners import NormalHedge
+from core.pool_evidence import TargetSide, with_model_free
 from core.request import RequestState
 from core.sampling import process_logits
 from core.target import TargetOutput
@@ -70,28 +71,30 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
     positions, add their evidence and let the learner take the losses already known."""
     w = config.selector.prompt_windows
     cands = state.pending
-    if (w == 0 or not state.evaluate or state.feedback is None or cands is None
-            or state.finished):
+    if (w == 0 or not state.evaluate or state.feedback is None or state.finished
+            or (cands is None and state.snapshot.neural)):
         return
     first_root = len(state.token_ids) - 1  # the first generated token's position
     first_row = first_root - len(out)  # position of out's row 0
     lo = max(chunk_start + 1, first_row, first_root - w)
     if lo >= first_root:
         return
-    # The distribution at position m: target row m; the drafters' pair ending at m, which is
-    # the chunk's pair m - chunk_start - 1.
     raw = out.rows(list(range(lo - first_row, first_root - first_row)))
-    pairs = slice(lo - chunk_start - 1, first_root - chunk_start - 1)
-    ids = cands.topk_ids[:, pairs].cpu().numpy()
-    logp = cands.topk_logp[:, pairs].cpu().numpy()
     p = state.params
     if p.greedy:
-        evidence = evidence_greedy(raw.argmax(dim=-1).cpu().numpy(), ids, logp)
+        target = TargetSide(raw.argmax(dim=-1).cpu().numpy(), None, None)
     else:
         probs = process_logits(raw, p.temperature, p.top_p, p.top_k)
-        realised = np.array(state.token_ids[lo + 1 : first_root + 1])
-        evidence = evidence_sampling(probs.cpu().numpy().astype(np.float64), ids, logp,
-                                     realised)
+        target = TargetSide(None, probs.cpu().numpy().astype(np.float64),
+                            np.array(state.token_ids[lo + 1 : first_root + 1]))
+    parts = []
+    if cands is not None:
+        # The distribution at position m: target row m; the drafters' pair ending at m, which
+        # is the chunk's pair m - chunk_start - 1.
+        pairs = slice(lo - chunk_start - 1, first_root - chunk_start - 1)
+        parts.append((cands.indices, target.evidence(cands.topk_ids[:, pairs].cpu().numpy(),
+                                                     cands.topk_logp[:, pairs].cpu().numpy())))
+    evidence = with_model_free(state, parts, lo, first_root - lo, target)
     if config.selector.prompt_evidence == "losses":
         for m in range(lo, first_root):
             state.feedback.open_window(m, None, None)
@@ -103,23 +106,29 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
             state.learner.set_prior(prompt_prior(losses, state.learner.prior))
 
 
-def prompt_losses(evidence: Evidence, like: FeedbackQueue) -> list[FloatArray]:
+def prompt_losses(evidence: Evidence, like: FeedbackQueue) -> list[WindowLoss]:
     """The losses of the windows that lie wholly inside the evidence's positions, judged as
-    `like` judges windows (its loss, estimator, depth and tree size)."""
+    `like` judges windows (its loss, estimator, depths and tree sizes)."""
     depth = like.depth
-    queue = FeedbackQueue(like.num_drafters, depth, like.loss, like.estimator, like.total_tokens)
+    queue = FeedbackQueue(like.num_drafters, depth, like.loss, like.estimator, like.total_tokens,
+                          like.depths.tolist())
     for m in range(evidence.positions - depth + 1):
         queue.open_window(m, None, None)
     queue.add_evidence(0, evidence)
     return queue.pop_losses()
 
 
-def prompt_prior(losses: Sequence[npt.ArrayLike], prior: npt.ArrayLike) -> list[float]:
-    """PROMPT_PRIOR_MIX x the distribution a fresh NormalHedge reaches on `losses`, plus the
-    rest x `prior` (every expert keeps at least (1 - PROMPT_PRIOR_MIX) of its prior)."""
+def prompt_prior(losses: Sequence[npt.ArrayLike | WindowLoss],
+                 prior: npt.ArrayLike) -> list[float]:
+    """PROMPT_PRIOR_MIX x the distribution a fresh NormalHedge reaches on `losses` (a window's
+    asleep drafters charged as core/learners.py charges them), plus the rest x `prior` (every
+    expert keeps at least (1 - PROMPT_PRIOR_MIX) of its prior)."""
     before = np.asarray(prior, dtype=np.float64)
     judge = NormalHedge(before.shape[0])
     for loss in losses:
-        judge.update(loss)
+        if not isinstance(loss, WindowLoss):
+            judge.update(loss)
+        elif loss.awake.any():
+            judge.update(judge.sleeping_losses(loss.loss, loss.awake))
     mixed = PROMPT_PRIOR_MIX * judge.distribution() + (1.0 - PROMPT_PRIOR_MIX) * before
     return [float(x) for x in mixed / mixed.sum()]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch import Tensor
 
@@ -16,6 +17,7 @@ from core.errors import PolicyError
 from core.feedback import FeedbackQueue, Window
 from core.grammar import TokenMatcher
 from core.learners import Learner, make_learner
+from core.model_free.evidence import RequestLookups
 from core.spec_gate import GATED_EVAL_STRETCH
 from core.stats import RequestStats, TokenLogprob
 
@@ -117,6 +119,8 @@ class RequestState:
     # Set by the prefill when params.prompt_logprobs asks for it; handed out once.
     prompt_logprobs: list[TokenLogprob | None] | None = None
     matcher: TokenMatcher | None = None  # the grammar of a structured output (core/grammar.py)
+    # The model-free members' lookups over this request's tokens (core/model_free/evidence.py).
+    lookups: RequestLookups | None = None
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
@@ -130,12 +134,11 @@ class RequestState:
             sel = config.selector
             fixed = snapshot.index(policy.name) if policy.kind == "fixed" else None
             name = "fixed" if policy.kind == "fixed" else policy.name
-            learner = make_learner(name, n, hedge_eta=sel.hedge_eta, max_len=config.tree.depth + 1,
-                                   fixed_index=fixed, prior=policy.prior)
+            learner = make_learner(name, n, hedge_eta=sel.hedge_eta,
+                                   max_len=max_len(snapshot, config), fixed_index=fixed,
+                                   prior=policy.prior)
             if learner.counterfactual or config.evaluate_all:
-                feedback = FeedbackQueue(n, config.tree.depth, loss=sel.loss,
-                                         estimator=sel.estimator,
-                                         total_tokens=config.tree.total_tokens)
+                feedback = _feedback_queue(snapshot, config)
         stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
                              prompt_tokens=len(prompt))
         return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt), cache,
@@ -154,9 +157,23 @@ class RequestState:
         return len(self.token_ids) - self.prompt_len
 
     def select(self, argmax: bool) -> int | None:
+        """The round's drafter, among those awake (a model-free member with no guess at the
+        root sleeps); None when the request drafts nothing or every member sleeps."""
         if self.learner is None:
             return None
-        return self.learner.select(self.rng, argmax=argmax)
+        awake = self.awake()
+        if awake is not None and not awake.any():
+            return None
+        return self.learner.select(self.rng, argmax=argmax, awake=awake)
+
+    def awake(self) -> npt.NDArray[np.bool_] | None:
+        """Which members can draft from the root; None when all can (no model-free member)."""
+        if self.lookups is None or not self.lookups.lookups:
+            return None
+        mask = np.ones(len(self.snapshot), dtype=bool)
+        for i, up in self.lookups.awake().items():
+            mask[i] = up
+        return mask
 
     def weights(self) -> dict[str, float]:
         if self.learner is None:
@@ -190,9 +207,9 @@ class RequestState:
         """Apply the loss vectors that became known, in order (counterfactual learners), then
         record the completed windows' ÂL estimates for the statistics."""
         assert self.feedback is not None
-        for loss in self.feedback.pop_losses():
-            if self.learner is not None and self.learner.counterfactual:
-                self.learner.update(loss)
+        for w in self.feedback.pop_losses():
+            if self.learner is not None and self.learner.counterfactual and w.awake.any():
+                self.learner.update(self.learner.sleeping_losses(w.loss, w.awake))
         self.record(self.feedback.pop_completed())
 
     def record(self, windows: list[Window]) -> None:
@@ -209,3 +226,20 @@ class RequestState:
             return None
         out, self._logprobs = self._logprobs, []
         return out
+
+
+def max_len(snapshot: PoolSnapshot, config: EngineConfig) -> int:
+    """The most tokens a round can commit: the deepest member's tree plus the bonus token."""
+    return max(snapshot.depth(i, config.tree.depth) for i in range(len(snapshot))) + 1
+
+
+def _feedback_queue(snapshot: PoolSnapshot, config: EngineConfig) -> FeedbackQueue:
+    """Windows as deep as the pool's deepest tree; each member credited with its own depth
+    and tree size (a model-free chain may be longer than the EAGLE tree)."""
+    tree = config.tree
+    depths = [snapshot.depth(i, tree.depth) for i in range(len(snapshot))]
+    totals = np.array([snapshot.free[d].total_tokens if d in snapshot.free
+                       else tree.total_tokens for d in snapshot.ids])
+    return FeedbackQueue(len(snapshot), max(depths), loss=config.selector.loss,
+                         estimator=config.selector.estimator, total_tokens=totals,
+                         depths=depths)

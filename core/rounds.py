@@ -11,12 +11,13 @@ import torch
 from torch import Tensor
 
 from core.config import EngineConfig
-from core.counterfactual import evidence_greedy, evidence_sampling
 from core.drafter_pool import Candidates, DrafterState
 from core.drafting import DraftRow, grow_trees, tree_scratch
+from core.model_free.evidence import RequestLookups, propose
 from core.node_logits import NodeLogits, penalise
+from core.pool_evidence import TargetSide, with_model_free
 from core.prompt_feedback import learn_from_prompt, prompt_tail
-from core.request import DeferredRound, RequestState
+from core.request import DeferredRound, RequestState, max_len
 from core.sampling import log_probs, process_logits
 from core.stats import RoundStats, TokenLogprob
 from core.target import Target, TargetOutput, compact_cache
@@ -39,6 +40,7 @@ def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[i
     committed = commit_first(state, tok, last)
     if state.learner is not None and not state.finished:
         start_drafters(state)
+        start_lookups(state, config)
         state.dstate.record(out.features, torch.cat([ids[1:], torch.tensor([tok])]))  # type: ignore[union-attr]
         if state.evaluate:  # the first γ (at the first root) needs every drafter's prediction now
             state.pending = state.dstate.sync(state.snapshot, config.tree.top_k,  # type: ignore[union-attr]
@@ -70,6 +72,19 @@ def start_drafters(state: RequestState) -> None:
     fixed = state.learner.fixed_index
     state.dstate = DrafterState(state.snapshot, full=state.evaluate,
                                 drafters=None if fixed is None else [fixed])
+
+
+def start_lookups(state: RequestState, config: EngineConfig) -> None:
+    """The model-free members' lookups over the prompt and first token, once it is committed;
+    under full evaluation they record their guesses from the prompt windows' first position
+    on (core/prompt_feedback.py reads those, the rounds the rest)."""
+    free = {i: state.snapshot.free[state.snapshot.ids[i]] for i in state.snapshot.model_free}
+    if state.learner is None or not free or state.lookups is not None:
+        return
+    first_root = len(state.token_ids) - 1
+    record_from = first_root - config.selector.prompt_windows if state.evaluate else first_root
+    state.lookups = RequestLookups.start(free, state.token_ids, record_from,
+                                         record=state.evaluate)
 
 
 def speculative_round(target: Target, state: RequestState, config: EngineConfig,
@@ -153,6 +168,8 @@ def record_pairs(state: RequestState, v: Verified) -> bool:
     if state.dstate is None or state.finished:
         return False
     state.dstate.record(v.out.features[v.path], torch.tensor(v.new))
+    if state.lookups is not None:
+        state.lookups.sync(state.token_ids)
     return True
 
 
@@ -165,7 +182,7 @@ def learn_from(state: RequestState, v: Verified, chosen: int | None, n: int, con
     if state.evaluate:
         _counterfactual(state, v, chosen, n, config, cur)
     if state.learner is not None and not state.learner.full_information and chosen is not None:
-        state.learner.update_bandit(chosen, float(len(v.new)), config.tree.depth + 1)
+        state.learner.update_bandit(chosen, float(len(v.new)), max_len(state.snapshot, config))
 
 
 def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: dict[str, float],
@@ -190,11 +207,22 @@ def _draft(state: RequestState, chosen: int | None, n: int, config: EngineConfig
     root = state.token_ids[-1]
     if chosen is None or state.dstate is None:
         return chain_tree([root])
+    if chosen in state.snapshot.model_free:
+        return model_free_tree(state, chosen)
     drafter = state.snapshot.drafters[state.snapshot.ids[chosen]]
     # Lazy catch-up: the chosen drafter consumes the pairs it missed (a no-op under full
     # evaluation, where every drafter caught up in the last evaluation phase).
     state.dstate.sync(state.snapshot, config.tree.top_k, [chosen])
     return grow_trees(drafter, [draft_row(state, chosen, n, config)], config.tree)[0]
+
+
+def model_free_tree(state: RequestState, chosen: int) -> DraftTree:
+    """A model-free member's tree from the root (its lookup holds every committed token)."""
+    assert state.lookups is not None
+    drafter = state.snapshot.free[state.snapshot.ids[chosen]]
+    allowed = state.matcher.masks_after if state.matcher is not None else None
+    return propose(drafter, state.lookups.lookups[chosen], state.token_ids[-1], drafter.top_k,
+                   drafter.total_tokens, allowed)
 
 
 def draft_row(state: RequestState, chosen: int, n: int, config: EngineConfig) -> DraftRow:
@@ -214,7 +242,7 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
     this round (`cur`, the drafters' top-k over every pair since the last evaluation), or a
     later one (SelectorConfig.eval_every), then the losses that became known update the
     learner."""
-    assert state.dstate is not None and state.feedback is not None and state.pending is not None
+    assert state.dstate is not None and state.feedback is not None
     steps = len(v.path)
     # A round the speculation gate ran plain (nothing chosen) scores the drafters at its root
     # like any position; it has no realised acceptance to report.
@@ -223,26 +251,30 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
         for m in range(n + 1, n + steps):
             state.feedback.open_window(m, None, None)
     state.deferred.append(_target_side(v, n))
-    if cur is None:
+    if cur is None and state.snapshot.neural:
         return
     rounds, state.deferred = state.deferred, []
     prev = state.pending  # top-k at the first root, from the previous catch-up
     state.pending = cur
     pairs = sum(len(r.new) for r in rounds)
-    assert cur.indices == prev.indices == list(range(len(state.snapshot)))
-    assert cur.topk_ids.shape[1] == pairs, (cur.topk_ids.shape, pairs)
-    # [N, P, k]: the distribution at m comes from the pair ending at m (the previous pass for
-    # the first root)
-    ids = torch.cat([prev.topk_ids[:, -1:], cur.topk_ids[:, : pairs - 1]], dim=1).cpu().numpy()
-    logp = torch.cat([prev.topk_logp[:, -1:], cur.topk_logp[:, : pairs - 1]], dim=1).cpu().numpy()
+    start = rounds[0].start
     if rounds[0].target_probs is None:  # greedy: the realised tokens are the target's argmax
-        argmax = torch.cat([r.target_argmax for r in rounds])  # type: ignore[misc]
-        evidence = evidence_greedy(argmax.cpu().numpy(), ids, logp)
+        argmax = torch.cat([r.target_argmax for r in rounds]).cpu().numpy()  # type: ignore[misc]
+        target = TargetSide(argmax, None, None)
     else:
         probs = torch.cat([r.target_probs for r in rounds])  # type: ignore[misc]
         new = np.array([t for r in rounds for t in r.new])
-        evidence = evidence_sampling(probs.cpu().numpy().astype(np.float64), ids, logp, new)
-    state.feedback.add_evidence(rounds[0].start, evidence)
+        target = TargetSide(None, probs.cpu().numpy().astype(np.float64), new)
+    parts = []
+    if cur is not None:
+        assert prev is not None and cur.indices == prev.indices == state.snapshot.neural
+        assert cur.topk_ids.shape[1] == pairs, (cur.topk_ids.shape, pairs)
+        # [N, P, k]: the distribution at m comes from the pair ending at m (the previous pass
+        # for the first root)
+        ids = torch.cat([prev.topk_ids[:, -1:], cur.topk_ids[:, : pairs - 1]], dim=1)
+        logp = torch.cat([prev.topk_logp[:, -1:], cur.topk_logp[:, : pairs - 1]], dim=1)
+        parts.append((cur.indices, target.evidence(ids.cpu().numpy(), logp.cpu().numpy())))
+    state.feedback.add_evidence(start, with_model_free(state, parts, start, pairs, target))
     state.learn()
 
 

@@ -167,13 +167,13 @@ def test_counterfactual_evidence_uses_the_penalised_target(monkeypatch: pytest.M
     """Greedy γ are indicators of the *penalised* argmax: the evidence's argmax tokens at the
     verified positions must be exactly the tokens greedy decoding committed."""
     seen: list[list[int]] = []
-    real = core.rounds.evidence_greedy
+    real = core.rounds.TargetSide
 
-    def spy(argmax: np.ndarray, ids: np.ndarray, logp: np.ndarray) -> Any:
-        seen.append([int(t) for t in argmax])
-        return real(argmax, ids, logp)
+    def spy(argmax: np.ndarray | None, probs: Any, realised: Any) -> Any:
+        seen.append([int(t) for t in argmax])  # type: ignore[union-attr]
+        return real(argmax, probs, realised)
 
-    monkeypatch.setattr(core.rounds, "evidence_greedy", spy)
+    monkeypatch.setattr(core.rounds, "TargetSide", spy)
     _, engine = small_setup()
     ids: list[int] = []
     for out in engine.generate([2, 7, 1, 8],

@@ -230,7 +230,8 @@ def test_prob_loss_under_topk_reaches_the_learner_once_gamma_s_is_known() -> Non
     queue = FeedbackQueue(2, depth=3, loss="prob")
     queue.open_window(0, chosen=0, realised=1)
     queue.add_gammas(0, np.array([[0.25], [0.5]]))
-    [loss] = queue.pop_losses()
+    [early] = queue.pop_losses()
+    loss = early.loss
     np.testing.assert_allclose(loss, [0.75, 0.5])
     assert queue.pop_completed() == [] and queue.pop_losses() == []  # the window waits for ÂL
     queue.add_gammas(1, np.array([[0.5, 0.5], [0.5, 0.5]]))

@@ -1,0 +1,153 @@
+"""One request's model-free drafters: their lookups kept current with the request's tokens,
+their draft trees, and their side of the counterfactual evidence.
+
+Evidence. At every verified position m the request holds, for each model-free member, its
+one-step guess after tokens[0..m] (recorded as each token is committed, before the next one
+is indexed). Scored against the target's p̃_m and the realised token exactly as the EAGLE
+drafters' catch-up top-k are (core/counterfactual.py), these give every window the same γ,
+ÂL and loss as a neural drafter's, with no target call: exact for a chain (base.py), and the
+EAGLE drafters' tree model for a tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from core.counterfactual import Evidence, evidence_greedy, evidence_sampling
+from core.model_free.base import Guess, Lookup, ModelFreeDrafter
+from core.tree import DraftTree, build_tree, select_candidates
+
+# Target-vocabulary masks [len(paths), V] of what a grammar allows after each path of draft
+# tokens (core/grammar.TokenMatcher.masks_after).
+AllowedFn = Callable[[Sequence[Sequence[int]]], Tensor]
+
+
+@dataclass
+class RequestLookups:
+    """Lookups of one request's model-free members (snapshot index -> drafter)."""
+
+    drafters: dict[int, ModelFreeDrafter]
+    lookups: dict[int, Lookup] = field(default_factory=dict)
+    indexed: int = 0  # tokens every lookup holds
+    # Guesses at positions first..first+len-1, one list per member, not yet scored.
+    first: int = 0
+    guesses: dict[int, list[Guess]] = field(default_factory=dict)
+    record: bool = True  # False: no evaluation reads guesses (lazy policies)
+
+    @staticmethod
+    def start(drafters: dict[int, ModelFreeDrafter], tokens: Sequence[int],
+              record_from: int, record: bool = True) -> RequestLookups:
+        """Lookups over `tokens`, with the guesses at positions record_from.. recorded (the
+        prompt windows' positions, core/prompt_feedback.py) when `record`."""
+        cut = max(1, min(record_from + 1, len(tokens)))
+        out = RequestLookups(drafters, {i: d.start(tokens[:cut]) for i, d in drafters.items()},
+                             cut, cut - 1, {i: [] for i in drafters}, record)
+        out.sync(tokens)
+        return out
+
+    def sync(self, tokens: Sequence[int]) -> None:
+        """Index the tokens committed since the last sync, recording each member's guess at
+        every position before the token after it is indexed."""
+        for tok in tokens[self.indexed :]:
+            for i, lookup in self.lookups.items():
+                if self.record:
+                    self.guesses[i].append(lookup.guess())
+                lookup.extend([tok])
+            self.indexed += 1
+        if not self.record:
+            self.first = self.indexed - 1
+
+    def awake(self) -> dict[int, bool]:
+        """Whether each member has a guess at the root (the last indexed token)."""
+        return {i: bool(lookup.guess()) for i, lookup in self.lookups.items()}
+
+    def take(self, upto: int) -> tuple[int, dict[int, list[Guess]]]:
+        """The recorded guesses at positions first..upto-1 (dropped here), and `first`."""
+        n = max(0, upto - self.first)
+        taken = {i: g[:n] for i, g in self.guesses.items()}
+        first = self.first
+        self.guesses = {i: g[n:] for i, g in self.guesses.items()}
+        self.first += n
+        return first, taken
+
+    def skip(self, upto: int) -> None:
+        """Drop the guesses before position `upto` unscored."""
+        self.take(upto)
+
+    def finish(self, tokens: Sequence[int], prompt_len: int) -> None:
+        """The request is done: members with a cross-request cache learn its tokens."""
+        for d in self.drafters.values():
+            d.observe(tokens, prompt_len)
+
+
+def guess_arrays(guesses: Sequence[Sequence[Guess]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Guesses [n members][M positions] as top-k ids [n, M, k] (-1: none) and log-scores
+    (-inf: none)."""
+    n, m = len(guesses), len(guesses[0]) if guesses else 0
+    ids = np.full((n, m, k), -1, dtype=np.int64)
+    logp = np.full((n, m, k), -np.inf)
+    for a, row in enumerate(guesses):
+        for b, g in enumerate(row):
+            w = min(k, len(g.ids))
+            ids[a, b, :w] = g.ids[:w]
+            logp[a, b, :w] = g.logp[:w]
+    return ids, logp
+
+
+def model_free_evidence(guesses: dict[int, list[Guess]], k: int, target_argmax: np.ndarray | None,
+                        target_probs: np.ndarray | None, realised: np.ndarray) -> Evidence:
+    """The members' evidence at the guesses' positions: greedy when target_argmax is given,
+    else against p̃ (target_probs [M, V]) and the realised tokens."""
+    ids, logp = guess_arrays(list(guesses.values()), k)
+    if target_argmax is not None:
+        return evidence_greedy(target_argmax, ids, logp)
+    assert target_probs is not None
+    return evidence_sampling(target_probs, ids, logp, realised)
+
+
+def propose(drafter: ModelFreeDrafter, lookup: Lookup, root: int, top_k: int,
+            total_tokens: int, allowed: AllowedFn | None = None) -> DraftTree:
+    """The member's draft tree from the root: its guess iterated along each branch (base.py),
+    grown as an EAGLE tree is (core/drafting.py): the top_k best nodes of a level by
+    cumulative log-score get children, and the tree keeps the total_tokens best nodes.
+    With `allowed` (a grammar), candidates it forbids are dropped."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    scores: list[float] = []
+    paths: list[tuple[int, ...]] = []
+    frontier: list[int] = [-1]  # flat indices of the nodes to expand; -1 = the root
+    for _ in range(drafter.max_depth):
+        grown: list[int] = []
+        for node in frontier:
+            path = paths[node] if node >= 0 else ()
+            base = scores[node] if node >= 0 else 0.0
+            for tok, lp in _allowed(lookup.guess(path), path, top_k, allowed):
+                tokens.append(tok)
+                parents.append(node)
+                scores.append(base + lp)
+                paths.append((*path, tok))
+                grown.append(len(tokens) - 1)
+        frontier = sorted(grown, key=lambda j: -scores[j])[:top_k]
+        if not frontier:
+            break
+    if not tokens:
+        return build_tree(root, torch.empty(0, dtype=torch.long),
+                          torch.empty(0, dtype=torch.long), [])
+    score_t = torch.tensor(scores, dtype=torch.float64)
+    parent_t = torch.tensor(parents, dtype=torch.long)
+    selected = select_candidates(score_t, parent_t, total_tokens)
+    return build_tree(root, torch.tensor(tokens, dtype=torch.long), parent_t, selected)
+
+
+def _allowed(guess: Guess, path: tuple[int, ...], top_k: int,
+             allowed: AllowedFn | None) -> list[tuple[int, float]]:
+    pairs = list(zip(guess.ids, guess.logp, strict=True))[:top_k]
+    if allowed is None or not pairs:
+        return pairs
+    mask = allowed([list(path)])[0]
+    return [(t, lp) for t, lp in pairs if bool(mask[t])]

@@ -1,0 +1,173 @@
+"""Model-free drafters in the engine: the same invariants as the EAGLE drafters (greedy output
+is the target's greedy output under every policy, batched or not; sampling follows the target
+law), and their counterfactual evaluation is exact for a chain."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from bench.harness.tiny_models import hf_greedy, make_engine, random_drafter, tiny_target
+from core.config import LEARNER_NAMES, SamplingParams, SelectorConfig, TreeConfig
+from core.engine import SpecEngine
+from core.feedback import Window
+from core.model_free.kinds import make_model_free
+from core.request import RequestState
+from tests.core.test_sampling_lossless import exact_sequences, null_tv_quantile, tv
+
+TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
+# Prompts that repeat themselves (lookup has matches from the start) and one that does not.
+PROMPTS = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 6, 7, 5, 6, 7, 5, 6], [9], [8, 3, 11, 2, 30]]
+
+
+def pool(target: torch.nn.Module,
+         kinds: tuple[str, ...] = ("ngram", "suffix")) -> dict[str, object]:
+    members: dict[str, object] = {"d0": random_drafter(target, seed=0)}
+    for kind in kinds:
+        members[kind] = make_model_free(kind)
+    members["d1"] = random_drafter(target, seed=1)
+    return members
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_greedy_output_is_the_targets_under_every_policy(batching: bool) -> None:
+    target = tiny_target()
+    # Round by round (batching off) the rounds' code is shared: two policies suffice there.
+    policies = ([*LEARNER_NAMES, "fixed:ngram", "fixed:suffix"] if batching
+                else ["normalhedge", "fixed:ngram", "fixed:suffix"])
+    seen: set[str] = set()
+    for policy in policies:
+        engine = make_engine(target, pool(target), TREE, policy=policy)  # type: ignore[arg-type]
+        engine.config = replace(engine.config, batching=batching)
+        for prompt in PROMPTS:
+            ids, stats = engine.generate_ids(prompt, SamplingParams(max_new_tokens=30,
+                                                                   ignore_eos=True))
+            assert ids == hf_greedy(target, prompt, 30), (policy, prompt)
+            seen.update(d for d in stats.drafter_per_round if d)
+    assert {"ngram", "suffix"} <= seen
+
+
+def test_a_batch_mixing_lookup_and_eagle_rows_is_the_targets_greedy_output() -> None:
+    target = tiny_target()
+    engine = make_engine(target, pool(target), TREE)  # type: ignore[arg-type]
+    params = SamplingParams(max_new_tokens=24, ignore_eos=True)
+    policies = ["fixed:ngram", "fixed:d0", "normalhedge", "fixed:suffix"]
+    for i, (prompt, policy) in enumerate(zip(PROMPTS, policies, strict=True)):
+        engine.add_request(f"r{i}", prompt, params, policy)
+    out: dict[str, list[int]] = {}
+    while engine.has_unfinished():
+        for o in engine.step():
+            out.setdefault(o.request_id, []).extend(o.token_ids)
+    for i, prompt in enumerate(PROMPTS):
+        assert out[f"r{i}"] == hf_greedy(target, prompt, 24)
+
+
+def windows_of(engine: SpecEngine, prompt: list[int], params: SamplingParams, policy: str,
+               monkeypatch: pytest.MonkeyPatch) -> list[Window]:
+    """Every completed window of one request (RequestState.record sees them all)."""
+    seen: list[Window] = []
+    real = RequestState.record
+
+    def spy(self: RequestState, windows: list[Window]) -> None:
+        seen.extend(windows)
+        real(self, windows)
+
+    monkeypatch.setattr(RequestState, "record", spy)
+    engine.generate_ids(prompt, params, policy)
+    monkeypatch.setattr(RequestState, "record", real)
+    return seen
+
+
+def test_the_lookups_estimate_is_its_realised_length_under_greedy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """For a chain the evaluation is exact: a round lookup drafted committed exactly the ÂL
+    its window gives it (censored windows at the request's end excepted)."""
+    target = tiny_target()
+    engine = make_engine(target, pool(target), TREE, policy="fixed:ngram")  # type: ignore[arg-type]
+    engine.config = replace(engine.config, evaluate_all=True)
+    index = engine.snapshot.index("ngram")
+    checked = 0
+    for prompt in PROMPTS:
+        for w in windows_of(engine, prompt, SamplingParams(max_new_tokens=40, ignore_eos=True),
+                            "fixed:ngram", monkeypatch):
+            if w.is_round and not w.censored:
+                assert w.est_len[index] == w.realised, (prompt, w.start)
+                checked += 1
+    assert checked >= 20
+
+
+def test_the_lookups_estimate_is_unbiased_when_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampling: over many rounds lookup drafted, the mean ÂL of its windows matches the mean
+    realised length (the estimator's expectation given the path is the acceptance law's)."""
+    target = tiny_target(vocab=12, hidden=32, seed=4)
+    engine = make_engine(target, {"ngram": make_model_free("ngram")}, TREE,  # type: ignore[dict-item]
+                         policy="fixed:ngram")
+    engine.config = replace(engine.config, evaluate_all=True)
+    est, real = [], []
+    for seed in range(24):
+        params = SamplingParams(max_new_tokens=40, temperature=0.7, seed=seed, ignore_eos=True)
+        for w in windows_of(engine, [3, 1, 4, 3, 1, 4, 3], params, "fixed:ngram", monkeypatch):
+            if w.is_round and not w.censored and w.gammas[0, 0] > 0:
+                est.append(float(w.est_len[0]))
+                real.append(w.realised)
+    assert len(est) >= 200
+    gap = abs(np.mean(est) - np.mean(real))
+    noise = 3 * np.std(np.array(real) - np.array(est)) / np.sqrt(len(est))
+    assert gap < noise, (np.mean(est), np.mean(real), noise)
+
+
+def test_sampling_with_lookup_in_the_pool_follows_the_target_law() -> None:
+    """Joint law of the first three tokens over 1000 seeds with the model-free drafters
+    (fixed, and inside NormalHedge's pool; suffix drafting trees from its cross-request cache)
+    vs the exact target law, with its control below."""
+    target, counts, n, used = lookup_draws()
+    assert {"ngram", "suffix"} <= used
+    exact = exact_sequences(target, PROMPT, 0.9, 0.95)
+    assert tv(counts, exact, n) < 1.2 * null_tv_quantile(exact, n)
+
+
+def test_the_bound_catches_a_verifier_that_trusts_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control: accepting lookup's first child whatever p̃ says breaks the law, and the bound
+    above sees it."""
+    import core.rounds
+
+    real = core.rounds.verify_sampling
+
+    def trusting(tree, rows, gen):  # type: ignore[no-untyped-def]
+        if tree.children[0]:
+            real(tree, rows, gen)  # keep the random stream in step
+            path = [0, tree.children[0][0]]
+            return path, int(rows.probs(path)[-1].argmax())
+        return real(tree, rows, gen)
+
+    monkeypatch.setattr(core.rounds, "verify_sampling", trusting)
+    target, counts, n, _ = lookup_draws()
+    exact = exact_sequences(target, PROMPT, 0.9, 0.95)
+    assert tv(counts, exact, n) > 1.5 * null_tv_quantile(exact, n)
+
+
+PROMPT = [3, 1, 4, 3, 1, 4, 3, 1]
+
+
+def lookup_draws() -> tuple[torch.nn.Module, Counter[tuple[int, ...]], int, set[str]]:
+    target = tiny_target(vocab=12, hidden=32, seed=4)
+    members = {"d0": random_drafter(target, draft_vocab=8, seed=10, scale=0.6),
+               "ngram": make_model_free("ngram"), "suffix": make_model_free("suffix")}
+    engine = make_engine(target, members, TreeConfig(top_k=3, depth=3, total_tokens=8),  # type: ignore[arg-type]
+                         selector=SelectorConfig(policy="normalhedge"))
+    counts: Counter[tuple[int, ...]] = Counter()
+    used: set[str] = set()
+    n = 1000
+    for seed in range(n):
+        params = SamplingParams(max_new_tokens=3, temperature=0.9, top_p=0.95, seed=seed,
+                                ignore_eos=True)
+        policy = ("fixed:ngram", "normalhedge", "fixed:suffix")[seed % 3]
+        ids, stats = engine.generate_ids(PROMPT, params, policy=policy)
+        counts[tuple(ids)] += 1
+        used.update(d for d in stats.drafter_per_round if d)
+    return target, counts, n, used
