@@ -36,7 +36,6 @@ from core.grammar import GrammarCompiler
 from core.head_rows import HeadRows
 from core.learner_sessions import LearnerSessions
 from core.learners import NormalHedge
-from core.model_free.base import MAX_DEPTH as MODEL_FREE_MAX_DEPTH
 from core.model_free.base import ModelFreeDrafter
 from core.model_free.kinds import make_model_free
 from core.request import Policy, RequestState, parse_policy
@@ -91,8 +90,7 @@ class SpecEngine:
             if isinstance(d, Eagle3Drafter):
                 self._check(did, d)
         self.snapshot = PoolSnapshot(dict(drafters))
-        # Room for the deepest tree any member may draft (a model-free chain can be longer).
-        limit = target.max_positions - max(config.tree.depth, MODEL_FREE_MAX_DEPTH) - 2
+        limit = target.max_positions - config.tree.depth - 2
         self.max_context = min(config.max_context, limit)
         self._requests: dict[str, RequestState] = {}
         self.sessions = LearnerSessions(config.selector.max_sessions)

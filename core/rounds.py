@@ -217,12 +217,16 @@ def _draft(state: RequestState, chosen: int | None, n: int, config: EngineConfig
 
 
 def model_free_tree(state: RequestState, chosen: int) -> DraftTree:
-    """A model-free member's tree from the root (its lookup holds every committed token)."""
+    """A model-free member's tree from the root (its lookup holds every committed token), no
+    deeper than the tokens the request may still commit: that keeps a chain longer than the
+    engine's tree inside the context SpecEngine.max_context leaves room for, and drafts
+    nothing that could not be committed."""
     assert state.lookups is not None
     drafter = state.snapshot.free[state.snapshot.ids[chosen]]
     allowed = state.matcher.masks_after if state.matcher is not None else None
+    remaining = max(1, state.params.max_new_tokens - state.generated)
     return propose(drafter, state.lookups.lookups[chosen], state.token_ids[-1], drafter.top_k,
-                   drafter.total_tokens, allowed)
+                   drafter.total_tokens, allowed, max_depth=remaining)
 
 
 def draft_row(state: RequestState, chosen: int, n: int, config: EngineConfig) -> DraftRow:

@@ -111,17 +111,20 @@ def model_free_evidence(guesses: dict[int, list[Guess]], k: int, target_argmax: 
 
 
 def propose(drafter: ModelFreeDrafter, lookup: Lookup, root: int, top_k: int,
-            total_tokens: int, allowed: AllowedFn | None = None) -> DraftTree:
+            total_tokens: int, allowed: AllowedFn | None = None,
+            max_depth: int | None = None) -> DraftTree:
     """The member's draft tree from the root: its guess iterated along each branch (base.py),
     grown as an EAGLE tree is (core/drafting.py): the top_k best nodes of a level by
     cumulative log-score get children, and the tree keeps the total_tokens best nodes.
-    With `allowed` (a grammar), candidates it forbids are dropped."""
+    With `allowed` (a grammar), candidates it forbids are dropped; `max_depth` caps the
+    drafter's own depth."""
     tokens: list[int] = []
     parents: list[int] = []
     scores: list[float] = []
     paths: list[tuple[int, ...]] = []
     frontier: list[int] = [-1]  # flat indices of the nodes to expand; -1 = the root
-    for _ in range(drafter.max_depth):
+    depth = drafter.max_depth if max_depth is None else min(max_depth, drafter.max_depth)
+    for _ in range(depth):
         grown: list[int] = []
         for node in frontier:
             path = paths[node] if node >= 0 else ()

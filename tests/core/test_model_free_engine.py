@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from bench.harness.tiny_models import hf_greedy, make_engine, random_drafter, tiny_target
+from bench.harness.tiny_models import (
+    bigram_target,
+    hf_greedy,
+    make_engine,
+    random_drafter,
+    tiny_target,
+)
 from core.config import LEARNER_NAMES, SamplingParams, SelectorConfig, TreeConfig
 from core.engine import SpecEngine
 from core.feedback import Window
@@ -171,3 +177,20 @@ def lookup_draws() -> tuple[torch.nn.Module, Counter[tuple[int, ...]], int, set[
         counts[tuple(ids)] += 1
         used.update(d for d in stats.drafter_per_round if d)
     return target, counts, n, used
+
+
+def test_a_chain_never_drafts_more_than_the_request_may_still_commit() -> None:
+    """A lookup chain of 16 stops at the tokens left in the budget: drafting more could not
+    be committed, and near max_context it would reach past the room the engine keeps for its
+    own tree depth."""
+    target, _ = bigram_target()  # greedy output cycles: lookup could draft 16 every round
+    members = {"ngram": make_model_free("ngram", {"max_depth": 16})}
+    engine = make_engine(target, members, TREE, policy="fixed:ngram")  # type: ignore[arg-type]
+    prompt, budget = [1, 2, 3, 4], 60
+    left, drafted = budget, []
+    for out in engine.generate(prompt, SamplingParams(max_new_tokens=budget, ignore_eos=True)):
+        if out.round is not None:
+            assert out.round.drafted <= left
+            drafted.append(out.round.drafted)
+        left -= len(out.token_ids)
+    assert max(drafted) == 16 and drafted[-1] < 16
