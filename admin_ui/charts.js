@@ -9,6 +9,12 @@ const PALETTE = [
   "#db2777", "#65a30d", "#ea580c", "#4f46e5", "#0d9488", "#a16207",
 ];
 const NONE_COLOR = "#9ca3af";
+// Model-free drafters (no weights: prompt lookup, a suffix cache) are drawn in one colour per
+// kind, dark and outside the palette, so a strip tells them from the EAGLE-3 drafters at a
+// glance; every drafter of a kind shares it (their ids say which one).
+export const KIND_COLORS = { ngram: "#111827", suffix: "#7c2d12" };
+const OTHER_KIND_COLOR = "#475569"; // a model-free kind this page does not know
+const kinds = new Map(); // drafter id -> kind, from the server ("eagle3" when absent)
 // A step the speculation gate decoded plain: no drafter, and not a drafter's id (a registry id
 // could be any string, so the marker is a symbol no id can equal).
 export const PLAIN_STEP = Symbol("plain step");
@@ -25,16 +31,35 @@ function hash(text) {
   return h;
 }
 
+// The server's `drafter_kinds` ({id: kind}): call before drawing, and before `assignColors`
+// so model-free drafters take no palette slot.
+export function setDrafterKinds(map) {
+  for (const [id, kind] of Object.entries(map || {})) kinds.set(String(id), String(kind));
+}
+
+export function kindOf(id) {
+  return kinds.get(String(id)) ?? "eagle3";
+}
+
+export function isModelFree(id) {
+  return kindOf(id) !== "eagle3";
+}
+
+export function kindColor(kind) {
+  return KIND_COLORS[kind] ?? OTHER_KIND_COLOR;
+}
+
 // Assign colours to a whole pool at once, in sorted order, so the same pool gets the same
 // colours on every load; a slot already taken goes to the next free one.
 export function assignColors(ids) {
-  for (const id of [...ids].map(String).sort()) colorFor(id);
+  for (const id of [...ids].map(String).sort()) if (!isModelFree(id)) colorFor(id);
 }
 
 export function colorFor(id) {
   if (id == null) return NONE_COLOR;
   if (id === PLAIN_STEP) return PLAIN_COLOR;
   const key = String(id);
+  if (isModelFree(key)) return kindColor(kindOf(key));
   const known = assigned.get(key);
   if (known) return known;
   const start = hash(key) % PALETTE.length;

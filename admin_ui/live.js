@@ -6,7 +6,9 @@
 // few DOM updates per second, not one per round.
 
 import { LiveModel } from "./model.js";
-import { PLAIN_STEP, assignColors, colorFor, lineChart, roundBars, sparkBars, strip } from "./charts.js";
+import {
+  PLAIN_STEP, assignColors, colorFor, lineChart, roundBars, setDrafterKinds, sparkBars, strip,
+} from "./charts.js";
 import { $, clear, fmt, fmtClock, fmtDuration, fmtInt, h, setText } from "./dom.js";
 
 export const RENDER_INTERVAL_MS = 200; // at most 5 renders a second
@@ -69,12 +71,15 @@ export class LiveView {
   // ---- stream input
 
   onSnapshot(snapshot) {
+    setDrafterKinds(snapshot.drafter_kinds);
     assignColors(snapshot.drafters || []);
     this.model.loadSnapshot(snapshot);
     this.schedule();
   }
 
   onEvents(events) {
+    // A drafter added since the snapshot: its kind arrives with the first request that has it.
+    for (const e of events) if (e.drafter_kinds) setDrafterKinds(e.drafter_kinds);
     this.model.applyEvents(events);
     this.schedule();
   }

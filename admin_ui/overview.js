@@ -1,7 +1,7 @@
 // The Overview tab: the server's `/admin/api/overview` snapshot (polled by app.js) drawn as
 // tiles, time-series charts, usage bars and a per-drafter table.
 
-import { colorFor, lineChart } from "./charts.js";
+import { colorFor, kindOf, lineChart, setDrafterKinds } from "./charts.js";
 import { $, clear, fmt, fmtDuration, fmtInt, h, setText } from "./dom.js";
 
 function relative(x) {
@@ -24,6 +24,7 @@ export class OverviewView {
 
   update(data) {
     this.data = data;
+    setDrafterKinds(data.drafter_kinds);
     if (!this.root.hidden) this.render();
   }
 
@@ -108,9 +109,11 @@ export class OverviewView {
     for (const d of perDrafter) {
       const swatch = h("span", { class: "swatch" });
       swatch.style.background = colorFor(d.id);
+      const kind = kindOf(d.id);
       tbody.append(
-        h("tr", {},
-          h("td", {}, swatch, h("span", { text: d.id })),
+        h("tr", { dataset: { id: d.id, kind } },
+          h("td", {}, swatch, h("span", { text: d.id }),
+            kind === "eagle3" ? null : h("span", { class: "kind-tag", text: kind })),
           h("td", { class: "num", text: fmtInt(d.rounds) }),
           h("td", { class: "num", text: `${fmt((d.share || 0) * 100, 1)} %` }),
           h("td", { class: "num", text: fmtInt(d.recent_rounds) }),

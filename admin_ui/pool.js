@@ -4,8 +4,13 @@
 //
 // Rows are keyed by drafter id and updated in place, so polling every second while a download
 // runs never re-creates the buttons under the operator's pointer.
+//
+// A drafter's kind is `eagle3` (weights from the Hub or a local directory) or a model-free kind
+// (`ngram`, `suffix`: no weights, only parameters); the Kind column names it with the colour
+// its rounds are drawn in on the Live and Overview tabs (charts.js).
 
 import { ApiError } from "./api.js";
+import { colorFor, setDrafterKinds } from "./charts.js";
 import { $, clear, fmtBytes, fmtDateTime, h, setText } from "./dom.js";
 
 const BUSY = new Set(["pending", "downloading", "validating"]);
@@ -59,8 +64,10 @@ export class PoolView {
     for (const el of this.form.querySelectorAll("[data-source]")) {
       const on = el.dataset.source === source;
       el.hidden = !on;
-      for (const input of el.querySelectorAll("input")) input.disabled = !on;
+      for (const input of el.querySelectorAll("input, select")) input.disabled = !on;
     }
+    // A model-free drafter is named after its id (or kind) when no name is given.
+    this.form.elements.name.required = source !== "none";
   }
 
   // ---- data
@@ -77,6 +84,7 @@ export class PoolView {
     $("#pool-unavailable", this.root).hidden = true;
     $("#pool-content", this.root).hidden = false;
     const drafters = body.data || [];
+    setDrafterKinds(Object.fromEntries(drafters.map((d) => [d.id, d.kind ?? "eagle3"])));
     this.renderRows(drafters);
     setText($("#pool-count", this.root),
       `${drafters.length} drafter${drafters.length === 1 ? "" : "s"} · pool version ${body.pool_version ?? "—"}`);
@@ -151,6 +159,8 @@ export class PoolView {
     const c = {
       name: h("div", { class: "drafter-name" }),
       id: h("div", { class: "mono muted small" }),
+      kind: h("span", { class: "kind-tag" }),
+      swatch: h("span", { class: "swatch" }),
       source: h("div", { class: "mono small source" }),
       domain: h("td", {}),
       status: h("span", { class: "badge" }),
@@ -164,6 +174,7 @@ export class PoolView {
     c.progress = h("div", { class: "progress" }, c.fill);
     const tr = h("tr", { dataset: { id } },
       h("td", {}, c.name, c.id),
+      h("td", { class: "kind-cell" }, c.swatch, c.kind),
       h("td", {}, c.source),
       c.domain,
       h("td", {}, c.status),
@@ -221,11 +232,15 @@ export class PoolView {
   async add() {
     const f = this.form.elements;
     const source = f.source.value;
-    const body = { name: f.name.value.trim(), source };
     const optional = (input) => input.value.trim() || undefined;
+    const body = source === "none"
+      ? { name: optional(f.name), kind: f.kind.value, params: parseParams(f.params.value) }
+      : { name: f.name.value.trim(), source };
     body.id = optional(f.id);
     body.domain = optional(f.domain);
-    if (source === "hf") {
+    if (source === "none") {
+      // Model-free: no source fields; the server checks the kind and its parameters.
+    } else if (source === "hf") {
       body.repo_id = f.repo_id.value.trim();
       body.revision = optional(f.revision);
       body.subfolder = optional(f.subfolder);
@@ -237,7 +252,7 @@ export class PoolView {
     this.message(null);
     try {
       const created = await this.api.post("api/drafters", JSON.parse(JSON.stringify(body)));
-      this.message(`Added ${created?.name ?? body.name}: ${created?.status ?? "pending"}.`, "ok");
+      this.message(`Added ${created?.name ?? body.name ?? body.id ?? body.kind}: ${created?.status ?? "pending"}.`, "ok");
       this.form.reset();
       this.syncSource();
     } catch (err) {
@@ -256,12 +271,32 @@ export class PoolView {
   }
 }
 
+// "max_n=4, max_depth=6" -> {max_n: 4, max_depth: 6}; a value that is not an integer is sent
+// as written, so the server's error names it.
+export function parseParams(text) {
+  const params = {};
+  for (const item of text.split(/[\s,]+/).filter(Boolean)) {
+    const [name, ...rest] = item.split("=");
+    const value = rest.join("=");
+    params[name] = /^-?\d+$/.test(value) ? Number(value) : value;
+  }
+  return params;
+}
+
 function isEnabled(d) {
   if (typeof d.enabled === "boolean") return d.enabled;
   return d.status !== "disabled";
 }
 
+function kindOfRow(d) {
+  return d.kind ?? "eagle3";
+}
+
 function sourceText(d) {
+  if (kindOfRow(d) !== "eagle3") {
+    const params = Object.entries(d.params || {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return params.map(([k, v]) => `${k}=${v}`).join(" ") || "defaults";
+  }
   if (d.source === "hf") {
     let text = `${d.repo_id ?? "?"}@${d.revision ?? "main"}`;
     if (d.subfolder) text += ` / ${d.subfolder}`;
@@ -276,7 +311,12 @@ function updateRow(row, d) {
   row.tr.dataset.status = d.status;
   setText(c.name, d.name ?? d.id);
   setText(c.id, d.id);
-  setText(c.source, `${d.source === "hf" ? "HF" : "local"} · ${sourceText(d)}`);
+  const kind = kindOfRow(d);
+  row.tr.dataset.kind = kind;
+  setText(c.kind, kind);
+  c.swatch.style.background = colorFor(d.id);
+  const origin = kind !== "eagle3" ? "model-free" : d.source === "hf" ? "HF" : "local";
+  setText(c.source, `${origin} · ${sourceText(d)}`);
   c.source.title = d.commit_sha ? `commit ${d.commit_sha}` : sourceText(d);
   setText(c.domain, d.domain ?? "—");
   setText(c.status, d.status);

@@ -53,12 +53,21 @@ def is_provisioned_target(pool_json: Path) -> bool:
 def open_pool_engine(pool_json: Path, config: Any, model_name: str | None = None) -> Any:
     """A `core.engine.SpecEngine` serving the pool file (the target resolved as above)."""
     from core.engine import SpecEngine
+    from core.model_free.kinds import make_model_free
 
     spec = read_pool(pool_json)
     base = Path(pool_json).parent
-    drafters = [(d["id"], base / d["path"]) for d in spec.get("drafters", [])]
+    entries = spec.get("drafters", [])
+    # EAGLE-3 entries name weights (`path`); model-free ones a `kind` and its `params`
+    # (`{"id": "lookup", "kind": "ngram", "params": {"max_n": 3}}`), as SpecEngine.from_pool_file
+    # reads them. Model-free members join after the EAGLE-3 ones.
+    drafters = [(d["id"], base / d["path"]) for d in entries
+                if d.get("kind", "eagle3") == "eagle3"]
     name = model_name or spec.get("model_name")
     target = target_dir(pool_json)
     engine = SpecEngine.from_dirs(target, drafters, config, name or target.name)
+    for d in entries:
+        if d.get("kind", "eagle3") != "eagle3":
+            engine.add_model_free(d["id"], make_model_free(d["kind"], d.get("params")))
     engine.configure_from_pool(spec, base)  # router (demo/router.py), sampling defaults
     return engine

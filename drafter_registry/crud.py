@@ -7,6 +7,10 @@ audit event (who, what, when) and, for changes that can alter the serving pool, 
 `set_progress`, which the downloader calls several times a second and which never changes the
 pool.
 
+A model-free drafter (`kind` other than `eagle3`) is registered `ready` in the same transaction:
+it has nothing to download or validate. Its kind and parameters are stored as given (their
+form checked here, their meaning by the gateway before it calls `create_drafter`).
+
 Status changes are compare-and-set (`expected=`): a downloader that finds its drafter disabled
 or deleted meanwhile gets `StatusConflict` and stops instead of overwriting the operator's change.
 """
@@ -27,13 +31,16 @@ from drafter_registry.identifiers import (
     slugify_drafter_id,
     validate_domain,
     validate_drafter_id,
+    validate_kind,
     validate_local_path,
+    validate_params,
     validate_repo_id,
     validate_revision,
     validate_source_fields,
     validate_subfolder,
 )
 from drafter_registry.models import (
+    EAGLE3_KIND,
     REGISTRY_STATE_ID,
     UNFINISHED_STATUSES,
     AuditEvent,
@@ -96,8 +103,8 @@ def create_drafter(
     session: Session,
     *,
     name: str,
-    source: str,
     actor: str,
+    source: str | None = None,
     drafter_id: str | None = None,
     repo_id: str | None = None,
     revision: str | None = None,
@@ -106,19 +113,32 @@ def create_drafter(
     domain: str | None = None,
     tags: Iterable[str] = (),
     target_model: str | None = None,
+    kind: str = EAGLE3_KIND,
+    params: Mapping[str, Any] | None = None,
 ) -> Drafter:
-    """Register a drafter in status `pending` (a fetcher then downloads and validates it).
+    """Register a drafter in status `pending` (a fetcher then downloads and validates it), or,
+    for a model-free `kind`, `ready` at once with its `params`.
 
     Without `drafter_id` the id is a slug of `name`, suffixed `-2`, `-3`, ... if taken.
     """
     name = _clean_name(name)
+    kind = validate_kind(kind)
+    model_free = kind != EAGLE3_KIND
+    if source is None:
+        if not model_free:
+            raise InvalidDrafter("source is required for an eagle3 drafter: 'hf' or 'local'")
+        source = DrafterSource.NONE.value
     if source == DrafterSource.HF.value and revision is None:
         revision = DEFAULT_REVISION
     validate_source_fields(
-        source=source, repo_id=repo_id, revision=revision, subfolder=subfolder, path=path
+        source=source, repo_id=repo_id, revision=revision, subfolder=subfolder, path=path,
+        kind=kind,
     )
+    status = DrafterStatus.READY if model_free else DrafterStatus.PENDING
     fields = dict(
         name=name,
+        kind=kind,
+        params=validate_params(kind, params),
         source=source,
         repo_id=validate_repo_id(repo_id) if repo_id else None,
         revision=validate_revision(revision) if revision else None,
@@ -127,8 +147,9 @@ def create_drafter(
         domain=validate_domain(domain) if domain else None,
         tags=_clean_tags(tags),
         target_model=target_model,
-        status=DrafterStatus.PENDING.value,
+        status=status.value,
         bytes_done=0,
+        ready_at=utcnow() if model_free else None,
     )
     chosen_id = validate_drafter_id(drafter_id) if drafter_id else None
     with _transaction(session, conflict=f"drafter id {drafter_id or name!r} or name {name!r} is "
@@ -147,7 +168,9 @@ def create_drafter_from_spec(session: Session, *, spec: DrafterCreate, actor: st
         session,
         actor=actor,
         drafter_id=spec.id,
-        name=spec.name,
+        name=spec.name or spec.id or spec.kind,
+        kind=spec.kind,
+        params=spec.params,
         source=spec.source,
         repo_id=spec.repo_id,
         revision=spec.revision,
@@ -274,28 +297,31 @@ def mark_failed(
 
 
 def retry_drafter(session: Session, *, drafter_id: str, actor: str) -> Drafter:
-    """`failed` -> `pending`, clearing the error and the progress."""
-    return _move(
-        session,
-        drafter_id,
-        to=DrafterStatus.PENDING,
-        actor=actor,
-        expected={DrafterStatus.FAILED.value},
-        bytes_done=0,
-        bytes_total=None,
-    )
+    """`failed` -> `pending`, clearing the error and the progress; a model-free drafter, which
+    has nothing to fetch, goes back to `ready` (the pool sync tries to build it again)."""
+    with _transaction(session):
+        drafter = _load(session, drafter_id)
+        expected = {DrafterStatus.FAILED.value}
+        if drafter.model_free:
+            _transition(session, drafter, to=DrafterStatus.READY, actor=actor, expected=expected,
+                        error=None)
+        else:
+            _transition(session, drafter, to=DrafterStatus.PENDING, actor=actor,
+                        expected=expected, error=None, bytes_done=0, bytes_total=None)
+    return drafter
 
 
 def set_enabled(session: Session, *, drafter_id: str, enabled: bool, actor: str) -> Drafter:
     """Disable (leaves the pool, any download stops) or enable a drafter. Enabling returns it to
-    `ready` if it was validated before and its files are recorded, otherwise to `pending`."""
+    `ready` if it was validated before and its files are recorded (or it is model-free),
+    otherwise to `pending`."""
     with _transaction(session):
         drafter = _load(session, drafter_id)
         if enabled == (drafter.status != DrafterStatus.DISABLED.value):
             return drafter  # already as asked: nothing to change, nothing to audit
         if not enabled:
             target = DrafterStatus.DISABLED
-        elif drafter.ready_at is not None and drafter.local_path:
+        elif drafter.model_free or (drafter.ready_at is not None and drafter.local_path):
             target = DrafterStatus.READY
         else:
             target = DrafterStatus.PENDING
@@ -462,6 +488,7 @@ def _clean_tags(tags: Iterable[str]) -> list[str]:
 
 
 def _spec(drafter: Drafter) -> dict[str, Any]:
-    keys = ("name", "source", "repo_id", "revision", "subfolder", "local_path", "domain")
+    keys = ("name", "kind", "params", "source", "repo_id", "revision", "subfolder", "local_path",
+            "domain")
     return {k: getattr(drafter, k) for k in keys if getattr(drafter, k) is not None}
 

@@ -37,7 +37,7 @@ from drafter_registry.errors import (
     StatusConflict,
 )
 from drafter_registry.hub import ProgressCallback, download_drafter
-from drafter_registry.models import Drafter, DrafterSource
+from drafter_registry.models import UNFINISHED_STATUSES, Drafter, DrafterSource
 from drafter_registry.validation import check_against_target, check_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -66,10 +66,12 @@ class _Job:
     revision: str | None
     subfolder: str | None
     local_path: str | None
+    model_free: bool = False
 
     @classmethod
     def of(cls, row: Drafter) -> _Job:
-        return cls(row.id, row.source, row.repo_id, row.revision, row.subfolder, row.local_path)
+        return cls(row.id, row.source, row.repo_id, row.revision, row.subfolder, row.local_path,
+                   row.model_free)
 
 
 def fetch_drafter(
@@ -90,6 +92,11 @@ def fetch_drafter(
             return None
         job = _Job.of(row)
     try:
+        if job.model_free:  # nothing to fetch: registered `ready`; only a stray submit gets here
+            with session_factory() as session:
+                crud.set_status(session, drafter_id=job.id, status="ready", actor=actor,
+                                expected=UNFINISHED_STATUSES)
+            return "ready"
         path, commit = _obtain(session_factory, job, settings, actor, stop)
         with session_factory() as session:
             crud.finish_download(session, drafter_id=job.id, local_path=str(path),

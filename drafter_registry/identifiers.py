@@ -10,6 +10,8 @@ or be read as a command-line option (leading `-`).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from drafter_registry.errors import InvalidDrafter, InvalidIdentifier
 
@@ -20,6 +22,10 @@ REVISION_RE = re.compile(r"[A-Za-z0-9._/-]{1,255}", re.ASCII)
 SUBFOLDER_PART_RE = re.compile(r"[A-Za-z0-9._+=@-]{1,128}", re.ASCII)
 DOMAIN_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", re.ASCII)
 COMMIT_SHA_RE = re.compile(r"[0-9a-f]{40}", re.ASCII)
+# A drafter kind: `eagle3` or a model-free kind's name (which ones exist is the engine's list).
+KIND_RE = re.compile(r"[a-z][a-z0-9_]{0,31}", re.ASCII)
+PARAM_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}", re.ASCII)
+MAX_PARAMS = 32
 
 MAX_SUBFOLDER_DEPTH = 8
 MAX_LOCAL_PATH_CHARS = 4096
@@ -100,6 +106,38 @@ def validate_local_path(value: str) -> str:
     return value
 
 
+def validate_kind(value: str) -> str:
+    """`eagle3` or the name of a model-free kind (`ngram`, `suffix`); the gateway checks that
+    the engine knows it."""
+    if not isinstance(value, str) or not KIND_RE.fullmatch(value):
+        raise InvalidIdentifier(
+            f"invalid drafter kind {value!r}: use 1-32 characters a-z 0-9 _, starting with a letter"
+        )
+    return value
+
+
+def validate_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A model-free drafter's parameters as a JSON object of named values (`{}` if none given);
+    `None` for `eagle3`, which takes none. Their names and values are checked by the gateway
+    against the engine's kinds; here only that they can be stored."""
+    if kind == "eagle3":
+        if params:
+            raise InvalidDrafter("params are for model-free drafters; an eagle3 drafter takes none")
+        return None
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise InvalidDrafter("params must be a JSON object of parameter names to values")
+    if len(params) > MAX_PARAMS:
+        raise InvalidDrafter(f"at most {MAX_PARAMS} params")
+    for name, value in params.items():
+        if not isinstance(name, str) or not PARAM_NAME_RE.fullmatch(name):
+            raise InvalidIdentifier(f"invalid parameter name {name!r}: use a-z 0-9 _")
+        if not isinstance(value, (bool, int, float, str)) or len(str(value)) > 256:
+            raise InvalidDrafter(f"parameter {name!r} must be a number, got {value!r}")
+    return dict(params)
+
+
 def slugify_drafter_id(name: str) -> str:
     """A valid drafter id derived from a display name (`"Llama 3.1 Python"` ->
     `llama-3.1-python`)."""
@@ -115,8 +153,21 @@ def validate_source_fields(
     revision: str | None,
     subfolder: str | None,
     path: str | None,
+    kind: str = "eagle3",
 ) -> None:
-    """`hf` drafters name a repo and never a local path; `local` drafters the reverse."""
+    """`hf` drafters name a repo and never a local path; `local` drafters the reverse; model-free
+    drafters (any kind but `eagle3`) have source `none` and neither."""
+    if kind != "eagle3" or source == "none":
+        if kind == "eagle3":
+            raise InvalidDrafter("source 'none' is for model-free drafters; an eagle3 drafter "
+                                 "needs source 'hf' or 'local'")
+        if source != "none":
+            raise InvalidDrafter(f"a model-free drafter (kind {kind!r}) has no weights: its "
+                                 "source is 'none'")
+        if repo_id or revision or subfolder or path:
+            raise InvalidDrafter(f"a model-free drafter (kind {kind!r}) takes params, not "
+                                 "repo_id/revision/subfolder/path")
+        return
     if source == "hf":
         if not repo_id:
             raise InvalidDrafter("source 'hf' requires repo_id")
@@ -128,4 +179,5 @@ def validate_source_fields(
         if repo_id or revision or subfolder:
             raise InvalidDrafter("source 'local' takes path, not repo_id/revision/subfolder")
     else:
-        raise InvalidDrafter(f"unknown source {source!r}: expected 'hf' or 'local'")
+        raise InvalidDrafter(f"unknown source {source!r}: expected 'hf' or 'local' ('none' for "
+                             "model-free drafters)")

@@ -1,7 +1,11 @@
 """SQLAlchemy 2 tables of the drafter registry.
 
-- `drafters`: one row per drafter the operator registered, with its source (Hugging Face repo or
-  local directory), download progress and lifecycle status.
+- `drafters`: one row per drafter the operator registered, with its kind, its source (Hugging
+  Face repo or local directory), download progress and lifecycle status. `kind` is `eagle3` (a
+  neural drafter with weights to fetch) or the name of a model-free drafter (`ngram`, `suffix`:
+  no weights, source `none`, its integer parameters in `params`). The registry stores a
+  model-free kind and its parameters as given: which kinds exist and which parameters they take
+  is the engine's business (`core.model_free.kinds`), checked by the gateway before it writes.
 - `audit_events`: who changed what and when; every mutation in `crud` writes one row.
 - `registry_state`: a single row holding `pool_version`, bumped in the same transaction as every
   change that can alter the serving pool. Gateway replicas poll it (one indexed read) and
@@ -17,6 +21,10 @@ Status lifecycle of a drafter:
     pending ──▶ downloading ──▶ validating ──▶ ready
        ▲             │               │
        └── retry ◀── failed ◀────────┘          (any state) ──▶ disabled ──▶ pending | ready
+
+A model-free drafter has nothing to download or validate: it is registered `ready`, and
+enabling or retrying it returns it to `ready` (the pool sync builds it; a replica that cannot,
+e.g. one that does not know the kind, marks it `failed` with the reason).
 
 Constraint names follow a fixed convention so Alembic migrations stay stable across backends.
 """
@@ -58,6 +66,10 @@ BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
 class DrafterSource(str, Enum):
     HF = "hf"
     LOCAL = "local"
+    NONE = "none"  # a model-free drafter: no weights
+
+
+EAGLE3_KIND = "eagle3"  # the one kind with weights; every other kind is model-free
 
 
 class DrafterStatus(str, Enum):
@@ -116,6 +128,10 @@ class Drafter(Base):
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
+    kind: Mapped[str] = mapped_column(String(32), default=EAGLE3_KIND,
+                                      server_default=EAGLE3_KIND)
+    # A model-free drafter's parameters, all of them (defaults filled in); None for eagle3.
+    params: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     source: Mapped[str] = mapped_column(String(8))
     repo_id: Mapped[str | None] = mapped_column(String(256))
     revision: Mapped[str | None] = mapped_column(String(255))
@@ -136,6 +152,11 @@ class Drafter(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
     # Set when the drafter first became ready: re-enabling skips the download only if it has.
     ready_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    @property
+    def model_free(self) -> bool:
+        """No weights: nothing to download or validate (see the module docstring)."""
+        return self.kind != EAGLE3_KIND
 
 
 class AuditEvent(Base):

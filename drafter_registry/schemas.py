@@ -9,18 +9,30 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 
 from drafter_registry.identifiers import (
     validate_domain,
     validate_drafter_id,
+    validate_kind,
     validate_local_path,
+    validate_params,
     validate_repo_id,
     validate_revision,
     validate_source_fields,
     validate_subfolder,
 )
 
+DrafterKind = Annotated[str, AfterValidator(validate_kind)]
 DrafterId = Annotated[str, AfterValidator(validate_drafter_id)]
 RepoId = Annotated[str, AfterValidator(validate_repo_id)]
 Revision = Annotated[str, AfterValidator(validate_revision)]
@@ -30,15 +42,24 @@ DomainTag = Annotated[str, AfterValidator(validate_domain)]
 
 
 class DrafterCreate(BaseModel):
-    """A drafter to register: a Hugging Face repo (+ revision, sub-folder) or a local directory."""
+    """A drafter to register: an EAGLE-3 drafter from a Hugging Face repo (+ revision,
+    sub-folder) or a local directory, or a model-free drafter (`kind` other than `eagle3`,
+    with `params`; no source, no name needed: it defaults to the id, else the kind).
+
+    Only the form of `kind` and `params` is checked here; whether the engine knows the kind and
+    its parameters is the gateway's check (the registry does not import the engine)."""
 
     model_config = ConfigDict(extra="forbid")
 
     id: DrafterId | None = Field(
         default=None, description="Slug used in `fixed:<id>`; derived from the name if absent"
     )
-    name: str = Field(min_length=1, max_length=128)
-    source: Literal["hf", "local"]
+    name: str | None = Field(default=None, min_length=1, max_length=128)
+    kind: DrafterKind = Field(default="eagle3",
+                              description="eagle3, or a model-free kind (ngram, suffix)")
+    params: dict[str, Any] | None = Field(
+        default=None, description="a model-free drafter's parameters, e.g. {\"max_n\": 4}")
+    source: Literal["hf", "local", "none"] | None = None
     repo_id: RepoId | None = None
     revision: Revision | None = Field(default=None,
                                       description="Branch, tag or commit; hf default main")
@@ -48,8 +69,20 @@ class DrafterCreate(BaseModel):
     tags: list[DomainTag] = Field(default_factory=list)
     target_model: str | None = Field(default=None, max_length=512)
 
+    @field_validator("params")
+    @classmethod
+    def _params(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        return validate_params(str(info.data.get("kind", "eagle3")), value)
+
     @model_validator(mode="after")
     def _source_fields(self) -> DrafterCreate:
+        if self.model_free:
+            self.source = self.source or "none"
+            self.name = self.name or self.id or self.kind
+        elif self.source is None:
+            raise ValueError("source is required for an eagle3 drafter: 'hf' or 'local'")
+        elif self.name is None:
+            raise ValueError("name is required for an eagle3 drafter")
         if self.source == "hf" and self.revision is None:
             self.revision = "main"
         validate_source_fields(
@@ -58,8 +91,13 @@ class DrafterCreate(BaseModel):
             revision=self.revision,
             subfolder=self.subfolder,
             path=self.path,
+            kind=self.kind,
         )
         return self
+
+    @property
+    def model_free(self) -> bool:
+        return self.kind != "eagle3"
 
 
 class DiscoverSpec(BaseModel):
@@ -101,6 +139,8 @@ class DrafterPublic(BaseModel):
 
     id: str
     name: str
+    kind: str
+    params: dict[str, Any] | None
     source: str
     repo_id: str | None
     revision: str | None

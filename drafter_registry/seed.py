@@ -17,19 +17,31 @@ mapped from them, nothing guessed):
          "discover": {"repo_id": "aladinggit/hedgespec_eagle_drafters", "prefix": "lm318/model/",
                       "revision": "main", "name_prefix": "HedgeSpec Llama-3.1-8B"}}
 
+A model-free drafter (no weights) is an entry with a `kind` and its `params`; it is registered
+`ready` at once:
+
+        {"id": "lookup", "name": "Prompt lookup", "kind": "ngram", "params": {"max_n": 4}}
+
+The registry cannot tell which kinds and parameters the engine knows: the importer passes
+`check_params` (the gateway's check against `core.model_free.kinds`), which returns the full
+parameters (defaults filled in, as stored) or raises `ValueError`; such an entry is reported as
+`invalid` and the rest of the file is imported.
+
 `discover` takes every field of `schemas.DiscoverSpec` (`id_prefix`, `domains`, `tags`, ...).
 Importing such an entry lists the repository (hub access as for downloads: `hub=` settings,
 `HF_ENDPOINT`, token, `HF_HUB_OFFLINE`); when that fails, the entry is reported as `error` and
 the rest of the file is imported anyway; importing again later adds what was missed.
 
-Import is idempotent: a drafter whose id exists with the same source is left as it is (status,
-progress and operator edits included); one whose id exists with a different source is reported
-as a conflict and not touched, so a seed never overrides an operator's change.
+Import is idempotent: a drafter whose id exists with the same source (kind and parameters for a
+model-free one) is left as it is (status, progress and operator edits included); one whose id
+exists with a different source is reported as a conflict and not touched, so a seed never
+overrides an operator's change.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -51,6 +63,10 @@ from drafter_registry.errors import DrafterConflict, InvalidDrafter, RegistryErr
 from drafter_registry.fetcher import FetchSettings
 from drafter_registry.models import Drafter
 from drafter_registry.schemas import DiscoverSpec, DrafterCreate, DrafterId
+
+ParamsCheck = Callable[[str, Mapping[str, Any]], dict[str, Any]]
+"""`(kind, params) -> full params` of a model-free drafter; raises `ValueError` naming the
+problem (unknown kind or parameter, a bad value). The gateway binds it to the engine's kinds."""
 
 
 class SeedDrafter(DrafterCreate):
@@ -105,7 +121,7 @@ class SeedPool(BaseModel):
 @dataclass(frozen=True)
 class SeedResult:
     drafter_id: str
-    action: Literal["created", "unchanged", "conflict", "skipped", "error"]
+    action: Literal["created", "unchanged", "conflict", "skipped", "error", "invalid"]
     detail: str | None = None
     subfolder: str | None = None  # discovered drafters and skipped folders
 
@@ -123,14 +139,16 @@ def load_seed_pool(path: str | Path) -> SeedPool:
 
 def import_seed_pool(
     session: Session, pool: SeedPool, *, actor: str, base_dir: str | Path,
-    hub: FetchSettings | None = None,
+    hub: FetchSettings | None = None, check_params: ParamsCheck | None = None,
 ) -> list[SeedResult]:
-    """Register every drafter of `pool` that is not registered yet (as `pending`).
+    """Register every drafter of `pool` that is not registered yet (as `pending`; model-free
+    ones as `ready`).
 
     Relative local paths are resolved against `base_dir` (the gateway passes its working
     directory: the repository root for `make serve` and in the Docker image). `discover`
     entries list their repository through `hub` (cache, endpoint, token of the downloader);
-    without it they are reported as `error`.
+    without it they are reported as `error`. Model-free entries are checked with
+    `check_params` (without it, their parameters are stored as written).
     """
     results: list[SeedResult] = []
     for entry in pool.drafters:
@@ -138,6 +156,13 @@ def import_seed_pool(
             results += _discover(session, entry, pool.target, actor=actor, hub=hub)
             continue
         spec = _resolved(entry, Path(base_dir), pool.target)
+        if spec.model_free and check_params is not None:
+            try:
+                spec = spec.model_copy(update={"params": check_params(spec.kind,
+                                                                        spec.params or {})})
+            except ValueError as exc:
+                results.append(SeedResult(entry.id, "invalid", str(exc)))
+                continue
         existing = crud.get_drafter(session, drafter_id=entry.id)
         if existing is not None:
             results.append(_compare(existing, spec))
@@ -183,9 +208,10 @@ def _resolved(entry: SeedDrafter, base_dir: Path, target: str) -> DrafterCreate:
 
 
 def _compare(existing: Drafter, spec: DrafterCreate) -> SeedResult:
-    wanted = (spec.source, spec.repo_id, spec.revision, spec.subfolder,
-              spec.path if spec.source == "local" else None)
-    found = (existing.source, existing.repo_id, existing.revision, existing.subfolder,
+    wanted = (spec.kind, spec.params or None, spec.source, spec.repo_id, spec.revision,
+              spec.subfolder, spec.path if spec.source == "local" else None)
+    found = (existing.kind, existing.params or None, existing.source, existing.repo_id,
+             existing.revision, existing.subfolder,
              existing.local_path if existing.source == "local" else None)
     if wanted == found:
         return SeedResult(existing.id, "unchanged")

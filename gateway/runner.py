@@ -129,6 +129,8 @@ class EngineInfo:
     vocab_size: int
     fingerprint: str
     has_router: bool = False  # the pool ships a prompt router: policy "router" is served
+    # id -> "eagle3" or a model-free kind ("ngram", "suffix"), for every drafter in the pool
+    drafter_kinds: Mapping[str, str] = field(default_factory=dict)
     # The model's sampling defaults for requests that leave them out (core/sampling_defaults.py)
     sampling_defaults: Mapping[str, float] = field(default_factory=dict)
 
@@ -176,6 +178,7 @@ class EngineRunner:
         self._warmup_enabled = warmup
         self._engine: Engine | None = None
         self.info: EngineInfo | None = None
+        self._kinds_seen: dict[str, str] = {}  # every drafter's kind since start (worker thread)
         self.tokenizer: Any = None  # the engine's tokenizer, set once loaded (thread-safe reads)
         self.started_at = time.time()
         self.load_error: str | None = None
@@ -255,6 +258,12 @@ class EngineRunner:
         self._wakeup.set()
         return future
 
+    @property
+    def known_kinds(self) -> dict[str, str]:
+        """Every drafter's kind since start, those removed since included (the live page colours
+        a finished request's rounds by kind)."""
+        return dict(self._kinds_seen)
+
     def check_ready(self) -> None:
         if self.load_error is not None:
             raise not_ready(f"the engine failed to load: {self.load_error}")
@@ -304,7 +313,17 @@ class EngineRunner:
             fingerprint=fingerprint(engine, self._config_repr),
             has_router=getattr(engine, "router", None) is not None,
             sampling_defaults=dict(getattr(engine, "sampling_defaults", {})),
+            drafter_kinds=self._drafter_kinds(engine),
         )
+
+    def _drafter_kinds(self, engine: Engine) -> dict[str, str]:
+        """Kinds of the pool's drafters; remembered after a drafter leaves, so rounds of
+        requests still running on it keep their `kind` label in /metrics."""
+        kind_of = getattr(engine, "drafter_kind", None)
+        kinds = {i: str(kind_of(i)) if kind_of is not None else "eagle3"
+                 for i in engine.drafter_ids()}
+        self._kinds_seen.update(kinds)
+        return kinds
 
     def _warmup(self, engine: Engine) -> None:
         """A short speculative and a short plain greedy request, so the first client does not pay
@@ -467,12 +486,14 @@ class EngineRunner:
 
     def _record_round(self, tracked: _Tracked, rs: RoundStats, stats: StatsSnapshot) -> None:
         if self.metrics:
-            self.metrics.observe_round(rs, policy=stats.policy)
+            kind = self._kinds_seen.get(rs.drafter, "eagle3") if rs.drafter else None
+            self.metrics.observe_round(rs, policy=stats.policy, kind=kind)
         if self.events is not None and self.events.has_subscribers:
             spec = tracked.spec
             if not tracked.events_started:
                 tracked.events_started = True
-                self.events.publish(started_event(spec.request_id, stats, spec.params))
+                self.events.publish(started_event(spec.request_id, stats, spec.params,
+                                                  self._kinds_seen))
             elapsed = time.monotonic() - tracked.started_at
             self.events.publish(round_event(spec.request_id, rs, stats, elapsed))
 

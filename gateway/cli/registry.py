@@ -6,6 +6,11 @@ running server. They only change rows: a running gateway notices within about a 
 sync polls the pool version), downloads and validates new drafters in the background and updates
 its serving pool; with no server running, the next `hedgespec serve` does it on start.
 
+`add --kind ngram --param max_n=4 --id lookup` registers a model-free drafter (no weights): its
+kind and parameters are checked against the engine's (`core.model_free.kinds`, through
+`gateway.pool.model_free`) and stored with every parameter, defaults filled in; the row is
+`ready` at once and a running server serves it at its next pool sync.
+
 `add --repo-id R --prefix P` registers every drafter found under folder P of repository R
 (`drafter_registry.discovery`: the repository's file list at `--revision`, one drafter per folder
 holding an EAGLE-3 config.json and weights, id and domain from the folder name); `--dry-run`
@@ -15,7 +20,8 @@ entries reach the Hub as the server's downloads do: `HF_ENDPOINT`, the server's 
 
 Output: `list` prints a table (`--json` for JSON); the other commands print the drafter (or the
 import or discovery results) as JSON. Exit status: 0 done, 1 refused by the registry (unknown id,
-taken id or name, a status that does not allow the change), 2 invalid input or unreadable file,
+taken id or name, a status that does not allow the change), 2 invalid input or unreadable file
+(a model-free kind or parameter the engine refuses included; an import registers the rest),
 3 the Hub could not be listed or held nothing to register (no such repository or revision, no
 drafter under the prefix, network, offline mode; an import still registers the rest of its file).
 """
@@ -40,11 +46,19 @@ def register(drafter_sub: Any) -> None:
     common.add_argument("--database-url", help="registry database (default: the server's setting)")
 
     add = drafter_sub.add_parser(
-        "add", parents=[common], help="register a drafter (Hugging Face repo or local directory)",
+        "add", parents=[common],
+        help="register a drafter (Hugging Face repo, local directory, or model-free kind)",
         description="Register a drafter as `pending`; a running server (or the next one to "
-                    "start) downloads and validates it.",
+                    "start) downloads and validates it. A model-free drafter (--kind ngram) has "
+                    "nothing to download: it is registered `ready`.",
     )
-    where = add.add_mutually_exclusive_group(required=True)
+    add.add_argument("--kind", default="eagle3",
+                     help="eagle3 (default: needs --repo-id or --path) or a model-free kind "
+                          "(ngram, suffix), which takes --param instead")
+    add.add_argument("--param", action="append", default=[], metavar="NAME=INT",
+                     help="with a model-free --kind: one parameter, e.g. max_n=4 (repeatable; "
+                          "the others keep their defaults)")
+    where = add.add_mutually_exclusive_group()
     where.add_argument("--repo-id",
                        help="Hugging Face repo, e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
     where.add_argument("--path", type=Path, help="a local drafter directory")
@@ -99,6 +113,12 @@ def register(drafter_sub: Any) -> None:
 def add_drafter(args: argparse.Namespace) -> int:
     from drafter_registry import crud
 
+    if args.kind != "eagle3":
+        return _add_model_free(args)
+    if args.param:
+        return _fail("add", "--param is for model-free drafters (--kind ngram, ...)", 2)
+    if args.repo_id is None and args.path is None:
+        return _fail("add", "one of --repo-id or --path is required (or a model-free --kind)", 2)
     if args.prefix is not None:
         return _discover(args)
     if args.dry_run or args.id_prefix or args.name_prefix or args.folder_domain:
@@ -112,6 +132,44 @@ def add_drafter(args: argparse.Namespace) -> int:
         repo_id=args.repo_id, revision=args.revision, subfolder=args.subfolder, path=path,
         domain=args.domain, tags=args.tag,
     )))
+
+
+def _add_model_free(args: argparse.Namespace) -> int:
+    from drafter_registry import crud
+    from gateway.pool.model_free import full_params
+
+    unused = [flag for flag, value in (
+        ("--repo-id", args.repo_id), ("--path", args.path), ("--revision", args.revision),
+        ("--subfolder", args.subfolder), ("--prefix", args.prefix), ("--dry-run", args.dry_run),
+        ("--id-prefix", args.id_prefix), ("--name-prefix", args.name_prefix),
+        ("--folder-domain", args.folder_domain)) if value]
+    if unused:
+        return _fail("add", f"a model-free drafter (--kind {args.kind}) has no weights: "
+                     f"drop {', '.join(unused)}", 2)
+    try:
+        params = full_params(args.kind, _parse_params(args.param))
+    except ValueError as exc:
+        return _fail("add", str(exc), 2)
+    name = args.name or args.drafter_id or args.kind
+    return _run(args, "add", lambda s: _drafter_json(crud.create_drafter(
+        s, actor=ACTOR, drafter_id=args.drafter_id, name=name, kind=args.kind, params=params,
+        domain=args.domain, tags=args.tag,
+    )))
+
+
+def _parse_params(items: list[str]) -> dict[str, object]:
+    """`["max_n=4", ...]` -> `{"max_n": 4}`; a value that is not an integer stays a string (the
+    engine's check names it)."""
+    params: dict[str, object] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--param takes NAME=INT, got {item!r}")
+        try:
+            params[name.strip()] = int(value.strip())
+        except ValueError:
+            params[name.strip()] = value
+    return params
 
 
 def list_drafters(args: argparse.Namespace) -> int:
@@ -156,13 +214,16 @@ def retry_drafter(args: argparse.Namespace) -> int:
 
 def import_pool(args: argparse.Namespace) -> int:
     from drafter_registry.seed import import_seed_pool, load_seed_pool
+    from gateway.pool.model_free import full_params
 
     errors: list[str] = []
+    invalid: list[str] = []  # model-free entries the engine's kinds refuse
 
     def run(session: Any) -> None:
         pool = load_seed_pool(args.pool_file)
         base = args.base_dir if args.base_dir is not None else Path.cwd()
-        results = import_seed_pool(session, pool, actor=ACTOR, base_dir=base, hub=_hub_settings())
+        results = import_seed_pool(session, pool, actor=ACTOR, base_dir=base, hub=_hub_settings(),
+                                   check_params=full_params)
         print(json.dumps({
             "target": pool.target,
             "results": [{"id": r.drafter_id, "action": r.action, "detail": r.detail,
@@ -170,8 +231,11 @@ def import_pool(args: argparse.Namespace) -> int:
                         for r in results],
         }, indent=2))
         errors.extend(f"{r.drafter_id}: {r.detail}" for r in results if r.action == "error")
+        invalid.extend(f"{r.drafter_id}: {r.detail}" for r in results if r.action == "invalid")
 
     code = _run(args, "import", run)
+    if code == 0 and invalid:
+        return _fail("import", "; ".join(invalid), 2)
     if code == 0 and errors:
         return _fail("import", "; ".join(errors), 3)
     return code
@@ -306,6 +370,9 @@ def _table(rows: list[dict[str, Any]]) -> str:
         if row["source"] == "hf":
             source = f"{row['repo_id']}@{row['revision']}" + (
                 f"/{row['subfolder']}" if row["subfolder"] else "")
+        elif row["kind"] != "eagle3":  # model-free: its kind and parameters
+            source = " ".join([row["kind"], *(f"{k}={v}" for k, v in
+                                              sorted((row["params"] or {}).items()))])
         else:
             source = str(row["local_path"])
         values = {"id": row["id"], "status": row["status"], "progress": progress,

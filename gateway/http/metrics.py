@@ -9,6 +9,9 @@ a `drafter` label, so the usual PromQL carries over per drafter:
   per-position rate      rate(..._num_accepted_tokens_per_pos_total) / rate(..._num_drafts_total)
 
 Plain rounds (policy `none`) are counted under `drafter="none"` with zero draft tokens.
+
+Every per-drafter series also carries `kind`: `eagle3`, or a model-free drafter's kind
+(`ngram`, `suffix`), `none` for plain rounds, so `sum by (kind)` compares the families.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class GatewayMetrics:
 
     def _round_metrics(self) -> None:
         """Per-round speculative-decoding counters, labelled by drafter (vLLM's semantics)."""
-        r, d = self.registry, ["drafter"]
+        r, d = self.registry, ["drafter", "kind"]
         self.num_drafts = Counter(
             "hedgespec_spec_decode_num_drafts",
             "Speculative rounds (one target pass each).",
@@ -75,13 +78,13 @@ class GatewayMetrics:
         self.accepted_per_pos = Counter(
             "hedgespec_spec_decode_num_accepted_tokens_per_pos",
             "Accepted draft tokens by depth (position 0 = first draft token).",
-            ["drafter", "position"],
+            ["drafter", "kind", "position"],
             registry=r,
         )
         self.drafter_selected = Counter(
             "hedgespec_drafter_selected",
             "Rounds in which a policy selected a drafter.",
-            ["drafter", "policy"],
+            ["drafter", "kind", "policy"],
             registry=r,
         )
 
@@ -207,18 +210,20 @@ class GatewayMetrics:
         if outputs:
             self.batch_rows.observe(max(rs.batch_rows for rs in outputs))
 
-    def observe_round(self, rs: RoundStats, *, policy: str) -> None:
+    def observe_round(self, rs: RoundStats, *, policy: str, kind: str | None = None) -> None:
+        """`kind`: the drafter's (`eagle3` when not given); plain rounds are kind `none`."""
         if rs.gated:  # not a speculative step (vLLM's num_drafts counts those)
             self.gated_steps.inc()
             return
         drafter = rs.drafter or "none"
-        self.num_drafts.labels(drafter).inc()
-        self.num_draft_tokens.labels(drafter).inc(rs.drafted)
-        self.num_accepted_tokens.labels(drafter).inc(rs.accepted)
+        kind = "none" if rs.drafter is None else kind or "eagle3"
+        self.num_drafts.labels(drafter, kind).inc()
+        self.num_draft_tokens.labels(drafter, kind).inc(rs.drafted)
+        self.num_accepted_tokens.labels(drafter, kind).inc(rs.accepted)
         for position in range(rs.accepted):
-            self.accepted_per_pos.labels(drafter, str(position)).inc()
+            self.accepted_per_pos.labels(drafter, kind, str(position)).inc()
         if rs.drafter is not None:
-            self.drafter_selected.labels(drafter, policy).inc()
+            self.drafter_selected.labels(drafter, kind, policy).inc()
 
     def observe_request_stats(self, stats: StatsSnapshot) -> None:
         policy = stats.policy

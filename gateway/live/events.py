@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from core.config import SamplingParams
@@ -157,12 +158,15 @@ class EventBus:
 # ---- event payloads (built on the worker thread from the engine's statistics snapshots) -----
 
 
-def started_event(request_id: str, stats: StatsSnapshot, params: SamplingParams) -> dict[str, Any]:
+def started_event(request_id: str, stats: StatsSnapshot, params: SamplingParams,
+                  kinds: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """`kinds`: drafter id -> kind (`eagle3`, `ngram`, ...); the page colours by kind."""
     return {
         "type": "request_started",
         "request_id": request_id,
         "policy": stats.policy,
         "drafters": list(stats.drafter_ids),
+        "drafter_kinds": {i: (kinds or {}).get(i, "eagle3") for i in stats.drafter_ids},
         "prompt_tokens": stats.prompt_tokens,
         "max_tokens": params.max_new_tokens,
         "temperature": params.temperature,  # what it samples with, the served defaults included

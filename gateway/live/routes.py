@@ -52,7 +52,7 @@ from gateway.http.deps import (
     SettingsDep,
 )
 from gateway.http.errors import APIError
-from gateway.live.aggregator import HISTORY_SIZE
+from gateway.live.aggregator import HISTORY_SIZE, LiveAggregator
 from gateway.live.traces import step_order
 from gateway.runner import EngineRunner
 
@@ -104,6 +104,14 @@ def _drafter_ids(runner: EngineRunner) -> list[str]:
     return list(info.drafter_ids) if info is not None else []
 
 
+def _snapshot(aggregator: LiveAggregator, runner: EngineRunner) -> dict[str, Any]:
+    """The live snapshot plus every drafter's kind (the page colours model-free drafters by
+    kind)."""
+    snapshot: dict[str, Any] = aggregator.live_snapshot(_drafter_ids(runner))
+    snapshot["drafter_kinds"] = runner.known_kinds
+    return snapshot
+
+
 router = APIRouter(tags=["admin"])
 api = APIRouter(prefix="/admin/api", dependencies=[Depends(require_admin_key)])
 
@@ -143,7 +151,7 @@ async def live(
     """The event stream of the page: a `snapshot`, then `events` frames (JSON arrays)."""
     # Register and snapshot in one synchronous step: nothing can slip between the two.
     listener = aggregator.listen()
-    first = aggregator.live_snapshot(_drafter_ids(runner))
+    first = _snapshot(aggregator, runner)
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
         try:
@@ -155,7 +163,7 @@ async def live(
                 await asyncio.sleep(FLUSH_S)  # coalesce: one frame per FLUSH_S at most
                 events, lost = listener.drain()
                 if lost:
-                    snapshot = aggregator.live_snapshot(_drafter_ids(runner))
+                    snapshot = _snapshot(aggregator, runner)
                     yield ServerSentEvent(dumps(snapshot), event="snapshot")
                 elif events:
                     yield ServerSentEvent(dumps(events), event="events")
@@ -178,6 +186,7 @@ async def overview(aggregator: AggregatorDep, runner: RunnerDep) -> Response:
     body["model"] = runner.info.model_name if runner.info is not None else None
     body["ready"] = runner.ready
     body["drafters"] = _drafter_ids(runner)
+    body["drafter_kinds"] = runner.known_kinds
     return _json(body)
 
 

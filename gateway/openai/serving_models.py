@@ -41,14 +41,17 @@ class OpenAIServingModels:
         return self._card(info)
 
     def _card(self, info: EngineInfo) -> dict[str, Any]:
-        """`spec` and `capabilities` are ours: the pool's drafters, the tool-call format the
-        target gets, and structured outputs, which every target supports."""
+        """`spec` and `capabilities` are ours: the pool's drafters (ids, as `fixed:<id>` takes
+        them, and each one's kind: `eagle3` or a model-free kind such as `ngram`), the tool-call
+        format the target gets, and structured outputs, which every target supports."""
+        kinds = {i: info.drafter_kinds.get(i, "eagle3") for i in info.drafter_ids}
         return {
             "id": self.served_name(info),
             "object": "model",
             "created": int(self.runner.started_at),
             "owned_by": "hedgespec",
             "max_model_len": info.max_context,
-            "spec": {"method": "eagle3", "drafters": list(info.drafter_ids)},
+            "spec": {"method": "eagle3", "drafters": list(info.drafter_ids),
+                     "drafter_kinds": kinds},
             "capabilities": {"tool_calling": self.tool_format().name, "structured_outputs": True},
         }

@@ -4,8 +4,9 @@ Start-up (after `RegistryLink.open` migrated the database):
 
 1. The served pool (`--pool` file, or `--target` with `--drafter`) is imported into the registry
    as `source: local` drafters with the pool's ids, straight to `ready` (the engine loads and
-   checks them itself at start), so the admin page lists them and operators can disable or
-   remove them like any other drafter. Idempotent: an existing row is left as it is, so a
+   checks them itself at start), and its model-free entries (`{"id", "kind", "params"}`) as
+   model-free rows with their full parameters, so the admin page lists them and operators can
+   disable or remove them like any other drafter. Idempotent: an existing row is left as it is, so a
    drafter an operator disabled stays disabled across restarts; a deleted one comes back on the
    next start because the pool file still lists it (disable it, or edit the pool file). A served
    drafter whose id the registry refuses stays served but "unmanaged" (pool sync never touches
@@ -67,6 +68,7 @@ from drafter_registry.seed import import_seed_pool, load_seed_pool
 from gateway.config import Settings
 from gateway.live.events import EventBus
 from gateway.pool.database import RegistryLink
+from gateway.pool.model_free import EAGLE3, full_params, model_free_key
 from gateway.pool.sync import PoolSync, drafter_key, local_key
 from gateway.runner import EngineRunner
 
@@ -82,12 +84,30 @@ SEED_RETRY_S = (30.0, 60.0, 120.0, 300.0, 600.0)  # a seed import that could not
 
 @dataclass(frozen=True)
 class ServedDrafter:
-    """A drafter the engine loads at start, from the pool file or `--drafter`."""
+    """A drafter the engine loads at start, from the pool file or `--drafter`: EAGLE-3 weights
+    at `path`, or a model-free `kind` with its `params` (no path)."""
 
     id: str
-    path: Path
+    path: Path | None
     name: str
     domain: str | None = None
+    kind: str = EAGLE3
+    params: Mapping[str, Any] | None = None
+
+    @property
+    def model_free(self) -> bool:
+        return self.kind != EAGLE3
+
+    def key(self) -> str | None:
+        """The pool sync's key of what the engine loaded (`gateway.pool.sync.drafter_key`);
+        None for a model-free entry the engine's kinds refuse (then the engine did not load)."""
+        if not self.model_free:
+            assert self.path is not None
+            return local_key(self.path)
+        try:
+            return model_free_key(self.kind, full_params(self.kind, self.params))
+        except ValueError:
+            return None
 
 
 def served_target_dir(settings: Settings) -> Path | None:
@@ -121,11 +141,18 @@ def served_drafters(settings: Settings) -> list[ServedDrafter]:
     base = Path(str(settings.pool)).parent
     out = []
     for entry in spec.get("drafters", []):
-        if isinstance(entry, dict) and "id" in entry and "path" in entry:
-            name = str(entry.get("name") or entry["id"])
-            domain = entry.get("domain")
+        if not isinstance(entry, dict) or "id" not in entry:
+            continue
+        name = str(entry.get("name") or entry["id"])
+        domain = str(entry["domain"]) if entry.get("domain") else None
+        kind = str(entry.get("kind") or EAGLE3)
+        if kind != EAGLE3:
+            params = entry.get("params")
+            out.append(ServedDrafter(str(entry["id"]), None, name, domain, kind,
+                                     dict(params) if isinstance(params, dict) else None))
+        elif "path" in entry:
             out.append(ServedDrafter(str(entry["id"]), (base / str(entry["path"])).resolve(), name,
-                                     str(domain) if domain else None))
+                                     domain))
     return out
 
 
@@ -148,6 +175,10 @@ def import_served_pool(
     for drafter in served:
         try:
             validate_drafter_id(drafter.id)
+            key = drafter.key()
+            if key is None:
+                raise RegistryError(f"the engine refuses kind {drafter.kind!r} with params "
+                                    f"{dict(drafter.params or {})}")
         except RegistryError as exc:
             log.warning("served drafter %r stays unmanaged (not in the registry): %s", drafter.id,
                         exc)
@@ -156,11 +187,9 @@ def import_served_pool(
         with session_factory() as session:
             existing = crud.get_drafter(session, drafter_id=drafter.id)
             if existing is not None:
-                if existing.source != DrafterSource.LOCAL.value or local_key(
-                    Path(str(existing.local_path))
-                ) != local_key(drafter.path):
-                    log.warning("registry drafter %r differs from the served pool's %s: the "
-                                "registry wins", drafter.id, drafter.path)
+                if existing.source == DrafterSource.HF.value or drafter_key(existing) != key:
+                    log.warning("registry drafter %r differs from the served pool's (%s): the "
+                                "registry wins", drafter.id, drafter.path or drafter.kind)
                 continue
             try:
                 _register_ready(session, drafter, target_model)
@@ -180,6 +209,12 @@ def _register_ready(session: Session, drafter: ServedDrafter, target_model: str 
     name = drafter.name
     if crud.get_drafter_by_name(session, name=name) is not None:
         name = f"{name} ({drafter.id})"
+    if drafter.model_free:  # registered `ready`: nothing to check
+        crud.create_drafter(session, drafter_id=drafter.id, name=name[:128], kind=drafter.kind,
+                            params=full_params(drafter.kind, drafter.params), domain=domain,
+                            target_model=target_model, actor=SERVED_ACTOR)
+        return
+    assert drafter.path is not None
     crud.create_drafter(session, drafter_id=drafter.id, name=name[:128], source="local",
                         path=str(drafter.path), domain=domain, target_model=target_model,
                         actor=SERVED_ACTOR)
@@ -287,7 +322,7 @@ class RegistryService:
             self.session_factory,
             resolve=lambda row: ensure_local_copy(row, settings=self.fetch_settings),
             interval_s=self.settings.pool_sync_interval_s,
-            initial={d.id: local_key(d.path) for d in served},
+            initial={d.id: key for d in served if (key := d.key()) is not None},
             unmanaged=unmanaged,
             on_version_change=self.submit_pending,
             replica=self.replica,
@@ -431,7 +466,7 @@ class RegistryService:
             pool = load_seed_pool(path)
             with self.session_factory() as session:
                 results = import_seed_pool(session, pool, actor=SEED_ACTOR, base_dir=Path.cwd(),
-                                           hub=self.fetch_settings)
+                                           hub=self.fetch_settings, check_params=full_params)
         except RegistryError as exc:
             log.error("seed pool not imported: %s", exc)
             return True  # an unreadable file does not get better by retrying
@@ -449,7 +484,7 @@ class RegistryService:
             elif result.action == "skipped":
                 log.warning("seed pool: %s is not a usable drafter: %s", result.subfolder,
                             result.detail)
-            elif result.action == "error":
+            elif result.action in ("error", "invalid"):
                 log.error("seed pool entry %s not imported: %s", result.drafter_id, result.detail)
         return not any(r.action == "error" for r in results)
 

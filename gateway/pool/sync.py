@@ -12,8 +12,13 @@ How it converges (polling, not LISTEN/NOTIFY; `drafter_registry` explains the ch
   Every replica sharing the database does the same, so all converge within about one interval
   plus the time to load a drafter.
 - A drafter is identified by the weights it stands for (`drafter_key`: a local directory, or a
-  Hub repo at a pinned commit and sub-folder), so re-registering an id with other weights
-  replaces the drafter instead of keeping the old one.
+  Hub repo at a pinned commit and sub-folder; a model-free drafter by its kind and parameters),
+  so re-registering an id with other weights replaces the drafter instead of keeping the old
+  one.
+- A model-free row (`ngram`, `suffix`: no weights) is built here from its kind and parameters
+  (`gateway.pool.model_free`) and added with `SpecEngine.add_model_free`; one the engine
+  refuses (a kind this replica does not know) is marked `failed` like a drafter that does not
+  load.
 - Weights are loaded on this thread (`SpecEngine.load_drafter` only reads the target's embedding,
   dtype and device), and only the pool swap (`add_loaded_drafter`, `remove_drafter`) runs on the
   engine worker thread through `EngineRunner.call`, between two rounds, because `SpecEngine` is
@@ -44,6 +49,8 @@ from drafter_registry import crud
 from drafter_registry.db import pool_version
 from drafter_registry.errors import DrafterNotFound, StatusConflict
 from drafter_registry.models import Drafter, DrafterSource, DrafterStatus
+from gateway.pool.model_free import build as build_model_free
+from gateway.pool.model_free import model_free_key
 from gateway.runner import EngineRunner
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,8 @@ Resolver = Callable[[Drafter], Path]
 def drafter_key(row: Drafter) -> str:
     """What identifies a drafter's weights across replicas (local paths of Hub downloads differ
     between replicas that do not share a cache, the repo, commit and sub-folder do not)."""
+    if row.model_free:
+        return model_free_key(row.kind, row.params)
     if row.source == DrafterSource.HF.value:
         return f"hf:{row.repo_id}@{row.commit_sha or row.revision}/{row.subfolder or ''}"
     return local_key(Path(str(row.local_path)))
@@ -194,6 +203,17 @@ class PoolSync:
         self.sync(version)
         return True
 
+    def sync_now(self) -> bool:
+        """One sync pass now, on the caller's thread (the admin API, so that a model-free drafter
+        it just registered serves when the response leaves); `False` while the engine is not
+        ready (the sync thread catches up once it is)."""
+        if not self._runner.ready:
+            return False
+        with self._session_factory() as session:
+            version = pool_version(session)
+        self.sync(version)
+        return True
+
     def sync(self, version: int) -> None:
         """Make the engine hold exactly the registry's ready drafters (plus unmanaged ones)."""
         if not self._engine_capable():
@@ -222,8 +242,12 @@ class PoolSync:
     def _add(self, row: Drafter, key: str) -> str | None:
         """Load one drafter into the engine; the readable reason if it could not be."""
         try:
-            drafter = self._loader()(self._resolve(row))
-            self._engine_call(lambda e: e.add_loaded_drafter(row.id, drafter))
+            if row.model_free:
+                member = build_model_free(row.kind, row.params)
+                self._engine_call(lambda e: e.add_model_free(row.id, member))
+            else:
+                drafter = self._loader()(self._resolve(row))
+                self._engine_call(lambda e: e.add_loaded_drafter(row.id, drafter))
         except (TimeoutError, concurrent.futures.TimeoutError):
             raise  # the worker is stuck or gone: retry the whole pass later, blame no drafter
         except Exception as exc:

@@ -3,8 +3,9 @@
 Covers: sign-in (a wrong key is refused and nothing admin-only loads), streaming requests
 sent with the openai SDK appearing live with MAT and drafter choices, the detail view, the
 overview, throttled rendering under an event flood, inert XSS strings (a hostile drafter id
-served by the engine, hostile pool entries) and pool management against the fake Hugging Face
-hub. Screenshots land in `bench/results/admin_*.png` for reviewers.
+served by the engine, hostile pool entries), pool management against the fake Hugging Face
+hub, and a model-free drafter added from the form and drawn in its kind's colour. Screenshots
+land in `bench/results/admin_*.png` for reviewers.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tests.admin_ui.conftest import (
     running_server,
     screenshot,
     sign_in,
+    stream_chat,
 )
 
 expect = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").expect
@@ -611,3 +613,75 @@ def test_pool_hostile_name_and_error_stay_text(page: Any, server: ServerProcess)
     else:  # refused up front: the reason is shown instead
         expect(message).to_have_class("notice error")
     assert_inert(page)
+
+
+NGRAM_RGB = "rgb(17, 24, 39)"  # KIND_COLORS.ngram in admin_ui/charts.js (#111827)
+
+
+def painted_with(page: Any, selector: str, rgb: tuple[int, int, int]) -> bool:
+    """Whether a canvas has an opaque pixel of exactly this colour."""
+    return bool(page.evaluate(
+        """([sel, [r, g, b]]) => {
+            const c = document.querySelector(sel);
+            if (!c || !c.width || !c.height) return false;
+            const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            for (let i = 0; i < px.length; i += 4) {
+                if (px[i] === r && px[i + 1] === g && px[i + 2] === b && px[i + 3] === 255) {
+                    return true;
+                }
+            }
+            return false;
+        }""",
+        [selector, list(rgb)],
+    ))
+
+
+@needs_pool_api
+def test_a_model_free_drafter_is_added_from_the_form_and_drawn_in_its_kinds_colour(
+    page: Any, server: ServerProcess
+) -> None:
+    """Last in the module: it serves one more drafter for a while (the tests above count the
+    served pool's), then removes it."""
+    sign_in(page, server.base_url)
+    page.click(".tabs [data-tab=pool]")
+    page.locator("#pool-form .segmented label", has_text="Model-free").click()
+    expect(page.locator("#pool-form input[name=repo_id]")).to_be_hidden()
+    page.select_option("#pool-form select[name=kind]", "ngram")
+    page.fill("#pool-form input[name=params]", "max_n=4 max_depth=6")
+    page.fill("#pool-form input[name=id]", "lookup")
+    page.click("#pool-form button[type=submit]")  # no name needed: the id names it
+    expect(page.locator("#pool-message")).to_have_text("Added lookup: ready.")
+    entry = page.locator("#pool-table tbody tr[data-id=lookup]")
+    expect(entry).to_have_attribute("data-kind", "ngram")
+    expect(entry.locator(".kind-tag")).to_have_text("ngram")
+    expect(entry.locator(".kind-cell .swatch")).to_have_css("background-color", NGRAM_RGB)
+    expect(entry.locator(".source")).to_contain_text("model-free · ")
+    expect(entry.locator(".source")).to_contain_text("max_depth=6 max_n=4")
+    alpha = page.locator("#pool-table tbody tr[data-id=alpha]")
+    expect(alpha.locator(".kind-tag")).to_have_text("eagle3")
+    expect(alpha.locator(".kind-cell .swatch")).not_to_have_css("background-color", NGRAM_RGB)
+
+    # Its rounds on the Live tab: the legend chip and the request's strip in the kind's colour.
+    page.click(".tabs [data-tab=live]")
+    result = stream_chat(openai_client(server), PROMPTS[0], 24,
+                         hedgespec={"policy": "fixed:lookup"})
+    assert set(result["metrics"]["speculative_decoding"]["drafter_choices"]) == {"lookup"}
+    rid = f"{result['id']}-0"
+    expect(row(page, rid)).to_have_attribute("data-status", "finished", timeout=30_000)
+    chip = page.locator("#legend .chip", has_text="lookup")
+    expect(chip.locator(".swatch")).to_have_css("background-color", NGRAM_RGB)
+    strip_selector = f'{ROWS}[data-id="{rid}"] canvas.strip'
+    deadline = time.monotonic() + 30
+    while not painted_with(page, strip_selector, (17, 24, 39)):
+        assert time.monotonic() < deadline, "the strip never showed the ngram colour"
+        time.sleep(0.2)
+    # And on the Overview's per-drafter table, with its kind named.
+    page.click(".tabs [data-tab=overview]")
+    usage = page.locator("#ov-drafters tbody tr[data-id=lookup]")
+    expect(usage.locator(".kind-tag")).to_have_text("ngram")
+    expect(usage.locator(".swatch")).to_have_css("background-color", NGRAM_RGB)
+
+    resp = httpx.delete(f"{server.base_url}/admin/api/drafters/lookup",
+                        headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    assert resp.status_code == 200, resp.text
+    assert not page.js_errors, page.js_errors

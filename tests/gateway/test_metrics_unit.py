@@ -32,24 +32,44 @@ def test_a_round_counts_drafts_tokens_and_accepted_positions_per_drafter() -> No
     m.observe_round(round_stats("alpha", drafted=6, accepted=3), policy="normalhedge")
     m.observe_round(round_stats("alpha", drafted=6, accepted=1), policy="normalhedge")
     m.observe_round(round_stats("beta", drafted=4, accepted=0), policy="fixed")
-    assert value(m, "hedgespec_spec_decode_num_drafts_total", drafter="alpha") == 2
-    assert value(m, "hedgespec_spec_decode_num_draft_tokens_total", drafter="alpha") == 12
-    assert value(m, "hedgespec_spec_decode_num_accepted_tokens_total", drafter="alpha") == 4
+    alpha = {"drafter": "alpha", "kind": "eagle3"}  # kind defaults to eagle3
+    beta = {"drafter": "beta", "kind": "eagle3"}
+    assert value(m, "hedgespec_spec_decode_num_drafts_total", **alpha) == 2
+    assert value(m, "hedgespec_spec_decode_num_draft_tokens_total", **alpha) == 12
+    assert value(m, "hedgespec_spec_decode_num_accepted_tokens_total", **alpha) == 4
     per_pos = "hedgespec_spec_decode_num_accepted_tokens_per_pos_total"
-    assert [value(m, per_pos, drafter="alpha", position=str(p)) for p in range(4)] == [2, 1, 1, 0]
-    assert value(m, "hedgespec_spec_decode_num_drafts_total", drafter="beta") == 1
-    assert value(m, per_pos, drafter="beta", position="0") == 0
+    assert [value(m, per_pos, **alpha, position=str(p)) for p in range(4)] == [2, 1, 1, 0]
+    assert value(m, "hedgespec_spec_decode_num_drafts_total", **beta) == 1
+    assert value(m, per_pos, **beta, position="0") == 0
     selected = "hedgespec_drafter_selected_total"
-    assert value(m, selected, drafter="alpha", policy="normalhedge") == 2
-    assert value(m, selected, drafter="beta", policy="fixed") == 1
+    assert value(m, selected, **alpha, policy="normalhedge") == 2
+    assert value(m, selected, **beta, policy="fixed") == 1
+
+
+def test_a_model_free_drafters_rounds_carry_its_kind() -> None:
+    m = GatewayMetrics()
+    m.observe_round(round_stats("lookup", drafted=5, accepted=2), policy="auto", kind="ngram")
+    m.observe_round(round_stats("alpha", drafted=6, accepted=1), policy="auto", kind="eagle3")
+    assert value(m, "hedgespec_spec_decode_num_drafts_total", drafter="lookup", kind="ngram") == 1
+    assert value(m, "hedgespec_spec_decode_num_accepted_tokens_total", drafter="lookup",
+                 kind="ngram") == 2
+    per_pos = "hedgespec_spec_decode_num_accepted_tokens_per_pos_total"
+    assert value(m, per_pos, drafter="lookup", kind="ngram", position="1") == 1
+    assert value(m, "hedgespec_drafter_selected_total", drafter="lookup", kind="ngram",
+                 policy="auto") == 1
+    text = m.render().decode()
+    tokens = "hedgespec_spec_decode_num_draft_tokens_total"
+    assert f'{tokens}{{drafter="lookup",kind="ngram"}} 5.0' in text
+    assert f'{tokens}{{drafter="alpha",kind="eagle3"}} 6.0' in text
 
 
 def test_a_plain_round_counts_under_none_and_selects_no_drafter() -> None:
     m = GatewayMetrics()
     m.observe_round(round_stats(None, drafted=0, accepted=0), policy="none")
-    assert value(m, "hedgespec_spec_decode_num_drafts_total", drafter="none") == 1
-    assert value(m, "hedgespec_spec_decode_num_draft_tokens_total", drafter="none") == 0
-    assert value(m, "hedgespec_drafter_selected_total", drafter="none", policy="none") == 0
+    plain = {"drafter": "none", "kind": "none"}
+    assert value(m, "hedgespec_spec_decode_num_drafts_total", **plain) == 1
+    assert value(m, "hedgespec_spec_decode_num_draft_tokens_total", **plain) == 0
+    assert value(m, "hedgespec_drafter_selected_total", **plain, policy="none") == 0
 
 
 def test_a_step_the_speculation_gate_ran_plain_is_no_draft() -> None:
@@ -59,7 +79,7 @@ def test_a_step_the_speculation_gate_ran_plain_is_no_draft() -> None:
     m.observe_round(gated, policy="normalhedge")
     m.observe_round(gated, policy="normalhedge")
     assert value(m, "hedgespec_plain_steps_total") == 2
-    assert value(m, "hedgespec_spec_decode_num_drafts_total", drafter="none") == 0
+    assert value(m, "hedgespec_spec_decode_num_drafts_total", drafter="none", kind="none") == 0
     m.observe_spec_setting("measuring")
     m.observe_spec_setting("plain")
     got = {s: value(m, "hedgespec_speculation_setting", setting=s)
@@ -117,7 +137,8 @@ def test_render_is_prometheus_text_with_the_vllm_style_names() -> None:
     m = GatewayMetrics()
     m.observe_round(round_stats("alpha", drafted=2, accepted=2), policy="auto")
     text = m.render().decode()
-    assert 'hedgespec_spec_decode_num_accepted_tokens_total{drafter="alpha"} 2.0' in text
+    assert ('hedgespec_spec_decode_num_accepted_tokens_total{drafter="alpha",kind="eagle3"} 2.0'
+            in text)
     assert "# TYPE hedgespec_num_requests_running gauge" in text
     assert "process_cpu_seconds_total" in text  # the process collector is registered
 

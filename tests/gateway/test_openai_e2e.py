@@ -525,8 +525,8 @@ def test_health_ready_and_metrics(http: httpx.Client) -> None:
     ):
         assert name in text, name
     assert (
-        _metric(text, 'hedgespec_spec_decode_num_drafts_total{drafter="alpha"}')
-        + _metric(text, 'hedgespec_spec_decode_num_drafts_total{drafter="beta"}')
+        _metric(text, 'hedgespec_spec_decode_num_drafts_total{drafter="alpha",kind="eagle3"}')
+        + _metric(text, 'hedgespec_spec_decode_num_drafts_total{drafter="beta",kind="eagle3"}')
         > 0
     )
 

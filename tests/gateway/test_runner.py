@@ -318,8 +318,9 @@ def test_rounds_feed_metrics_and_events() -> None:
             kinds.append((await asyncio.wait_for(sub.__anext__(), 5))["type"])
         await sub.aclose()
         text = metrics.render().decode()
-        assert 'hedgespec_spec_decode_num_drafts_total{drafter="d1"} 2.0' in text
-        assert 'hedgespec_spec_decode_num_draft_tokens_total{drafter="d1"} 8.0' in text
+        d1 = '{drafter="d1",kind="eagle3"}'  # a double without drafter_kind: eagle3
+        assert f"hedgespec_spec_decode_num_drafts_total{d1} 2.0" in text
+        assert f"hedgespec_spec_decode_num_draft_tokens_total{d1} 8.0" in text
         await runner.stop(1)
         return kinds
 

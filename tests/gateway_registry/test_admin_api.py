@@ -15,6 +15,7 @@ import pytest
 from bench.harness.fakehub import FakeHub
 from bench.harness.server import ServerProcess
 from bench.harness.tiny_pool import DRAFTER_IDS
+from core.model_free.ngram import NGRAM_DEFAULTS
 from tests.gateway_registry.conftest import (
     ADMIN,
     API_KEY,
@@ -209,6 +210,77 @@ def test_bad_requests_get_openai_shaped_errors(admin: Admin) -> None:
         if param is not None:
             assert error["param"] == param, (path, body, error)
     assert admin.drafters()["alpha"]["status"] == "ready"
+
+
+# ---- model-free drafters ----------------------------------------------------------------------
+
+
+def test_a_model_free_drafter_is_added_ready_serving_used_and_removed(
+    server: ServerProcess, admin: Admin
+) -> None:
+    resp = admin.http.post("/drafters", json={"id": "lookup", "kind": "ngram",
+                                              "params": {"max_n": 4, "max_depth": 6}})
+    assert resp.status_code == 201, resp.text  # nothing to fetch: created, ready, serving
+    created = resp.json()
+    assert {k: created[k] for k in ("id", "name", "kind", "params", "source", "status",
+                                    "serving", "enabled", "local_path", "repo_id")} == {
+        "id": "lookup", "name": "lookup", "kind": "ngram",
+        "params": {**NGRAM_DEFAULTS, "max_n": 4, "max_depth": 6},  # stored whole
+        "source": "none", "status": "ready", "serving": True, "enabled": True,
+        "local_path": None, "repo_id": None}  # fmt: skip
+    assert admin.drafters()["lookup"]["kind"] == "ngram"
+    assert admin.drafters()["alpha"]["kind"] == "eagle3"
+    card = httpx.get(f"{server.base_url}/v1/models",
+                     headers={"Authorization": f"Bearer {API_KEY}"}).json()["data"][0]
+    assert "lookup" in card["spec"]["drafters"]
+    assert card["spec"]["drafter_kinds"]["lookup"] == "ngram"
+    assert card["spec"]["drafter_kinds"]["alpha"] == "eagle3"
+    metrics = speculative(chat(server, "fixed:lookup", max_tokens=12,
+                               prompt="one two three one two three one two three one two"))
+    assert metrics["drafter_choices"] and set(metrics["drafter_choices"]) == {"lookup"}
+    text = httpx.get(f"{server.base_url}/metrics").text
+    assert 'hedgespec_spec_decode_num_drafts_total{drafter="lookup",kind="ngram"}' in text
+    overview = httpx.get(f"{server.base_url}/admin/api/overview", headers=ADMIN).json()
+    assert overview["drafter_kinds"]["lookup"] == "ngram"
+
+    assert admin.http.delete("/drafters/lookup").status_code == 200
+    admin.wait_serving("lookup", present=False)
+    refused = chat(server, "fixed:lookup")
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "hedgespec.policy"
+    actions = [(e["action"], (e["detail"] or {}).get("kind")) for e in reversed(
+        admin.http.get("/events", params={"target": "lookup"}).json()["data"])]
+    assert actions == [("drafter.create", "ngram"), ("drafter.delete", "ngram")]
+
+
+def test_bad_model_free_drafters_get_400s_and_write_nothing(admin: Admin) -> None:
+    cases = [
+        ({"id": "m1", "kind": "nope"}, "kind", "unknown drafter kind 'nope'"),
+        ({"id": "m2", "kind": "ngram", "params": {"mystery": 1}}, "params",
+         "unknown ngram parameter(s) ['mystery']"),
+        ({"id": "m3", "kind": "ngram", "params": {"max_n": "four"}}, "params",
+         "must be an integer"),
+        ({"id": "m4", "kind": "ngram", "params": {"max_n": 4.5}}, "params", "must be an integer"),
+        ({"id": "m5", "kind": "ngram", "params": {"max_n": True}}, "params", "must be an integer"),
+        ({"id": "m6", "kind": "ngram", "params": {"max_n": 99}}, "params", "max_n"),  # range
+        ({"id": "m7", "kind": "ngram", "params": {"min_n": 3, "max_n": 2}}, "params", "min_n"),
+        ({"id": "m8", "kind": "ngram", "params": {"max_n": [4]}}, "params", "must be a number"),
+        ({"id": "m9", "kind": "Not A Kind"}, "kind", "invalid drafter kind"),
+        ({"id": "m10", "kind": "ngram", "source": "hf", "repo_id": "a/b"}, None, "no weights"),
+        ({"name": "x", "source": "hf", "repo_id": "a/b", "params": {"max_n": 4}}, "params",
+         "params are for model-free drafters"),
+        ({"id": "alpha", "kind": "ngram"}, None, "already taken"),  # 409, below
+    ]  # fmt: skip
+    before = admin.drafters()
+    for body, param, words in cases:
+        resp = admin.http.post("/drafters", json=body)
+        assert resp.status_code == (409 if body.get("id") == "alpha" else 400), (body, resp.text)
+        error = resp.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        assert words in error["message"], (body, error)
+        if param is not None:
+            assert error["param"] == param, (body, error)
+    after = admin.drafters()
+    assert after.keys() == before.keys() and after["alpha"]["kind"] == "eagle3"
 
 
 # ---- failures are contained -------------------------------------------------------------------

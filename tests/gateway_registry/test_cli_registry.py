@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from core.model_free.ngram import NGRAM_DEFAULTS
 from drafter_registry import crud
 from drafter_registry.db import make_engine, make_session_factory
 from gateway.cli import main as hedgespec
@@ -174,3 +175,69 @@ def test_the_default_database_is_the_servers_setting(
     monkeypatch.setenv("HEDGESPEC_DATABASE_URL", url)
     assert run(capsys, "drafter", "add", "--repo-id", "org/env", "--id", "env")[0] == 0
     assert drafter(url, "env").repo_id == "org/env"
+
+
+def test_add_list_and_remove_a_model_free_drafter(database_url: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "drafter", "add", "--database-url", database_url, "--kind",
+                         "ngram", "--param", "max_n=4", "--param", "max_depth=6", "--id", "lookup")
+    assert code == 0, err
+    body = json.loads(out)
+    assert (body["id"], body["kind"], body["source"], body["status"]) == (
+        "lookup", "ngram", "none", "ready")
+    assert body["params"] == {**NGRAM_DEFAULTS, "max_n": 4, "max_depth": 6}  # all of them
+    row = drafter(database_url, "lookup")
+    assert (row.kind, row.params, row.local_path) == ("ngram", body["params"], None)
+    code, out, _ = run(capsys, "drafter", "list", "--database-url", database_url)
+    params = [f"{k}={v}" for k, v in sorted(body["params"].items())]
+    assert any(line.split() == ["lookup", "ready", "100%", "ngram", *params]
+               for line in out.splitlines()), out
+    code, out, _ = run(capsys, "drafter", "disable", "--database-url", database_url, "lookup")
+    assert code == 0 and json.loads(out)["status"] == "disabled"
+    code, out, _ = run(capsys, "drafter", "enable", "--database-url", database_url, "lookup")
+    assert code == 0 and json.loads(out)["status"] == "ready"  # nothing to fetch again
+    code, out, _ = run(capsys, "drafter", "remove", "--database-url", database_url, "lookup")
+    assert code == 0 and drafter(database_url, "lookup") is None
+    assert [a for _, a, _ in events(database_url, "lookup")] == [
+        "drafter.create", "drafter.status", "drafter.status", "drafter.delete"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--kind", "ngram", "--param", "max_n=99"], "max_n"),  # out of range
+    (["--kind", "ngram", "--param", "mystery=1"], "unknown ngram parameter(s) ['mystery']"),
+    (["--kind", "ngram", "--param", "max_n=four"], "must be an integer, got 'four'"),
+    (["--kind", "ngram", "--param", "max_n"], "--param takes NAME=INT"),
+    (["--kind", "nope"], "unknown drafter kind 'nope'"),
+    (["--kind", "ngram", "--repo-id", "a/b"], "has no weights: drop --repo-id"),
+    (["--repo-id", "a/b", "--param", "max_n=3"], "--param is for model-free drafters"),
+    ([], "one of --repo-id or --path is required"),
+])  # fmt: skip
+def test_bad_model_free_adds_exit_2_with_the_message(
+    database_url: str, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, "drafter", "add", "--database-url", database_url, "--id",
+                         "bad", *argv)
+    assert code == 2 and message in err and out == "", err
+    assert err.startswith("hedgespec drafter add: ")
+    engine = make_engine(database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            assert crud.get_drafter(session, drafter_id="bad") is None
+    finally:
+        engine.dispose()
+
+
+def test_import_checks_model_free_entries_against_the_engine(
+    database_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps({"target": "t", "drafters": [
+        {"id": "seeded-lookup", "kind": "ngram", "params": {"max_n": 5}},
+        {"id": "seeded-bad", "kind": "ngram", "params": {"max_n": 0}}]}))
+    code, out, err = run(capsys, "drafter", "import", "--database-url", database_url, str(pool))
+    assert code == 2 and "seeded-bad" in err  # the rest of the file is imported
+    results = {r["id"]: r["action"] for r in json.loads(out)["results"]}
+    assert results == {"seeded-lookup": "created", "seeded-bad": "invalid"}
+    assert drafter(database_url, "seeded-lookup").params == {**NGRAM_DEFAULTS, "max_n": 5}
+    code, out, _ = run(capsys, "drafter", "import", "--database-url", database_url, str(pool))
+    assert json.loads(out)["results"][0]["action"] == "unchanged"

@@ -1,6 +1,7 @@
 """Hot add and remove while the gateway streams: several cycles of add-from-the-Hub, use, remove
 under continuous streaming load, with zero failed requests; a request in flight keeps the pool
-it started with even when its drafter is removed under it."""
+it started with even when its drafter is removed under it. The same for model-free (`ngram`)
+drafters added and removed through the admin API."""
 
 from __future__ import annotations
 
@@ -33,8 +34,14 @@ PROMPTS = ["Tell me about speculative decoding.", "SELECT name FROM users;",
 @pytest.fixture(scope="module")
 def server(pool_file: Path, hub: FakeHub,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The tiny pool plus a model-free drafter in the pool file (the load's learners see it)."""
     workdir = tmp_path_factory.mktemp("hot-swap")
-    proc = start_server(pool_file, workdir, database_url=f"sqlite:///{workdir / 'registry.db'}",
+    spec = json.loads(pool_file.read_text())
+    spec["drafters"].append({"id": "served-lookup", "name": "Served lookup", "kind": "ngram",
+                             "params": {"max_n": 3}})
+    pool = pool_file.parent / "pool-with-lookup.json"  # beside it: the same relative paths
+    pool.write_text(json.dumps(spec))
+    proc = start_server(pool, workdir, database_url=f"sqlite:///{workdir / 'registry.db'}",
                         hub=hub)
     yield proc
     proc.stop()
@@ -70,9 +77,9 @@ def stream(server: ServerProcess, prompt: str, policy: str, max_tokens: int,
 
 
 def long_request(server: ServerProcess, drafter_id: str, first_token: threading.Event,
-                 result: dict[str, Any]) -> None:
+                 result: dict[str, Any], max_tokens: int = 150) -> None:
     try:
-        result["ok"] = stream(server, PROMPTS[0], f"fixed:{drafter_id}", 150, first_token)
+        result["ok"] = stream(server, PROMPTS[0], f"fixed:{drafter_id}", max_tokens, first_token)
     except BaseException as exc:  # reported by the test, never lost in a thread
         result["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -151,3 +158,45 @@ def test_add_use_and_remove_under_streaming_load(server: ServerProcess, admin_of
 @pytest.fixture(scope="module")
 def admin_of(server: ServerProcess) -> Admin:
     return Admin(server)
+
+
+def test_model_free_drafters_come_and_go_under_streaming_load(server: ServerProcess,
+                                                              admin_of: Admin) -> None:
+    """One cycle (the EAGLE test above runs three): add an ngram drafter, use it, remove it
+    while a request on it streams."""
+    admin = admin_of
+    # The pool file's model-free entry is a registry row like the served EAGLE drafters.
+    served = admin.drafters()["served-lookup"]
+    assert (served["kind"], served["source"], served["status"], served["name"]) == (
+        "ngram", "none", "ready", "Served lookup")
+    assert served["params"]["max_n"] == 3 and "served-lookup" in admin.serving()
+    load = Load(server)
+    try:
+        resp = admin.http.post("/drafters", json={"id": "lookup", "kind": "ngram",
+                                                  "params": {"max_n": 4}})
+        assert resp.status_code == 201, resp.text
+        assert resp.json()["serving"] is True  # served here when the answer leaves
+        probe = chat(server, "normalhedge")
+        assert probe.status_code == 200, probe.text
+        weights = probe.json()["metrics"]["speculative_decoding"]["final_weights"]
+        assert {"alpha", "beta", "served-lookup", "lookup"} <= set(weights), weights
+
+        first_token = threading.Event()
+        result: dict[str, Any] = {}
+        thread = threading.Thread(target=long_request, daemon=True,
+                                  args=(server, "lookup", first_token, result, 400))
+        thread.start()
+        assert first_token.wait(60), result
+        assert admin.http.delete("/drafters/lookup").status_code == 200
+        admin.wait_serving("lookup", present=False)
+        removed_at = time.monotonic()
+        refused = chat(server, "fixed:lookup")
+        assert refused.status_code == 400, refused.text
+        thread.join(120)
+        assert "error" not in result, result["error"]
+        assert result["ok"]["ended_at"] > removed_at, "the request ended before the removal"
+        assert set(result["ok"]["spec"]["drafter_choices"]) == {"lookup"}
+    finally:
+        load.stop()
+    assert not load.errors, load.errors[:3]
+    assert load.done

@@ -1,6 +1,7 @@
 """`PoolSync` in process, with the real tiny `SpecEngine` on a real `EngineRunner` and a real
 SQLite registry: the plan, add/remove through the worker, a drafter's memory freed only when the
-last request using it ends, load failures contained, unmanaged drafters left alone."""
+last request using it ends, load failures contained, unmanaged drafters left alone; model-free
+rows built from their kind and parameters."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from bench.harness.tiny_pool import DRAFTER_IDS
 from core.config import EngineConfig, SamplingParams
 from core.engine import SpecEngine
+from core.model_free.kinds import make_model_free
+from core.model_free.ngram import NGRAM_DEFAULTS
 from drafter_registry import crud
 from drafter_registry.db import make_engine, make_session_factory, upgrade
 from gateway.pool.registry import ServedDrafter, import_served_pool
@@ -192,3 +195,64 @@ def test_served_pool_import_is_idempotent_and_keeps_operator_changes(
         assert (beta.status, beta.source, beta.local_path) == (
             "ready", "local", str(drafters[1].path))
         assert beta.inspection["origin"] == "served pool"
+
+
+def test_model_free_rows_are_built_added_replaced_and_removed(
+    runner: EngineRunner, factory: sessionmaker[Session], pool_file: Path
+) -> None:
+    import_served_pool(factory, served(pool_file), target_model=None)
+    sync = make_sync(runner, factory, pool_file)
+    with factory() as s:
+        crud.create_drafter(s, drafter_id="lookup", name="Lookup", kind="ngram",
+                            params={"min_n": 1, "max_n": 4, "max_depth": 6}, actor="test")
+    sync.poll()
+    assert engine_ids(runner) == {*DRAFTER_IDS, "lookup"}
+    kind, params = runner.call(
+        lambda e: (e.drafter_kind("lookup"), e.snapshot.members["lookup"].params)).result(30)
+    assert (kind, params) == ("ngram", {"min_n": 1, "max_n": 4, "max_depth": 6})
+    assert runner.info is not None and runner.info.drafter_kinds["lookup"] == "ngram"
+    assert runner.info.drafter_kinds["alpha"] == "eagle3"
+    first = runner.call(lambda e: e.snapshot.members["lookup"]).result(30)
+    # Same id, other parameters (deleted and registered again): the member is replaced.
+    with factory() as s:
+        crud.delete_drafter(s, drafter_id="lookup", actor="test")
+        crud.create_drafter(s, drafter_id="lookup", name="Lookup", kind="ngram",
+                            params={"min_n": 1, "max_n": 2, "max_depth": 6}, actor="test")
+    sync.poll()
+    second = runner.call(lambda e: e.snapshot.members["lookup"]).result(30)
+    assert second is not first and second.params["max_n"] == 2
+    with factory() as s:
+        crud.set_enabled(s, drafter_id="lookup", enabled=False, actor="test")
+    sync.poll()
+    assert engine_ids(runner) == set(DRAFTER_IDS)
+    # A kind this replica's engine does not know (registered by a newer one): failed, named.
+    with factory() as s:
+        crud.create_drafter(s, drafter_id="future", name="Future", kind="tomorrow", actor="test")
+    sync.poll()
+    assert engine_ids(runner) == set(DRAFTER_IDS)
+    with factory() as s:
+        row = crud.get_drafter(s, drafter_id="future")
+        assert row is not None and row.status == "failed"
+        assert "unknown drafter kind 'tomorrow'" in str(row.error)
+
+
+def test_served_model_free_drafters_are_registered_and_kept(
+    runner: EngineRunner, factory: sessionmaker[Session], pool_file: Path
+) -> None:
+    """A pool file's model-free entry becomes a ready row with its full parameters, and the
+    pool sync's first pass keeps the member the engine built at start (same key)."""
+    runner.call(lambda e: e.add_model_free("lookup", make_model_free("ngram", {"max_n": 4})))
+    lookup = ServedDrafter("lookup", None, "Prompt lookup", kind="ngram", params={"max_n": 4})
+    assert import_served_pool(factory, [*served(pool_file), lookup], target_model="tiny") == []
+    with factory() as s:
+        row = crud.get_drafter(s, drafter_id="lookup")
+        assert row is not None
+        assert (row.kind, row.params, row.status, row.name) == (
+            "ngram", {**NGRAM_DEFAULTS, "max_n": 4}, "ready", "Prompt lookup")
+    initial = {d.id: key for d in [*served(pool_file), lookup] if (key := d.key()) is not None}
+    sync = PoolSync(runner, factory, resolve=lambda row: Path(row.local_path), initial=initial)
+    member = runner.call(lambda e: e.snapshot.members["lookup"]).result(30)
+    sync.poll()
+    assert sync.status.changes == []  # nothing replaced
+    assert runner.call(lambda e: e.snapshot.members["lookup"]).result(30) is member
+    assert import_served_pool(factory, [lookup], target_model="tiny") == []  # idempotent

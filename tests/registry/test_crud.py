@@ -221,3 +221,51 @@ def test_an_open_reading_session_blocks_no_writer(session_factory: sessionmaker[
             assert time.monotonic() - started < 10.0
         add_hf(reader, name="C")  # the reader's next write starts a fresh transaction
         assert pool_version(reader) == seen + 2
+
+
+# ---- model-free drafters ------------------------------------------------------------------------
+
+
+def test_a_model_free_drafter_is_ready_at_once_with_its_params(session: Session) -> None:
+    version = pool_version(session)
+    lookup = crud.create_drafter(session, drafter_id="lookup", name="Lookup", kind="ngram",
+                                 params={"max_n": 4, "max_depth": 6, "min_n": 1}, actor="admin")
+    session.expire_all()
+    row = crud.get_drafter(session, drafter_id=lookup.id)
+    assert row is not None and row.model_free
+    assert (row.kind, row.params, row.source, row.status, row.local_path, row.repo_id) == (
+        "ngram", {"max_n": 4, "max_depth": 6, "min_n": 1}, "none", "ready", None, None)
+    assert row.ready_at is not None and pool_version(session) == version + 1
+    [event] = crud.list_events(session, target="lookup")
+    assert event.detail is not None and (event.detail["kind"], event.detail["params"]) == (
+        "ngram", {"max_n": 4, "max_depth": 6, "min_n": 1})
+    # Nothing to fetch: enabling and retrying return it to ready, never to pending.
+    crud.set_enabled(session, drafter_id="lookup", enabled=False, actor="admin")
+    assert crud.set_enabled(session, drafter_id="lookup", enabled=True,
+                            actor="admin").status == "ready"
+    crud.mark_failed(session, drafter_id="lookup", error="unknown kind here", actor="pool-sync",
+                     expected={"ready"})
+    retried = crud.retry_drafter(session, drafter_id="lookup", actor="admin")
+    assert (retried.status, retried.error) == ("ready", None)
+    # eagle3 rows stay as they were: kind eagle3, no params.
+    hf = add_hf(session)
+    assert (hf.kind, hf.params, hf.model_free, hf.status) == ("eagle3", None, False, "pending")
+
+
+@pytest.mark.parametrize(("fields", "error"), [
+    ({"kind": "ngram", "source": "hf", "repo_id": "a/b"}, InvalidDrafter),
+    ({"kind": "ngram", "source": "local", "path": "/x"}, InvalidDrafter),
+    ({"kind": "ngram", "repo_id": "a/b"}, InvalidDrafter),
+    ({"kind": "ngram", "params": [1, 2]}, InvalidDrafter),
+    ({"kind": "ngram", "params": {"max_n": [4]}}, InvalidDrafter),
+    ({"kind": "ngram", "params": {"Bad Name": 4}}, InvalidIdentifier),
+    ({"kind": "N-Gram"}, InvalidIdentifier),
+    ({"kind": "eagle3", "source": "none"}, InvalidDrafter),
+    ({"kind": "eagle3"}, InvalidDrafter),  # an eagle3 drafter needs a source
+    ({"source": "hf", "repo_id": "a/b", "params": {"max_n": 4}}, InvalidDrafter),
+])  # fmt: skip
+def test_invalid_model_free_specs_write_nothing(session: Session, fields: dict[str, object],
+                                                error: type[Exception]) -> None:
+    with pytest.raises(error):
+        crud.create_drafter(session, name="x", actor="admin", **fields)  # type: ignore[arg-type]
+    assert crud.list_drafters(session) == [] and pool_version(session) == 0

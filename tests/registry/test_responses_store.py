@@ -36,7 +36,7 @@ def test_an_existing_0001_database_upgrades_and_downgrades(database_url: str) ->
         assert "responses" not in inspect(engine).get_table_names()
     finally:
         engine.dispose()
-    upgrade(database_url)
+    upgrade(database_url, revision="0002_responses")
     engine = make_engine(database_url)
     try:
         assert current_revision(engine) == "0002_responses"

@@ -46,3 +46,35 @@ def test_public_view_of_a_row(session: Session) -> None:
     session.refresh(row)
     assert DrafterPublic.model_validate(row).progress == 0.25
     assert DrafterPublic.model_validate(row).model_dump(mode="json")["created_at"].endswith("Z")
+
+
+def test_a_model_free_create_needs_no_source_or_name() -> None:
+    spec = DrafterCreate(id="lookup", kind="ngram", params={"max_n": 4})
+    assert (spec.name, spec.source, spec.params, spec.model_free) == (
+        "lookup", "none", {"max_n": 4}, True)
+    assert DrafterCreate(kind="ngram").name == "ngram"  # no id either: the kind names it
+    assert DrafterCreate(name="x", source="hf", repo_id="a/b").kind == "eagle3"
+
+
+@pytest.mark.parametrize(("fields", "loc"), [
+    ({"kind": "Bad"}, ("kind",)),
+    ({"kind": "ngram", "params": {"max_n": [4]}}, ("params",)),
+    ({"name": "x", "source": "hf", "repo_id": "a/b", "params": {"max_n": 4}}, ("params",)),
+    ({"kind": "ngram", "source": "hf", "repo_id": "a/b"}, ()),
+    ({"kind": "ngram", "path": "/x"}, ()),
+    ({"name": "x"}, ()),  # eagle3 without a source
+])
+def test_invalid_model_free_creates_name_the_field(fields: dict[str, object],
+                                                   loc: tuple[str, ...]) -> None:
+    with pytest.raises(ValidationError) as info:
+        DrafterCreate(**fields)  # type: ignore[arg-type]
+    assert info.value.errors()[0]["loc"] == loc
+
+
+def test_public_view_of_a_model_free_row(session: Session) -> None:
+    row = crud.create_drafter_from_spec(
+        session, spec=DrafterCreate(id="lookup", kind="ngram", params={"max_n": 4}), actor="admin")
+    public = DrafterPublic.model_validate(row).model_dump(mode="json")
+    assert {k: public[k] for k in ("id", "kind", "params", "source", "status", "progress")} == {
+        "id": "lookup", "kind": "ngram", "params": {"max_n": 4}, "source": "none",
+        "status": "ready", "progress": 1.0}

@@ -82,3 +82,40 @@ def test_invalid_seed_files_name_the_problem(tmp_path: Path, content: object, me
     with pytest.raises(InvalidDrafter, match=message) as info:
         load_seed_pool(path)
     assert str(path) in str(info.value)
+
+
+def test_model_free_entries_are_checked_stored_whole_and_idempotent(session: Session,
+                                                                    tmp_path: Path) -> None:
+    """The registry cannot check a kind's parameters: the importer's `check_params` does (the
+    gateway binds the engine's), and what it returns (defaults filled in) is stored."""
+
+    def check(kind: str, params: object) -> dict[str, object]:
+        if kind != "ngram" or set(dict(params)) - {"max_n"}:  # type: ignore[call-overload]
+            raise ValueError(f"refused {kind} {params}")
+        return {"max_n": 3, "max_depth": 8, **dict(params)}  # type: ignore[call-overload]
+
+    path = tmp_path / "pool.json"
+    path.write_text(json.dumps({"target": "t", "drafters": [
+        {"id": "lookup", "kind": "ngram", "params": {"max_n": 4}},
+        {"id": "odd", "kind": "ngram", "params": {"mystery": 1}},
+        {"id": "local", "name": "Local", "source": "local", "path": "d/local"}]}))
+    pool = load_seed_pool(path)
+    results = import_seed_pool(session, pool, actor="seed", base_dir=tmp_path, check_params=check)
+    assert [(r.drafter_id, r.action) for r in results] == [
+        ("lookup", "created"), ("odd", "invalid"), ("local", "created")]
+    assert "refused ngram" in str(results[1].detail)
+    lookup = crud.get_drafter(session, drafter_id="lookup")
+    assert lookup is not None
+    assert (lookup.kind, lookup.params, lookup.status, lookup.target_model) == (
+        "ngram", {"max_n": 4, "max_depth": 8}, "ready", "t")
+    again = import_seed_pool(session, pool, actor="seed", base_dir=tmp_path, check_params=check)
+    assert [r.action for r in again] == ["unchanged", "invalid", "unchanged"]
+    # The same id with other parameters is a conflict, never an override.
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"target": "t", "drafters": [
+        {"id": "lookup", "kind": "ngram", "params": {"max_n": 2}}]}))
+    [result] = import_seed_pool(session, load_seed_pool(other), actor="seed", base_dir=tmp_path,
+                                check_params=check)
+    assert result.action == "conflict"
+    row = crud.get_drafter(session, drafter_id="lookup")
+    assert row is not None and row.params == {"max_n": 4, "max_depth": 8}

@@ -2,7 +2,9 @@
 
     GET    /admin/api/drafters               list, with status, progress and `serving` (here)
     POST   /admin/api/drafters               register {name, source: hf|local, repo_id, revision,
-                                             subfolder, path, domain, id?, tags?} -> 202 + drafter
+                                             subfolder, path, domain, id?, tags?} -> 202 + drafter;
+                                             model-free: {kind: ngram|suffix, params?, id?, name?,
+                                             domain?, tags?} -> 201 + drafter, ready and serving
     POST   /admin/api/drafters/discover      register every drafter under a folder of a Hub repo
                                              {repo_id, prefix, revision?, id_prefix?, name_prefix?,
                                              domains?, tags?, dry_run?} -> 202 (200 for a dry run)
@@ -20,7 +22,11 @@ Routes are thin: validation is the registry's DTOs and CRUD, the work is `Regist
 They are plain `def` functions, so FastAPI runs their blocking database calls in its thread
 pool, off the event loop. A POST returns 202 at once: downloading and validating happen in the
 background, and a drafter becomes usable when its `status` is `ready` (on this replica at that
-moment; other replicas follow within about `pool_sync_interval_s`).
+moment; other replicas follow within about `pool_sync_interval_s`). A model-free drafter (no
+weights) has nothing to fetch: its kind and parameters are checked against the engine's kinds
+(`gateway.pool.model_free`; a 400 naming `kind` or `params` otherwise), the row is written
+`ready` with every parameter (defaults filled in), this replica's pool sync runs at once, and
+the answer is 201 with the drafter serving here.
 
 Errors are OpenAI-shaped: 400 for invalid fields, 404 for an unknown id, 409 for a taken id or
 name and for an action the drafter's status does not allow, 503 when the registry database is
@@ -33,6 +39,8 @@ small config.json per folder).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,11 +76,13 @@ from drafter_registry.schemas import (
 from gateway.http.auth import require_admin_key
 from gateway.http.deps import RegistryServiceDep, RunnerDep
 from gateway.http.errors import APIError
+from gateway.pool.model_free import ModelFreeError, full_params
 from gateway.pool.registry import RegistryService
 from gateway.runner import EngineRunner
 
 T = TypeVar("T")
 ACTOR = "admin-api"
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/admin/api", tags=["admin"], dependencies=[Depends(require_admin_key)])
 
@@ -142,6 +152,8 @@ def list_drafters(service: RegistryServiceDep, runner: RunnerDep) -> JSONRespons
 def create_drafter(
     spec: DrafterCreate, service: RegistryServiceDep, runner: RunnerDep
 ) -> JSONResponse:
+    if spec.model_free:
+        return _create_model_free(spec, service, runner)
     if spec.path is not None:
         # A path on the server's disk: relative means relative to its working directory, and
         # is stored absolute so other replicas and the CLI read the same directory.
@@ -149,6 +161,31 @@ def create_drafter(
     drafter = _one(service, lambda s: crud.create_drafter_from_spec(s, spec=spec, actor=ACTOR))
     service.submit(drafter.id)
     return JSONResponse(_public(drafter, _serving(runner)), status_code=202)
+
+
+def _create_model_free(spec: DrafterCreate, service: RegistryService,
+                       runner: EngineRunner) -> JSONResponse:
+    try:
+        params = full_params(spec.kind, spec.params)
+    except ModelFreeError as exc:
+        raise APIError(str(exc), status=400, param=exc.param, code="invalid_value") from None
+    spec = spec.model_copy(update={"params": params})
+    drafter = _one(service, lambda s: crud.create_drafter_from_spec(s, spec=spec, actor=ACTOR))
+    if service.pool_sync is not None:
+        try:  # serve it here before answering (the sync thread would within an interval)
+            service.pool_sync.sync_now()
+        except Exception as exc:  # the database or the engine: the sync thread retries
+            log.warning("pool sync after adding %s failed: %s", drafter.id, exc)
+    return JSONResponse(_public(_reloaded(service, drafter), _serving(runner)), status_code=201)
+
+
+def _reloaded(service: RegistryService, drafter: Drafter) -> Drafter:
+    """The row as it is now (the sync may have marked it failed), else as it was written."""
+    with contextlib.suppress(APIError):
+        fresh = _one(service, lambda s: crud.get_drafter(s, drafter_id=drafter.id))
+        if fresh is not None:
+            return fresh
+    return drafter
 
 
 @router.post("/drafters/discover", status_code=202)
@@ -211,7 +248,11 @@ def delete_drafter(drafter_id: str, service: RegistryServiceDep) -> JSONResponse
 @router.post("/drafters/{drafter_id}/retry", status_code=202)
 def retry_drafter(drafter_id: str, service: RegistryServiceDep, runner: RunnerDep) -> JSONResponse:
     drafter = _one(service, lambda s: crud.retry_drafter(s, drafter_id=drafter_id, actor=ACTOR))
-    service.submit(drafter_id)
+    if drafter.model_free:  # back to ready: the pool sync builds it again
+        if service.pool_sync is not None:
+            service.pool_sync.wake()
+    else:
+        service.submit(drafter_id)
     return JSONResponse(_public(drafter, _serving(runner)), status_code=202)
 
 
