@@ -24,6 +24,11 @@ MODEL_NAME = "SmolLM2-135M-Instruct"
 OUTPUTS = ("target", "drafters", "pool.json", "eval_prompts.jsonl", "report.json", "REPORT.md")
 
 
+# Drafters with no weights the demo pool serves beside its EAGLE-3 drafters, at their kinds'
+# defaults (core/model_free/): they need no training, so a build only lists them.
+MODEL_FREE_MEMBERS = ({"id": "lookup", "kind": "ngram"}, {"id": "suffix", "kind": "suffix"})
+
+
 def write_pool_files(
     out_dir: Path, pool: dict[str, Eagle3Drafter], cfg: BuildConfig, data_dir: Path
 ) -> None:
@@ -35,7 +40,8 @@ def write_pool_files(
         domain = "all" if drafter_id == GENERALIST else drafter_id
         entries.append({"id": drafter_id, "domain": domain, "path": f"drafters/{drafter_id}"})
     pool_json = {"model_name": MODEL_NAME, "target": {"provision": smollm2.NAME},
-                 "generation_config": smollm2.RECOMMENDED_SAMPLING, "drafters": entries}
+                 "generation_config": smollm2.RECOMMENDED_SAMPLING,
+                 "drafters": entries + [dict(m) for m in MODEL_FREE_MEMBERS]}
     (out_dir / "pool.json").write_text(json.dumps(pool_json, indent=2) + "\n")
     write_jsonl(out_dir / "eval_prompts.jsonl", eval_prompt_rows(cfg, data_dir))
 

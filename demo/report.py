@@ -266,8 +266,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the tables as JSON here")
     args = parser.parse_args(argv)
     pool = json.loads((args.pool / "pool.json").read_text())
-    drafters = [d["id"] for d in pool["drafters"]]
-    domains = [d["domain"] for d in pool["drafters"] if d["domain"] != "all"]
+    eagle = [d for d in pool["drafters"] if d.get("kind", "eagle3") == "eagle3"]
+    drafters = [d["id"] for d in eagle]
+    domains = [d["domain"] for d in eagle if d["domain"] != "all"]
     spec = ReportSpec(prompts_per_domain=args.prompts)
     tables = measure_reports(args.pool / "pool.json", drafters, domains, spec, args.workers)
     report = full_report(tables, drafters, domains, spec)

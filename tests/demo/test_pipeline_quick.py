@@ -29,10 +29,10 @@ def test_quick_build_writes_the_pool_layout(quick_pool: Path, smollm2_dir: Path)
     assert pool["target"] == {"provision": "smollm2-135m-instruct"}
     assert pool["generation_config"] == {"temperature": 0.2, "top_p": 0.9}  # the model card's
     assert not (root / "target").exists()  # the target lives in the target cache
-    assert [d["id"] for d in pool["drafters"]] == ["generalist", *DOMAINS]
+    assert [d["id"] for d in pool["drafters"]] == ["generalist", *DOMAINS, "lookup", "suffix"]
     for name in ("report.json", "REPORT.md", "eval_prompts.jsonl"):
         assert (root / name).is_file()
-    for entry in pool["drafters"]:
+    for entry in pool["drafters"][: 1 + len(DOMAINS)]:
         result = inspect_drafter(root / entry["path"], smollm2_dir)
         assert result["compatible"], result
     # the static router baseline comes with the build, as the shipped pool has it

@@ -12,6 +12,7 @@ import pytest
 from core.eagle3 import inspect_drafter, load_drafter
 from demo import smollm2
 from demo.domains import DOMAINS, POOL_DIR
+from demo.pool_files import MODEL_FREE_MEMBERS
 from demo.records import read_jsonl
 from demo.report import Cell, ReportSpec, measure_table
 
@@ -29,6 +30,11 @@ def report() -> dict:
     return json.loads((POOL_DIR / "report.json").read_text())
 
 
+def eagle(pool: dict) -> list[dict]:
+    """The pool file's EAGLE-3 entries (the model-free ones have no weights)."""
+    return [d for d in pool["drafters"] if d.get("kind", "eagle3") == "eagle3"]
+
+
 def test_pool_json_lists_the_generalist_and_seven_specialists(pool: dict) -> None:
     assert pool["target"] == {"provision": "smollm2-135m-instruct"}
     # the model card's sampling, for requests that leave it out (what the build writes)
@@ -36,8 +42,9 @@ def test_pool_json_lists_the_generalist_and_seven_specialists(pool: dict) -> Non
         "temperature": 0.2, "top_p": 0.9}
     assert not (POOL_DIR / "target").exists()  # no target weights in the repository
     ids = [d["id"] for d in pool["drafters"]]
-    assert ids == ["generalist", *DOMAINS]
-    for entry in pool["drafters"]:
+    assert ids == ["generalist", *DOMAINS, "lookup", "suffix"]
+    assert pool["drafters"][-2:] == [dict(m) for m in MODEL_FREE_MEMBERS]
+    for entry in eagle(pool):
         assert entry["domain"] == ("all" if entry["id"] == "generalist" else entry["id"])
         assert (POOL_DIR / entry["path"] / "config.json").is_file()
         assert (POOL_DIR / entry["path"] / "model.safetensors").is_file()
@@ -50,7 +57,7 @@ def test_pool_fits_the_size_budget() -> None:
 
 def test_every_drafter_loads_and_is_compatible(pool: dict, smollm2_dir: Path) -> None:
     aux = set()
-    for entry in pool["drafters"]:
+    for entry in eagle(pool):
         path = POOL_DIR / entry["path"]
         result = inspect_drafter(path, smollm2_dir)
         assert result["compatible"], result
@@ -61,7 +68,7 @@ def test_every_drafter_loads_and_is_compatible(pool: dict, smollm2_dir: Path) ->
 
 
 def test_saved_configs_name_the_same_layers_for_vllm_and_sglang(pool: dict) -> None:
-    for entry in pool["drafters"]:
+    for entry in eagle(pool):
         cfg = json.loads((POOL_DIR / entry["path"] / "config.json").read_text())
         assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]  # vLLM: inputs of layers
         assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]  # SGLang +1
@@ -72,7 +79,7 @@ def test_every_drafter_passes_the_inspect_command(
 ) -> None:
     from gateway.cli import main as hedgespec
 
-    for entry in pool["drafters"]:
+    for entry in eagle(pool):
         code = hedgespec(["drafter", "inspect", str(POOL_DIR / entry["path"]),
                           "--target", str(smollm2_dir)])
         out = json.loads(capsys.readouterr().out)
