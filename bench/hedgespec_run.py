@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from bench.hedgespec_bench import (
     summarize,
     variant,
 )
+from bench.report_cli import run_and_report
 from core.config import (
     PROMPT_WINDOWS,
     ROUTER_PRIOR,
@@ -286,18 +286,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    log = ((lambda s: print(s, file=sys.stderr, flush=True)) if args.json
-           else (lambda s: print(s, flush=True)))
-    results = run_all(args, log)
     from bench.hedgespec_report import write_report
 
-    write_report(results, args.out)
-    public = {k: v for k, v in results.items() if not k.startswith("_")}
-    if args.json:
-        print(json.dumps(public, indent=2, default=str))
-    else:
-        print((args.out / "hedgespec.md").read_text())
-    return 0
+    return run_and_report(run_all, write_report, args, "hedgespec.md")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -61,6 +60,7 @@ from bench.hedgespec_bench import (
     summarize,
 )
 from bench.machine import describe_machine
+from bench.report_cli import run_and_report
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.drafter_pool import PoolSnapshot
 from core.engine import SpecEngine
@@ -462,19 +462,9 @@ def run_all(args: argparse.Namespace, log: Log) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    log: Log = ((lambda s: print(s, file=sys.stderr, flush=True)) if args.json
-                else (lambda s: print(s, flush=True)))
-    results = run_all(args, log)
     from bench.model_free_report import write_report
 
-    write_report(results, args.out)
-    public = {k: v for k, v in results.items() if not k.startswith("_")}
-    if args.json:
-        print(json.dumps(public, indent=2, default=str))
-    else:
-        print((args.out / "model_free.md").read_text())
-    return 0
+    return run_and_report(run_all, write_report, parse_args(argv), "model_free.md")
 
 
 if __name__ == "__main__":
