@@ -107,6 +107,36 @@ def test_the_lookups_estimate_is_its_realised_length_under_greedy(
     assert checked >= 20
 
 
+def test_the_suffix_trees_estimate_is_calibrated_within_its_measured_bias(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A suffix tree is judged with the EAGLE drafters' tree model (core/counterfactual.py):
+    the path node's children are exact (its guess at the verified position), which nodes the
+    tree expands and keeps is modelled from the path position's profile, and equal counts tie
+    there. Measured on this setting over 1,771 rounds: ÂL 1.432 against a realised 1.385
+    (+0.047 +- 0.011, 3%); the test holds the mean gap under 0.12 tokens, and greedy rounds on a
+    text that repeats exactly (no ties) to equality."""
+    target = tiny_target(vocab=12, hidden=32, seed=4)
+    engine = make_engine(target, {"suffix": make_model_free("suffix")}, TREE,  # type: ignore[dict-item]
+                         policy="fixed:suffix")
+    engine.config = replace(engine.config, evaluate_all=True)
+    for temperature, seeds in ((0.0, 4), (0.7, 24)):
+        est, real = [], []
+        for seed in range(seeds):
+            params = SamplingParams(max_new_tokens=40, temperature=temperature, seed=seed,
+                                    ignore_eos=True)
+            for w in windows_of(engine, [3, 1, 4, 3, 1, 4, 3], params, "fixed:suffix",
+                                monkeypatch):
+                if w.is_round and not w.censored and w.gammas[0, 0] > 0:
+                    est.append(float(w.est_len[0]))
+                    real.append(w.realised)
+        assert len(est) >= (10 if temperature == 0.0 else 200)
+        if temperature == 0.0:
+            assert est == real
+        else:
+            assert abs(np.mean(est) - np.mean(real)) < 0.12, (np.mean(est), np.mean(real))
+
+
 def test_the_lookups_estimate_is_unbiased_when_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sampling: over many rounds lookup drafted, the mean ÂL of its windows matches the mean
     realised length (the estimator's expectation given the path is the acceptance law's)."""
