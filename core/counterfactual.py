@@ -183,9 +183,13 @@ def gammas_topk(ev: Evidence) -> FloatArray:
 
 
 TotalTokens = int | IntArray  # one tree size for every drafter, or one per drafter ([N])
+# Drafters whose kept candidates are known exactly ([K, k] per drafter index): a model-free
+# drafter's real tree walked along the realised path (core/feedback.py), not modelled.
+KeptOverride = dict[int, BoolArray]
 
 
-def tree_kept(window: Evidence, total_tokens: TotalTokens) -> BoolArray:
+def tree_kept(window: Evidence, total_tokens: TotalTokens,
+              override: KeptOverride | None = None) -> BoolArray:
     """Which candidates at each level of a window are children that the drafter's modelled
     tree keeps under the realised path's node ([N, K, k]; see the module docstring).
 
@@ -216,19 +220,24 @@ def tree_kept(window: Evidence, total_tokens: TotalTokens) -> BoolArray:
         pool.append((expanded[:, :, None] + logp[:, j, None, :]).reshape(n, -1))
     tau = _kth_largest(np.concatenate(pool, axis=1), totals)  # [N] the cut of the tree
     score = np.stack(parents, axis=1)[:, :, None] + logp  # [N, K, k] the path nodes' children
-    return np.stack(opens, axis=1)[:, :, None] & np.isfinite(score) & (score >= tau[:, None, None])
+    kept = np.stack(opens, axis=1)[:, :, None] & np.isfinite(score) & (score >= tau[:, None, None])
+    for d, mask in (override or {}).items():
+        kept[d] = mask
+    return np.asarray(kept)
 
 
-def gammas_tree(window: Evidence, total_tokens: TotalTokens) -> FloatArray:
+def gammas_tree(window: Evidence, total_tokens: TotalTokens,
+                override: KeptOverride | None = None) -> FloatArray:
     """γ with C = the children the drafter's modelled tree keeps under the path: [N, K]."""
-    kept = tree_kept(window, total_tokens)
+    kept = tree_kept(window, total_tokens, override)
     return np.clip(np.where(kept, window.credit, 0.0).sum(axis=-1), 0.0, 1.0)
 
 
-def tree_length(window: Evidence, total_tokens: TotalTokens) -> FloatArray:
+def tree_length(window: Evidence, total_tokens: TotalTokens,
+                override: KeptOverride | None = None) -> FloatArray:
     """ÂL under the "tree" estimator, 1 + Σ_k Π_{j<k} 1{x_j ∈ C_j} · γ_k (module docstring):
     [N] for a window [N, K, k]."""
-    kept = tree_kept(window, total_tokens)
+    kept = tree_kept(window, total_tokens, override)
     gammas = np.clip(np.where(kept, window.credit, 0.0).sum(axis=-1), 0.0, 1.0)  # [N, K]
     rank = np.maximum(window.path_rank, 0)[..., None]  # [N, K, 1]
     on_path = np.take_along_axis(kept, rank, axis=-1)[..., 0] * window.mass  # [N, K]
@@ -237,19 +246,22 @@ def tree_length(window: Evidence, total_tokens: TotalTokens) -> FloatArray:
     return 1.0 + (reach * gammas).sum(axis=-1)
 
 
-def window_length(window: Evidence, estimator: str, total_tokens: TotalTokens) -> FloatArray:
-    """ÂL of one round's window ([N]) under the named estimator (ESTIMATORS)."""
+def window_length(window: Evidence, estimator: str, total_tokens: TotalTokens,
+                  override: KeptOverride | None = None) -> FloatArray:
+    """ÂL of one round's window ([N]) under the named estimator (ESTIMATORS); `override`
+    applies to "tree" only."""
     if estimator == "tree":
-        return tree_length(window, total_tokens)
+        return tree_length(window, total_tokens, override)
     return estimate_length(window_gammas(window, estimator, total_tokens))
 
 
-def window_gammas(window: Evidence, estimator: str, total_tokens: TotalTokens) -> FloatArray:
+def window_gammas(window: Evidence, estimator: str, total_tokens: TotalTokens,
+                  override: KeptOverride | None = None) -> FloatArray:
     """γ of one round's window ([N, K]) under the named estimator (ESTIMATORS)."""
     if estimator == "topk":
         return gammas_topk(window)
     if estimator == "tree":
-        return gammas_tree(window, total_tokens)
+        return gammas_tree(window, total_tokens, override)
     raise ValueError(f"unknown estimator {estimator!r}; expected one of {ESTIMATORS}")
 
 

@@ -32,7 +32,7 @@ window (the cut), so the prob loss waits like the length loss.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import get_args
 
@@ -45,6 +45,8 @@ from core.counterfactual import (
     BoolArray,
     Evidence,
     FloatArray,
+    IntArray,
+    KeptOverride,
     TotalTokens,
     length_loss,
     prob_loss,
@@ -71,6 +73,30 @@ class Window:
     @property
     def is_round(self) -> bool:
         return self.realised is not None
+
+
+# A model-free tree in the coordinates of its guesses (core/model_free/evidence.rank_tree):
+# for each kept node's path of candidate ranks (rank r = the r-th candidate of the guess after
+# the path so far; () = the root), the ranks of its kept children. The evaluation walks it
+# along the realised tokens' ranks (`walk_tree`).
+RankTree = dict[tuple[int, ...], frozenset[int]]
+
+
+def walk_tree(tree: RankTree, path_rank: IntArray, known: int, width: int) -> BoolArray:
+    """[K, width] the children `tree` keeps under the realised path at each of the first
+    `known` levels (the path leaves the tree where its token's rank is not kept)."""
+    mask = np.zeros((path_rank.shape[0], width), dtype=bool)
+    path: tuple[int, ...] = ()
+    for j in range(known):
+        kids = tree.get(path, frozenset())
+        for r in kids:
+            if r < width:
+                mask[j, r] = True
+        r = int(path_rank[j])
+        if r not in kids:
+            break
+        path = (*path, r)
+    return mask
 
 
 @dataclass(frozen=True)
@@ -126,6 +152,9 @@ class FeedbackQueue:
             raise ValueError(f"depths must be {num_drafters} values <= the window depth {depth}")
         self._pending: deque[_Pending] = deque()
         self._evidence: Evidence | None = None  # positions from self._base on
+        # Model-free tree members: the tree each would draft from every held position (None
+        # where none was recorded: that window falls back to the tree model).
+        self._trees: dict[int, list[RankTree | None]] = {}
         self._base: int | None = None  # absolute position of the first held position
         self._last_start: int | None = None
 
@@ -165,8 +194,12 @@ class FeedbackQueue:
             raise ValueError("γ must lie in [0, 1]")
         self.add_evidence(start, Evidence.from_gammas(g))
 
-    def add_evidence(self, start: int, evidence: Evidence) -> None:
-        """Append the evidence of positions start .. start+M-1; contiguous, in order."""
+    def add_evidence(self, start: int, evidence: Evidence,
+                     trees: Mapping[int, Sequence[RankTree]] | None = None) -> None:
+        """Append the evidence of positions start .. start+M-1; contiguous, in order. `trees`:
+        for model-free drafters that draft trees, the tree each would draft from every one of
+        these positions (core/model_free/evidence.rank_tree): their windows are then judged
+        on that tree, exactly, instead of on the tree model."""
         if evidence.logp.shape[0] != self.num_drafters:
             raise ValueError(f"expected evidence for {self.num_drafters} drafters, "
                              f"got {evidence.logp.shape}")
@@ -181,7 +214,12 @@ class FeedbackQueue:
         held = self._evidence
         if held is not None and held.logp.shape[2] != evidence.logp.shape[2]:
             raise ValueError("every position must carry the same number of candidates")
+        before = self.buffered_positions
         self._evidence = evidence if held is None else Evidence.concat([held, evidence])
+        for d in set(self._trees) | set(trees or {}):
+            given = (trees or {}).get(d)
+            held_trees = self._trees.setdefault(d, [None] * before)
+            held_trees.extend(given if given is not None else [None] * evidence.positions)
         self._trim()
 
     def pop_losses(self) -> list[WindowLoss]:
@@ -263,11 +301,22 @@ class FeedbackQueue:
         lo = start - self._base
         known = max(0, min(self.depth, self._evidence.positions - lo))
         window = self._evidence.slice(lo, lo + known).padded(self.depth).truncated(self.depths)
-        gammas = window_gammas(window, self.estimator, self.total_tokens)
+        exact = self._exact_trees(window, lo, known)
+        gammas = window_gammas(window, self.estimator, self.total_tokens, exact)
         gammas[:, known:] = 0.0
         awake = window.awake[:, 0] if known else np.ones(n, dtype=bool)
-        return _Verdict(gammas, window_length(window, self.estimator, self.total_tokens), known,
-                        awake)
+        return _Verdict(gammas, window_length(window, self.estimator, self.total_tokens, exact),
+                        known, awake)
+
+    def _exact_trees(self, window: Evidence, lo: int, known: int) -> KeptOverride:
+        """The kept children along the realised path of each recorded tree rooted at the
+        window's first position ([K, k] per drafter)."""
+        out: KeptOverride = {}
+        for d, trees in self._trees.items():
+            tree = trees[lo] if lo < len(trees) else None
+            if tree is not None and known:
+                out[d] = walk_tree(tree, window.path_rank[d], known, window.logp.shape[2])
+        return out
 
     def _trim(self) -> None:
         """Drop positions no open or future window can need: windows start strictly after the
@@ -283,4 +332,5 @@ class FeedbackQueue:
         drop = max(0, min(floor - self._base, self._evidence.positions))
         if drop:
             self._evidence = self._evidence.slice(drop, self._evidence.positions)
+            self._trees = {d: t[drop:] for d, t in self._trees.items()}
             self._base += drop

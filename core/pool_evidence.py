@@ -10,8 +10,17 @@ import numpy as np
 import numpy.typing as npt
 
 from core.counterfactual import Evidence, evidence_greedy, evidence_sampling
+from core.feedback import RankTree
 from core.model_free.evidence import model_free_evidence
 from core.request import RequestState
+
+
+@dataclass(frozen=True)
+class PoolEvidence:
+    """Every member's evidence at some positions, and the model-free trees rooted there."""
+
+    evidence: Evidence
+    trees: dict[int, list[RankTree]]
 
 
 @dataclass(frozen=True)
@@ -31,18 +40,22 @@ class TargetSide:
 
 
 def with_model_free(state: RequestState, parts: list[tuple[list[int], Evidence]], start: int,
-                    positions: int, target: TargetSide) -> Evidence:
+                    positions: int, target: TargetSide) -> PoolEvidence:
     """`parts` (the EAGLE drafters' indices and evidence at start..start+positions-1) with the
-    model-free members' evidence at the same positions, in pool order."""
+    model-free members' evidence at the same positions, in pool order, and the trees the
+    model-free tree members would draft from each position."""
     lookups = state.lookups
+    trees: dict[int, list[RankTree]] = {}
     if lookups is not None and lookups.lookups:
         lookups.skip(start)  # guesses no window reads (prompt positions left unscored)
-        first, guesses = lookups.take(start + positions)
-        assert first == start and all(len(g) == positions for g in guesses.values()), \
-            (first, start, positions, [len(g) for g in guesses.values()])
+        taken = lookups.take(start + positions)
+        assert taken.first == start and all(len(g) == positions
+                                            for g in taken.guesses.values()), \
+            (taken.first, start, positions)
         k = max([e.logp.shape[2] for _, e in parts] + [d.top_k for d in lookups.drafters.values()])
-        free = model_free_evidence(guesses, k, target.argmax, target.probs,
+        free = model_free_evidence(taken.guesses, k, target.argmax, target.probs,
                                    target.realised if target.realised is not None
                                    else np.zeros(positions, dtype=np.int64))
-        parts = [*parts, (list(guesses), free)]
-    return Evidence.interleave(parts)
+        parts = [*parts, (list(taken.guesses), free)]
+        trees = taken.trees
+    return PoolEvidence(Evidence.interleave(parts), trees)

@@ -37,14 +37,14 @@ the held-out mix: bench/results/prompt_windows.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from core.config import EngineConfig
 from core.counterfactual import Evidence
-from core.feedback import FeedbackQueue, WindowLoss
+from core.feedback import FeedbackQueue, RankTree, WindowLoss
 from core.learners import NormalHedge
 from core.pool_evidence import TargetSide, with_model_free
 from core.request import RequestState
@@ -94,19 +94,20 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
         pairs = slice(lo - chunk_start - 1, first_root - chunk_start - 1)
         parts.append((cands.indices, target.evidence(cands.topk_ids[:, pairs].cpu().numpy(),
                                                      cands.topk_logp[:, pairs].cpu().numpy())))
-    evidence = with_model_free(state, parts, lo, first_root - lo, target)
+    pool = with_model_free(state, parts, lo, first_root - lo, target)
     if config.selector.prompt_evidence == "losses":
         for m in range(lo, first_root):
             state.feedback.open_window(m, None, None)
-        state.feedback.add_evidence(lo, evidence)
+        state.feedback.add_evidence(lo, pool.evidence, pool.trees)
         state.learn()
     elif isinstance(state.learner, NormalHedge):
-        losses = prompt_losses(evidence, state.feedback)
+        losses = prompt_losses(pool.evidence, state.feedback, pool.trees)
         if losses:
             state.learner.set_prior(prompt_prior(losses, state.learner.prior))
 
 
-def prompt_losses(evidence: Evidence, like: FeedbackQueue) -> list[WindowLoss]:
+def prompt_losses(evidence: Evidence, like: FeedbackQueue,
+                  trees: Mapping[int, Sequence[RankTree]] | None = None) -> list[WindowLoss]:
     """The losses of the windows that lie wholly inside the evidence's positions, judged as
     `like` judges windows (its loss, estimator, depths and tree sizes)."""
     depth = like.depth
@@ -114,7 +115,7 @@ def prompt_losses(evidence: Evidence, like: FeedbackQueue) -> list[WindowLoss]:
                           like.depths.tolist())
     for m in range(evidence.positions - depth + 1):
         queue.open_window(m, None, None)
-    queue.add_evidence(0, evidence)
+    queue.add_evidence(0, evidence, trees)
     return queue.pop_losses()
 
 

@@ -278,7 +278,8 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
         ids = torch.cat([prev.topk_ids[:, -1:], cur.topk_ids[:, : pairs - 1]], dim=1)
         logp = torch.cat([prev.topk_logp[:, -1:], cur.topk_logp[:, : pairs - 1]], dim=1)
         parts.append((cur.indices, target.evidence(ids.cpu().numpy(), logp.cpu().numpy())))
-    state.feedback.add_evidence(start, with_model_free(state, parts, start, pairs, target))
+    pool = with_model_free(state, parts, start, pairs, target)
+    state.feedback.add_evidence(start, pool.evidence, pool.trees)
     state.learn()
 
 

@@ -19,12 +19,22 @@ import torch
 from torch import Tensor
 
 from core.counterfactual import Evidence, evidence_greedy, evidence_sampling
+from core.feedback import RankTree
 from core.model_free.base import Guess, Lookup, ModelFreeDrafter
 from core.tree import DraftTree, build_tree, select_candidates
 
 # Target-vocabulary masks [len(paths), V] of what a grammar allows after each path of draft
 # tokens (core/grammar.TokenMatcher.masks_after).
 AllowedFn = Callable[[Sequence[Sequence[int]]], Tensor]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The members' guesses (and trees, for tree members) at positions first, first+1, ..."""
+
+    first: int
+    guesses: dict[int, list[Guess]]
+    trees: dict[int, list[RankTree]]
 
 
 @dataclass
@@ -38,6 +48,9 @@ class RequestLookups:
     first: int = 0
     guesses: dict[int, list[Guess]] = field(default_factory=dict)
     record: bool = True  # False: no evaluation reads guesses (lazy policies)
+    # Members that draft trees (top_k > 1): the tree each would draft from every recorded
+    # position, judged exactly by the evaluation instead of through the tree model.
+    trees: dict[int, list[RankTree]] = field(default_factory=dict)
 
     @staticmethod
     def start(drafters: dict[int, ModelFreeDrafter], tokens: Sequence[int],
@@ -46,7 +59,8 @@ class RequestLookups:
         prompt windows' positions, core/prompt_feedback.py) when `record`."""
         cut = max(1, min(record_from + 1, len(tokens)))
         out = RequestLookups(drafters, {i: d.start(tokens[:cut]) for i, d in drafters.items()},
-                             cut, cut - 1, {i: [] for i in drafters}, record)
+                             cut, cut - 1, {i: [] for i in drafters}, record,
+                             {i: [] for i, d in drafters.items() if d.top_k > 1})
         out.sync(tokens)
         return out
 
@@ -57,6 +71,8 @@ class RequestLookups:
             for i, lookup in self.lookups.items():
                 if self.record:
                     self.guesses[i].append(lookup.guess())
+                    if i in self.trees:
+                        self.trees[i].append(rank_tree(self.drafters[i], lookup))
                 lookup.extend([tok])
             self.indexed += 1
         if not self.record:
@@ -66,14 +82,15 @@ class RequestLookups:
         """Whether each member has a guess at the root (the last indexed token)."""
         return {i: bool(lookup.guess()) for i, lookup in self.lookups.items()}
 
-    def take(self, upto: int) -> tuple[int, dict[int, list[Guess]]]:
-        """The recorded guesses at positions first..upto-1 (dropped here), and `first`."""
+    def take(self, upto: int) -> Recorded:
+        """What was recorded at positions first..upto-1 (dropped here)."""
         n = max(0, upto - self.first)
-        taken = {i: g[:n] for i, g in self.guesses.items()}
-        first = self.first
+        taken = Recorded(self.first, {i: g[:n] for i, g in self.guesses.items()},
+                         {i: t[:n] for i, t in self.trees.items()})
         self.guesses = {i: g[n:] for i, g in self.guesses.items()}
+        self.trees = {i: t[n:] for i, t in self.trees.items()}
         self.first += n
-        return first, taken
+        return taken
 
     def skip(self, upto: int) -> None:
         """Drop the guesses before position `upto` unscored."""
@@ -110,6 +127,44 @@ def model_free_evidence(guesses: dict[int, list[Guess]], k: int, target_argmax: 
     return evidence_sampling(target_probs, ids, logp, realised)
 
 
+@dataclass
+class _Grown:
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)  # flat index of the parent, -1 the root
+    scores: list[float] = field(default_factory=list)  # cumulative log-score
+    ranks: list[tuple[int, ...]] = field(default_factory=list)  # rank path from the root
+    selected: list[int] = field(default_factory=list)  # flat indices the tree keeps
+
+
+def _grow(drafter: ModelFreeDrafter, lookup: Lookup, top_k: int, total_tokens: int,
+          allowed: AllowedFn | None, max_depth: int | None) -> _Grown:
+    """The candidates of the member's tree and the ones it keeps (see `propose`)."""
+    g = _Grown()
+    paths: list[tuple[int, ...]] = []
+    frontier: list[int] = [-1]  # flat indices of the nodes to expand; -1 = the root
+    depth = drafter.max_depth if max_depth is None else min(max_depth, drafter.max_depth)
+    for _ in range(depth):
+        grown: list[int] = []
+        for node in frontier:
+            path = paths[node] if node >= 0 else ()
+            base = g.scores[node] if node >= 0 else 0.0
+            ranks = g.ranks[node] if node >= 0 else ()
+            for rank, tok, lp in _allowed(lookup.guess(path), path, top_k, allowed):
+                g.tokens.append(tok)
+                g.parents.append(node)
+                g.scores.append(base + lp)
+                g.ranks.append((*ranks, rank))
+                paths.append((*path, tok))
+                grown.append(len(g.tokens) - 1)
+        frontier = sorted(grown, key=lambda j: -g.scores[j])[:top_k]
+        if not frontier:
+            break
+    if g.tokens:
+        g.selected = select_candidates(torch.tensor(g.scores, dtype=torch.float64),
+                                       torch.tensor(g.parents, dtype=torch.long), total_tokens)
+    return g
+
+
 def propose(drafter: ModelFreeDrafter, lookup: Lookup, root: int, top_k: int,
             total_tokens: int, allowed: AllowedFn | None = None,
             max_depth: int | None = None) -> DraftTree:
@@ -118,39 +173,27 @@ def propose(drafter: ModelFreeDrafter, lookup: Lookup, root: int, top_k: int,
     cumulative log-score get children, and the tree keeps the total_tokens best nodes.
     With `allowed` (a grammar), candidates it forbids are dropped; `max_depth` caps the
     drafter's own depth."""
-    tokens: list[int] = []
-    parents: list[int] = []
-    scores: list[float] = []
-    paths: list[tuple[int, ...]] = []
-    frontier: list[int] = [-1]  # flat indices of the nodes to expand; -1 = the root
-    depth = drafter.max_depth if max_depth is None else min(max_depth, drafter.max_depth)
-    for _ in range(depth):
-        grown: list[int] = []
-        for node in frontier:
-            path = paths[node] if node >= 0 else ()
-            base = scores[node] if node >= 0 else 0.0
-            for tok, lp in _allowed(lookup.guess(path), path, top_k, allowed):
-                tokens.append(tok)
-                parents.append(node)
-                scores.append(base + lp)
-                paths.append((*path, tok))
-                grown.append(len(tokens) - 1)
-        frontier = sorted(grown, key=lambda j: -scores[j])[:top_k]
-        if not frontier:
-            break
-    if not tokens:
-        return build_tree(root, torch.empty(0, dtype=torch.long),
-                          torch.empty(0, dtype=torch.long), [])
-    score_t = torch.tensor(scores, dtype=torch.float64)
-    parent_t = torch.tensor(parents, dtype=torch.long)
-    selected = select_candidates(score_t, parent_t, total_tokens)
-    return build_tree(root, torch.tensor(tokens, dtype=torch.long), parent_t, selected)
+    g = _grow(drafter, lookup, top_k, total_tokens, allowed, max_depth)
+    return build_tree(root, torch.tensor(g.tokens, dtype=torch.long),
+                      torch.tensor(g.parents, dtype=torch.long), g.selected)
+
+
+def rank_tree(drafter: ModelFreeDrafter, lookup: Lookup) -> RankTree:
+    """The tree `propose` would draft from the lookup's last token, as a RankTree: what the
+    evaluation needs to judge it exactly (core/feedback.py), with no tie or cut modelled."""
+    g = _grow(drafter, lookup, drafter.top_k, drafter.total_tokens, None, None)
+    kids: dict[tuple[int, ...], set[int]] = {}
+    for flat in g.selected:
+        kids.setdefault(g.ranks[flat][:-1], set()).add(g.ranks[flat][-1])
+    return {path: frozenset(r) for path, r in kids.items()}
 
 
 def _allowed(guess: Guess, path: tuple[int, ...], top_k: int,
-             allowed: AllowedFn | None) -> list[tuple[int, float]]:
-    pairs = list(zip(guess.ids, guess.logp, strict=True))[:top_k]
-    if allowed is None or not pairs:
-        return pairs
+             allowed: AllowedFn | None) -> list[tuple[int, int, float]]:
+    """(rank, token, log-score) of the guess's first top_k candidates a grammar allows."""
+    triples = [(r, t, lp) for r, (t, lp) in enumerate(zip(guess.ids, guess.logp, strict=True))]
+    triples = triples[:top_k]
+    if allowed is None or not triples:
+        return triples
     mask = allowed([list(path)])[0]
-    return [(t, lp) for t, lp in pairs if bool(mask[t])]
+    return [(r, t, lp) for r, t, lp in triples if bool(mask[t])]

@@ -88,66 +88,45 @@ def windows_of(engine: SpecEngine, prompt: list[int], params: SamplingParams, po
     return seen
 
 
-def test_the_lookups_estimate_is_its_realised_length_under_greedy(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("kind", ["ngram", "suffix"])
+def test_the_estimate_is_the_realised_length_under_greedy(
+    kind: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """For a chain the evaluation is exact: a round lookup drafted committed exactly the ÂL
-    its window gives it (censored windows at the request's end excepted)."""
+    """The evaluation is exact: a round the drafter drafted committed exactly the ÂL its
+    window gives it (censored windows at the request's end excepted). For the lookup chain by
+    construction (core/model_free/base.py); for the suffix tree because its window is judged
+    on the tree it would have drafted there (rank_tree), not on the tree model, whose
+    expansion and cut with tied counts missed here (ÂL 3 for a round that committed 2)."""
     target = tiny_target()
-    engine = make_engine(target, pool(target), TREE, policy="fixed:ngram")  # type: ignore[arg-type]
+    policy = f"fixed:{kind}"
+    engine = make_engine(target, pool(target), TREE, policy=policy)  # type: ignore[arg-type]
     engine.config = replace(engine.config, evaluate_all=True)
-    index = engine.snapshot.index("ngram")
+    index = engine.snapshot.index(kind)
     checked = 0
     for prompt in PROMPTS:
         for w in windows_of(engine, prompt, SamplingParams(max_new_tokens=40, ignore_eos=True),
-                            "fixed:ngram", monkeypatch):
+                            policy, monkeypatch):
             if w.is_round and not w.censored:
                 assert w.est_len[index] == w.realised, (prompt, w.start)
                 checked += 1
     assert checked >= 20
 
 
-def test_the_suffix_trees_estimate_is_calibrated_within_its_measured_bias(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A suffix tree is judged with the EAGLE drafters' tree model (core/counterfactual.py):
-    the path node's children are exact (its guess at the verified position), which nodes the
-    tree expands and keeps is modelled from the path position's profile, and equal counts tie
-    there. Measured on this setting over 1,771 rounds: ÂL 1.432 against a realised 1.385
-    (+0.047 +- 0.011, 3%); the test holds the mean gap under 0.12 tokens, and greedy rounds on a
-    text that repeats exactly (no ties) to equality."""
+@pytest.mark.parametrize("kind", ["ngram", "suffix"])
+def test_the_estimate_is_unbiased_when_sampling(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampling: over the rounds the drafter drafted, the mean ÂL of its windows matches the
+    mean realised length within 3 standard errors (the estimator's expectation given the path
+    is the acceptance law's). Before the suffix tree was judged on its real tree the gap was
+    +0.047 +- 0.011 tokens over 1,771 rounds of this setting; now +0.009 +- 0.011."""
     target = tiny_target(vocab=12, hidden=32, seed=4)
-    engine = make_engine(target, {"suffix": make_model_free("suffix")}, TREE,  # type: ignore[dict-item]
-                         policy="fixed:suffix")
-    engine.config = replace(engine.config, evaluate_all=True)
-    for temperature, seeds in ((0.0, 4), (0.7, 24)):
-        est, real = [], []
-        for seed in range(seeds):
-            params = SamplingParams(max_new_tokens=40, temperature=temperature, seed=seed,
-                                    ignore_eos=True)
-            for w in windows_of(engine, [3, 1, 4, 3, 1, 4, 3], params, "fixed:suffix",
-                                monkeypatch):
-                if w.is_round and not w.censored and w.gammas[0, 0] > 0:
-                    est.append(float(w.est_len[0]))
-                    real.append(w.realised)
-        assert len(est) >= (10 if temperature == 0.0 else 200)
-        if temperature == 0.0:
-            assert est == real
-        else:
-            assert abs(np.mean(est) - np.mean(real)) < 0.12, (np.mean(est), np.mean(real))
-
-
-def test_the_lookups_estimate_is_unbiased_when_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Sampling: over many rounds lookup drafted, the mean ÂL of its windows matches the mean
-    realised length (the estimator's expectation given the path is the acceptance law's)."""
-    target = tiny_target(vocab=12, hidden=32, seed=4)
-    engine = make_engine(target, {"ngram": make_model_free("ngram")}, TREE,  # type: ignore[dict-item]
-                         policy="fixed:ngram")
+    policy = f"fixed:{kind}"
+    engine = make_engine(target, {kind: make_model_free(kind)}, TREE,  # type: ignore[dict-item]
+                         policy=policy)
     engine.config = replace(engine.config, evaluate_all=True)
     est, real = [], []
     for seed in range(24):
         params = SamplingParams(max_new_tokens=40, temperature=0.7, seed=seed, ignore_eos=True)
-        for w in windows_of(engine, [3, 1, 4, 3, 1, 4, 3], params, "fixed:ngram", monkeypatch):
+        for w in windows_of(engine, [3, 1, 4, 3, 1, 4, 3], params, policy, monkeypatch):
             if w.is_round and not w.censored and w.gammas[0, 0] > 0:
                 est.append(float(w.est_len[0]))
                 real.append(w.realised)

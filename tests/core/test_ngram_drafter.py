@@ -69,9 +69,10 @@ def test_the_lookups_record_each_positions_guess_before_the_next_token() -> None
     drafter = NgramDrafter()
     lookups = RequestLookups.start({2: drafter}, [1, 2, 3, 1, 2], record_from=3)
     lookups.sync([1, 2, 3, 1, 2, 3, 1])
-    first, guesses = lookups.take(6)
+    taken = lookups.take(6)
     # positions 3..5: after [1,2,3,1] -> 2; after [..,1,2] -> 3; after [..,2,3] -> 1
-    assert first == 3 and [g.ids for g in guesses[2]] == [(2,), (3,), (1,)]
+    assert taken.first == 3 and [g.ids for g in taken.guesses[2]] == [(2,), (3,), (1,)]
+    assert taken.trees == {}  # a chain needs no tree: its evaluation is exact already
 
 
 @pytest.mark.parametrize("params", [{"max_n": 0}, {"min_n": 4, "max_n": 3}, {"max_depth": 17},
