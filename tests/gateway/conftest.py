@@ -7,7 +7,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from openai import OpenAI
 
 from bench.harness.server import ServerProcess
 from bench.harness.tiny_pool import MODEL_NAME, build_pool
@@ -47,3 +49,24 @@ def server(pool_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 @pytest.fixture(scope="session")
 def model_name() -> str:
     return MODEL_NAME
+
+
+# Clients of the shared server, for the modules that talk to it (a module may define its own).
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> OpenAI:
+    """The official SDK with the server's first API key."""
+    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def other(server: ServerProcess) -> OpenAI:
+    """The official SDK with the server's second API key."""
+    return OpenAI(base_url=f"{server.base_url}/v1", api_key=SECOND_KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    """Plain HTTP with the first API key (exact frames, raw status codes)."""
+    with httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {API_KEY}"},
+                      timeout=60) as c:  # fmt: skip
+        yield c

@@ -26,18 +26,6 @@ SPEC_FIELDS = {
 HELLO = [{"role": "user", "content": "Tell me about speculative decoding."}]
 
 
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> OpenAI:
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def http(server: ServerProcess) -> httpx.Client:
-    return httpx.Client(
-        base_url=server.base_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60
-    )
-
-
 def chat(http: httpx.Client, **body: Any) -> httpx.Response:
     return http.post("/v1/chat/completions", json={"model": "tiny-target", **body})
 

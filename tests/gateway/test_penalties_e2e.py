@@ -12,18 +12,10 @@ import pytest
 from openai import OpenAI
 from openai.types import Completion
 
-from bench.harness.server import ServerProcess
-from tests.gateway.conftest import API_KEY
-
 pytestmark = pytest.mark.timeout(120)
 MODEL = "tiny-target"
 PROMPT_IDS = [40, 17, 42, 99, 23, 61]
 PENALISED: dict[str, Any] = dict(presence_penalty=1.5, frequency_penalty=2.0)
-
-
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> OpenAI:
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
 
 
 def greedy_tokens(client: OpenAI, policy: str, n: int = 24, **fields: Any) -> list[str]:

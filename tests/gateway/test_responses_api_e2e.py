@@ -20,9 +20,6 @@ from openai import OpenAI
 from openai.types.responses import Response, ResponseItem, ResponseStreamEvent
 from pydantic import BaseModel, Field, TypeAdapter
 
-from bench.harness.server import ServerProcess
-from tests.gateway.conftest import API_KEY, SECOND_KEY
-
 pytestmark = pytest.mark.timeout(180)
 MODEL = "tiny-target"
 CITY_SCHEMA: dict[str, Any] = {
@@ -51,23 +48,6 @@ ITEMS: TypeAdapter[Any] = TypeAdapter(ResponseItem)
 class City(BaseModel):
     city: str = Field(max_length=6)
     size: str = Field(pattern="^(small|large)$")
-
-
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> OpenAI:
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def other(server: ServerProcess) -> OpenAI:
-    """A client with the server's second API key."""
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=SECOND_KEY, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def http(server: ServerProcess) -> httpx.Client:
-    return httpx.Client(base_url=server.base_url,
-                        headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60)
 
 
 def raw_events(http: httpx.Client, **body: Any) -> list[tuple[str, dict[str, Any]]]:

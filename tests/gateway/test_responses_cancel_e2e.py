@@ -22,30 +22,13 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from bench.harness.server import ServerProcess
-from tests.gateway.conftest import ADMIN_KEY, API_KEY, SECOND_KEY
+from tests.gateway.conftest import ADMIN_KEY
 
 pytestmark = pytest.mark.timeout(180)
 MODEL = "tiny-target"
 LONG: dict[str, Any] = {"model": MODEL, "input": "Hello", "max_output_tokens": 400,
                         "ignore_eos": True}  # fmt: skip
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
-
-
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> OpenAI:
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def other(server: ServerProcess) -> OpenAI:
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=SECOND_KEY, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {API_KEY}"},
-                      timeout=60) as c:  # fmt: skip
-        yield c
 
 
 def _frames(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -40,11 +40,6 @@ class City(BaseModel):
     capital: bool
 
 
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> OpenAI:
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
-
-
 def schema_format(schema: dict[str, Any] = SCHEMA) -> dict[str, Any]:
     return {"type": "json_schema",
             "json_schema": {"name": "city", "schema": schema, "strict": True}}

@@ -43,11 +43,6 @@ BAD_SCHEMA = {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}
 NAMED = {"type": "function", "function": {"name": "get_time"}}
 
 
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> OpenAI:
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
-
-
 def calls_of(message: Any) -> list[tuple[str, str]]:
     return [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
 
