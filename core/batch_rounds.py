@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from core.arm_costs import StepCosts, StepSample
 from core.config import EngineConfig
 from core.drafter_pool import Candidates, sync_many
 from core.drafting import grow_trees
@@ -77,16 +78,20 @@ class _Row:
 
 def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestState, int]],
                   config: EngineConfig, visited: bool = True, speculate: bool = True,
-                  clock: Callable[[], float] = time.perf_counter) -> list[RowResult]:
+                  clock: Callable[[], float] = time.perf_counter,
+                  costs: StepCosts | None = None) -> list[RowResult]:
     """One round for each (request, slot) row; the requests must be prefilled and unfinished.
     `visited`: the LM head computes the roots' rows up front and the walks the rest (else
     every node's row in one call; core/head_rows.py chooses). `speculate` False: no row drafts
     but seeded sampled ones (core/spec_gate.py); each commits one token and the learners still
-    learn from it. `clock` times the phases (SpecEngine.clock)."""
+    learn from it. `clock` times the phases (SpecEngine.clock); `costs` gets the step's
+    measurement (core/arm_costs.py)."""
     work = [_Row(state, slot) for state, slot in rows]
     t0 = clock()
-    _each(work, lambda r: _select(r, cache, config, speculate))
-    _draft(_live(work), config)
+    _each(work, lambda r: _select(r, cache, config, speculate, len(work)))
+    if costs is not None:
+        _check_step(_live(work), costs)
+    drafting = _draft(_live(work), config, clock)
     t1 = clock()
     _batched(_live(work), lambda rs: _forward(target, cache, rs))
     th = clock()
@@ -100,17 +105,65 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     _evaluate(_live(work), config)
     t3 = clock()
     rows_in_pass = sum(r.out is not None for r in work)
+    if costs is not None:
+        _measure(costs, work, drafting, (t1 - t0, t2 - t1, t3 - t2))
     return [_result(r, (t1 - t0, t2 - t1, t3 - t2), head_s, rows_in_pass) for r in work]
 
 
-def _select(r: _Row, cache: SlotCache, config: EngineConfig, speculate: bool) -> None:
+@dataclass(frozen=True)
+class _Drafting:
+    """Where a step's drafting time went: model-free lookups and EAGLE drafters."""
+
+    free_rows: int
+    free_s: float
+    neural_rows: int
+    neural_s: float
+
+
+def _measure(costs: StepCosts, work: list[_Row], drafting: _Drafting,
+             times: tuple[float, float, float]) -> None:
+    """The step's sample for the arms' cost model (core/arm_costs.py)."""
+    trees = [(r, r.tree) for r in work if r.out is not None and r.tree is not None]
+    if not trees:
+        return
+    draft_s, verify_s, evaluate_s = times
+    costs.record(StepSample(
+        requests=len(trees), rows=sum(int(t.tokens.numel()) for _, t in trees),
+        verify_s=verify_s, neural_rows=drafting.neural_rows, neural_s=drafting.neural_s,
+        free_rows=drafting.free_rows, free_s=drafting.free_s, evaluate_s=evaluate_s,
+        other_s=max(draft_s - drafting.free_s - drafting.neural_s, 0.0)))
+    for r, tree in trees:
+        if r.chosen is not None and r.chosen in r.state.snapshot.model_free:
+            costs.record_drafted(r.state.snapshot.ids[r.chosen], tree.num_drafted)
+
+
+def _select(r: _Row, cache: SlotCache, config: EngineConfig, speculate: bool,
+            requests: int) -> None:
     r.n = len(r.state.token_ids) - 1
     if cache.lengths[r.slot] != r.n:
         raise RuntimeError(f"slot {r.slot} holds {cache.lengths[r.slot]} entries, "
                            f"the request {r.n}")
     r.weights = r.state.weights()
+    r.state.step_requests = requests
     if speculate or _reproducible(r.state):
         r.chosen = r.state.select(argmax=config.selector.select == "argmax")
+
+
+def _check_step(rows: list[_Row], costs: StepCosts) -> None:
+    """Under the time loss the step drafts only where that commits tokens faster than the
+    same requests decoding plain (core/arm_costs.CostModel.step_pays): on a CPU a step that
+    drafts for any request pays the drafting and evaluation passes, so one request choosing
+    plain decoding alone saves little. Otherwise the rows whose learners have plain decoding
+    as an arm decode plain (a seeded sampled one keeps drafting, see `_reproducible`); their
+    learners still learn, and the round counts as the plain arm's. A request alone in its
+    step is not judged: its learner's plain arm weighs the same costs, and a second judge
+    with a shorter memory overruled it (measured: slower at one stream)."""
+    judged = [r for r in rows if r.state.plain_arm and r.chosen is not None]
+    if len(rows) < 2 or not judged or costs.step_pays([r.state.planned(r.chosen) for r in rows]):
+        return
+    for r in judged:
+        if not _reproducible(r.state):
+            r.chosen = None
 
 
 def _reproducible(state: RequestState) -> bool:
@@ -120,15 +173,17 @@ def _reproducible(state: RequestState) -> bool:
     return state.params.seed is not None and not state.params.greedy
 
 
-def _draft(rows: list[_Row], config: EngineConfig) -> None:
+def _draft(rows: list[_Row], config: EngineConfig, clock: Callable[[], float]) -> _Drafting:
     """Plain rows get the chain of their root; the others catch their chosen drafter up (lazy
-    policies; batched) and draft, one batch per drafter."""
+    policies; batched) and draft, one batch per drafter. Times each kind's drafting."""
     spec = [r for r in rows if r.chosen is not None and r.state.dstate is not None]
     for r in rows:
         if r not in spec:
             r.tree = chain_tree([r.state.token_ids[-1]])
+    t0 = clock()
     free = [r for r in spec if r.chosen in r.state.snapshot.model_free]
     _each(free, lambda r: _model_free(r))
+    t1 = clock()
     spec = [r for r in spec if r not in free]
     _batched(spec, lambda rs: _sync_chosen(rs, config))
     by_drafter: dict[int, list[_Row]] = {}
@@ -136,6 +191,7 @@ def _draft(rows: list[_Row], config: EngineConfig) -> None:
         by_drafter.setdefault(id(_drafter(r)), []).append(r)
     for group in by_drafter.values():
         _batched(group, lambda rs: _grow(rs, config))
+    return _Drafting(len(free), t1 - t0, len(spec), clock() - t1)
 
 
 def _model_free(r: _Row) -> None:

@@ -17,10 +17,15 @@ from typing import Literal
 
 LearnerName = Literal["normalhedge", "adanormalhedge", "hedge", "ucbspec", "exp3spec"]
 LEARNER_NAMES: tuple[str, ...] = ("normalhedge", "adanormalhedge", "hedge", "ucbspec", "exp3spec")
+# The full-information learners: they take every arm's counterfactual loss each window.
+COUNTERFACTUAL_LEARNERS: tuple[str, ...] = ("normalhedge", "adanormalhedge", "hedge")
 # The policy of NormalHedge started from the prompt router's probabilities as its prior
 # (core/learners.py, core/engine.py); served when the pool ships a router.
 ROUTER_PRIOR = "normalhedge_router"
-LossName = Literal["length", "prob"]
+# The learner's loss: the paper's acceptance losses ("length": 1 - ÂL/(K+1); "prob": 1 - γ at
+# the first level) or the measured time per committed token, with plain decoding as one more
+# arm ("time", core/arm_costs.py; counterfactual learners only, bandits keep "length").
+LossName = Literal["length", "prob", "time"]
 # Counterfactual candidate sets (core/counterfactual.py): the unpruned top_k ("topk", the
 # paper's estimator as usually read) or the children the drafter's own tree would keep.
 EstimatorName = Literal["topk", "tree"]

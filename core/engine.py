@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from core.arm_costs import StepCosts
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.drafter_check import compatibility_problems
 from core.drafter_pool import Member, PoolSnapshot
@@ -38,8 +39,8 @@ from core.learner_sessions import LearnerSessions
 from core.learners import NormalHedge
 from core.model_free.base import ModelFreeDrafter
 from core.model_free.kinds import make_model_free
-from core.request import Policy, RequestState, parse_policy
-from core.rounds import prefill, speculative_round
+from core.request import Policy, RequestState, arm_prior, parse_policy
+from core.rounds import prefill, record_round_cost, speculative_round
 from core.router import PromptRouter
 from core.sampling_defaults import checked_sampling_defaults
 from core.scheduler import BatchScheduler
@@ -101,7 +102,10 @@ class SpecEngine:
         # Whether a batched step drafts at all, per batch size (measured in place under "auto";
         # the round-robin engine, kept to measure batching, always drafts).
         self.gate = SpecGate(config.speculation, config.selector.eval_every)
-        self._batch = BatchScheduler(target, config, self.head_rows, self.gate, clock)
+        # What rounds cost per arm and batch size, measured in place (the "time" loss).
+        self.costs = StepCosts()
+        self._batch = BatchScheduler(target, config, self.head_rows, self.gate, clock,
+                                     self.costs)
         self._grammars: GrammarCompiler | None = None
         # The static baseline policy `router` (core/router.py), when the pool ships one.
         self.router: PromptRouter | None = None
@@ -229,14 +233,15 @@ class SpecEngine:
             resolved = replace(resolved, prior=self._router_prior(prompt_ids))
         state = RequestState.create(request_id, list(prompt_ids), params, resolved, self.snapshot,
                                     self.config, cache=self.target.new_cache(),
-                                    eos_ids=self.target.eos_token_ids)
+                                    eos_ids=self.target.eos_token_ids, costs=self.costs)
         if session is not None and resolved.kind == "learner" and state.learner is not None:
             state.session = session
-            warm = self.sessions.take(session, resolved.name, self.snapshot.ids)
+            warm = self.sessions.take(session, resolved.name, state.arm_ids)
             if warm is not None:
                 state.learner, state.stats.warm_start_requests = warm.learner, warm.requests
-                if resolved.prior is not None and isinstance(warm.learner, NormalHedge):
-                    warm.learner.set_prior(resolved.prior)  # this prompt's, not the first's
+                prior = arm_prior(resolved.prior, state.plain_arm)
+                if prior is not None and isinstance(warm.learner, NormalHedge):
+                    warm.learner.set_prior(prior)  # this prompt's, not the first's
         if params.grammar is not None:
             state.matcher = self.grammar_compiler().matcher(params.grammar)
         self._requests[request_id] = state
@@ -328,7 +333,7 @@ class SpecEngine:
         if state.lookups is not None and out.error is None:
             state.lookups.finish(state.token_ids, state.prompt_len)  # cross-request caches
         if state.session is not None and state.learner is not None and out.error is None:
-            self.sessions.put(state.session, state.policy.name, state.snapshot.ids, state.learner,
+            self.sessions.put(state.session, state.policy.name, state.arm_ids, state.learner,
                               state.stats.warm_start_requests + 1)
 
     def _run_round(self, state: RequestState) -> RoundOutput:
@@ -345,6 +350,7 @@ class SpecEngine:
             rest = self.clock() - t0 - rstats.draft_s - rstats.verify_s - rstats.evaluate_s
             rstats = replace(rstats, bookkeeping_s=max(rest, 0.0))
             state.stats.time_bookkeeping_s += rstats.bookkeeping_s
+            record_round_cost(self.costs, state, rstats)
         return self._round_output(state, tokens, rstats)
 
     def _round_output(self, state: RequestState, tokens: list[int],

@@ -107,6 +107,7 @@ class WindowLoss:
 
     loss: FloatArray  # [N]
     awake: BoolArray  # [N]
+    est_len: FloatArray  # [N] ÂL (what the "time" loss divides a round's cost by)
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ class FeedbackQueue:
             verdict = self._verdict(pending.start)
             if not self._loss_ready(verdict):
                 break  # FIFO: a later window never overtakes an earlier one
-            out.append(WindowLoss(self._loss(verdict), verdict.awake))
+            out.append(WindowLoss(self._loss(verdict), verdict.awake, verdict.est_len))
             pending.learned = True
         return out
 
@@ -283,7 +284,9 @@ class FeedbackQueue:
         return self._is_complete(v)
 
     def _loss(self, v: _Verdict) -> FloatArray:
-        if self.loss == "length":
+        """The acceptance loss; under "time" the length loss (statistics: the time loss needs
+        the round costs, which the request maps ÂL to, core/arm_costs.py)."""
+        if self.loss in ("length", "time"):
             return length_loss(v.est_len, self.depth)
         return prob_loss(v.gammas[:, 0])
 

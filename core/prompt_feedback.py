@@ -101,7 +101,10 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
         state.feedback.add_evidence(lo, pool.evidence, pool.trees)
         state.learn()
     elif isinstance(state.learner, NormalHedge):
-        losses = prompt_losses(pool.evidence, state.feedback, pool.trees)
+        windows = prompt_losses(pool.evidence, state.feedback, pool.trees)
+        for window in windows:
+            state.track(window)
+        losses = [state.arm_losses(window) for window in windows]
         if losses:
             state.learner.set_prior(prompt_prior(losses, state.learner.prior))
 

@@ -11,10 +11,17 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
-from core.config import LEARNER_NAMES, ROUTER_PRIOR, EngineConfig, SamplingParams
+from core.arm_costs import FREE, NEURAL, PLAIN, PlannedRow, StepCosts, time_losses
+from core.config import (
+    COUNTERFACTUAL_LEARNERS,
+    LEARNER_NAMES,
+    ROUTER_PRIOR,
+    EngineConfig,
+    SamplingParams,
+)
 from core.drafter_pool import Candidates, DrafterState, PoolSnapshot
 from core.errors import PolicyError
-from core.feedback import FeedbackQueue, Window
+from core.feedback import FeedbackQueue, Window, WindowLoss
 from core.grammar import TokenMatcher
 from core.learners import Learner, make_learner
 from core.model_free.evidence import RequestLookups
@@ -22,6 +29,11 @@ from core.spec_gate import GATED_EVAL_STRETCH
 from core.stats import RequestStats, TokenLogprob
 
 ROUTER = "router"
+# Weight of a new window in a member's running ÂL (RequestState.expected): about the last ten.
+EXPECTED_DECAY = 0.1
+# The plain-decoding arm's name where arms are listed by id (learner sessions, statistics); not
+# a valid drafter id (the registry's ids are slugs).
+PLAIN_ARM = "<plain>"
 
 
 @dataclass(frozen=True)
@@ -121,22 +133,35 @@ class RequestState:
     matcher: TokenMatcher | None = None  # the grammar of a structured output (core/grammar.py)
     # The model-free members' lookups over this request's tokens (core/model_free/evidence.py).
     lookups: RequestLookups | None = None
+    # Plain decoding is the learner's last arm and its loss is time per token (loss "time"):
+    # the engine's measured round costs (core/arm_costs.py) and the size of the request's last
+    # step (what its costs are looked up at).
+    plain_arm: bool = False
+    costs: StepCosts | None = None
+    step_requests: int = 1
+    # The tree rows each member drafts per round (nodes + root), for the time loss.
+    tree_rows: tuple[float, ...] = ()
+    # The most tokens a round can commit (the deepest member's tree + the bonus): ÂL's bound.
+    round_max: int = 2
+    # A running ÂL per member (EXPECTED_DECAY), for the step check (core/arm_costs.py).
+    expected: npt.NDArray[np.float64] | None = None
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
                snapshot: PoolSnapshot, config: EngineConfig, cache: Any = None,
-               eos_ids: tuple[int, ...] = ()) -> RequestState:
+               eos_ids: tuple[int, ...] = (), costs: StepCosts | None = None) -> RequestState:
         seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
         gen = torch.Generator().manual_seed(seed)
         n = len(snapshot)
         learner = feedback = None
+        plain = uses_plain_arm(policy, config, params)
         if policy.kind != "none" and n:
             sel = config.selector
             fixed = snapshot.index(policy.name) if policy.kind == "fixed" else None
             name = "fixed" if policy.kind == "fixed" else policy.name
-            learner = make_learner(name, n, hedge_eta=sel.hedge_eta,
+            learner = make_learner(name, n + plain, hedge_eta=sel.hedge_eta,
                                    max_len=max_len(snapshot, config), fixed_index=fixed,
-                                   prior=policy.prior)
+                                   prior=arm_prior(policy.prior, plain))
             if learner.counterfactual or config.evaluate_all:
                 feedback = _feedback_queue(snapshot, config)
         stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
@@ -144,7 +169,16 @@ class RequestState:
         return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt), cache,
                             stats, gen, np.random.default_rng(seed + 1), frozenset(eos_ids),
                             learner, feedback, evaluate=feedback is not None,
-                            eval_every=config.selector.eval_every)
+                            eval_every=config.selector.eval_every,
+                            plain_arm=plain and learner is not None,
+                            costs=costs if costs is not None else StepCosts(),
+                            tree_rows=_tree_rows(snapshot, config),
+                            round_max=max_len(snapshot, config) if n else 2)
+
+    @property
+    def arm_ids(self) -> tuple[str, ...]:
+        """The learner's arms by id, in its order: the pool's members, then plain decoding."""
+        return arm_ids(self.snapshot.ids, self.plain_arm)
 
     def evaluation_due(self, gated: bool = False) -> bool:
         """This round's catch-up evaluates every drafter: every eval_every-th round, or every
@@ -162,9 +196,13 @@ class RequestState:
         if self.learner is None:
             return None
         awake = self.awake()
+        if self.plain_arm:  # plain decoding is always awake
+            awake = np.append(np.ones(len(self.snapshot), dtype=bool) if awake is None else awake,
+                              True)
         if awake is not None and not awake.any():
             return None
-        return self.learner.select(self.rng, argmax=argmax, awake=awake)
+        arm = self.learner.select(self.rng, argmax=argmax, awake=awake)
+        return None if arm == len(self.snapshot) else arm
 
     def awake(self) -> npt.NDArray[np.bool_] | None:
         """Which members can draft from the root; None when all can (no model-free member)."""
@@ -208,24 +246,120 @@ class RequestState:
         record the completed windows' ÂL estimates for the statistics."""
         assert self.feedback is not None
         for w in self.feedback.pop_losses():
-            if self.learner is not None and self.learner.counterfactual and w.awake.any():
-                self.learner.update(self.learner.sleeping_losses(w.loss, w.awake))
+            self.track(w)
+            arms = self.arm_losses(w)
+            if self.learner is not None and self.learner.counterfactual and arms.awake.any():
+                self.learner.update(self.learner.sleeping_losses(arms.loss, arms.awake))
         self.record(self.feedback.pop_completed())
 
+    def arm_losses(self, w: WindowLoss) -> WindowLoss:
+        """A window's losses over the learner's arms: as the queue judged them, or under the
+        time loss with plain decoding appended (ÂL 1, always awake) and every arm's loss its
+        time per token over the slowest round's cost (core/arm_costs.py)."""
+        if not self.plain_arm:
+            return w
+        est = np.append(w.est_len, 1.0)
+        costs = self.arm_costs()
+        top = self.round_max
+        # Unmeasured: the length loss, every arm at one cost (plain decoding never the best).
+        loss = ((top - est) / (top - 1) if costs is None
+                else time_losses(est, costs, top)[0])
+        return WindowLoss(loss, np.append(w.awake, True), est)
+
+    def track(self, w: WindowLoss) -> None:
+        """Keep a running ÂL per drafter over the windows it was awake for (a drafter drafts
+        only when awake): what the step check expects its round to commit."""
+        if self.expected is None:
+            self.expected = np.full(len(self.snapshot), np.nan)
+        first = np.isnan(self.expected) & w.awake
+        self.expected[first] = w.est_len[first]
+        later = ~first & w.awake
+        self.expected[later] += EXPECTED_DECAY * (w.est_len[later] - self.expected[later])
+
+    def planned(self, chosen: int | None) -> PlannedRow:
+        """This request's part of the next step if it drafts with `chosen` (None: plain)."""
+        if chosen is None:
+            return PlannedRow(1.0, PLAIN, 1.0)
+        known = self.expected is not None and not np.isnan(self.expected[chosen])
+        expected = float(self.expected[chosen]) if known else None  # type: ignore[index]
+        return PlannedRow(self._arm_rows()[chosen], self._arm_kinds()[chosen], expected)
+
+    def arm_costs(self) -> npt.NDArray[np.float64] | None:
+        """Each arm's measured cost of one round at the request's step size (seconds; plain
+        last), or None before the engine has measured that size."""
+        model = self.costs.model(self.step_requests) if self.costs is not None else None
+        if model is None:
+            return None
+        costs = [model.arm_cost(r, k)
+                 for r, k in zip(self._arm_rows(), self._arm_kinds(), strict=True)]
+        return np.array(costs + [model.arm_cost(1.0, PLAIN)])
+
+    def _arm_kinds(self) -> list[str]:
+        return [FREE if i in self.snapshot.model_free else NEURAL
+                for i in range(len(self.snapshot))]
+
+    def _arm_rows(self) -> list[float]:
+        """Rows each member's round verifies: the tree's, or for a model-free member (whose
+        trees end where its guesses do) the mean it has drafted on this engine."""
+        costs = self.costs or StepCosts()
+        return [costs.mean_nodes(d, r - 1) + 1 if i in self.snapshot.model_free else r
+                for i, (d, r) in enumerate(zip(self.snapshot.ids, self.tree_rows, strict=True))]
+
     def record(self, windows: list[Window]) -> None:
-        """Statistics of one window per real round (position windows only feed the learner)."""
+        """Statistics of one window per real round (position windows only feed the learner);
+        under the time loss a plain round is the plain arm's, and every window also adds each
+        arm's net seconds (regret in seconds)."""
         for w in windows:
             if w.realised is None:
                 continue
-            chosen = self.snapshot.ids[w.chosen] if w.chosen is not None else None
+            chosen = self.snapshot.ids[w.chosen] if w.chosen is not None else PLAIN_ARM
             est = {d: float(v) for d, v in zip(self.snapshot.ids, w.est_len, strict=False)}
-            self.stats.record_window(est, chosen, w.realised)
+            self.stats.record_window(est, chosen, w.realised, self._seconds(w))
+
+    def _seconds(self, w: Window) -> dict[str, float] | None:
+        """Each arm's net seconds for the window (core/arm_costs.time_losses)."""
+        costs = self.arm_costs() if self.plain_arm else None
+        if costs is None or w.realised is None:
+            return None
+        top = self.round_max
+        net = time_losses(np.append(w.est_len, 1.0), costs, top)[1]
+        return {a: float(t) for a, t in zip(self.arm_ids, net, strict=True)}
 
     def take_logprobs(self) -> list[TokenLogprob] | None:
         if self.params.logprobs is None:
             return None
         out, self._logprobs = self._logprobs, []
         return out
+
+
+def uses_plain_arm(policy: Policy, config: EngineConfig, params: SamplingParams) -> bool:
+    """Whether a request's learner has plain decoding as its last arm and time as its loss:
+    under the time loss, with a learner that takes counterfactual losses (bandits cannot score
+    an arm they did not play), unless the request samples with a seed. Its sample must not
+    depend on the machine's timing, and the time loss's choices do (a seeded sampled request
+    keeps the length loss, whose losses come from the verified tokens alone)."""
+    seeded = params.seed is not None and not params.greedy
+    return (config.selector.loss == "time" and policy.kind == "learner"
+            and policy.name in COUNTERFACTUAL_LEARNERS and not seeded)
+
+
+def arm_prior(prior: tuple[float, ...] | None,
+              plain: bool) -> tuple[float, ...] | None:
+    """A prior over the drafters extended to the plain arm (which gets the mean weight)."""
+    if prior is None or not plain:
+        return prior
+    n = len(prior)
+    return tuple(p * n / (n + 1) for p in prior) + (1.0 / (n + 1),)
+
+
+def arm_ids(drafter_ids: tuple[str, ...], plain: bool) -> tuple[str, ...]:
+    return drafter_ids + ((PLAIN_ARM,) if plain else ())
+
+
+def _tree_rows(snapshot: PoolSnapshot, config: EngineConfig) -> tuple[float, ...]:
+    """Rows each member's round verifies at most: its tree's nodes plus the root."""
+    return tuple(float(snapshot.free[d].total_tokens + 1 if d in snapshot.free
+                       else config.tree.total_tokens + 1) for d in snapshot.ids)
 
 
 def max_len(snapshot: PoolSnapshot, config: EngineConfig) -> int:

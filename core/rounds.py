@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from core.arm_costs import StepCosts, StepSample
 from core.config import EngineConfig
 from core.drafter_pool import Candidates, DrafterState
 from core.drafting import DraftRow, grow_trees, tree_scratch
@@ -115,6 +116,19 @@ def speculative_round(target: Target, state: RequestState, config: EngineConfig,
     t3 = clock()
     return committed, round_stats(state, v, chosen, weights, len(committed),
                                   (t1 - t0, t2 - t1, t3 - t2), head_s)
+
+
+def record_round_cost(costs: StepCosts, state: RequestState, rs: RoundStats) -> None:
+    """A round-robin round as a step of one request, for the arms' cost model
+    (core/arm_costs.py)."""
+    free = rs.drafter is not None and rs.drafter in state.snapshot.free
+    neural = rs.drafter is not None and not free
+    costs.record(StepSample(
+        requests=1, rows=rs.drafted + 1, verify_s=rs.verify_s, neural_rows=int(neural),
+        neural_s=rs.draft_s if neural else 0.0, free_rows=int(free),
+        free_s=rs.draft_s if free else 0.0, evaluate_s=rs.evaluate_s, other_s=rs.bookkeeping_s))
+    if free and rs.drafter is not None:
+        costs.record_drafted(rs.drafter, rs.drafted)
 
 
 def logit_rows(tree: DraftTree, visited: bool) -> list[int]:
@@ -248,9 +262,10 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
     learner."""
     assert state.dstate is not None and state.feedback is not None
     steps = len(v.path)
-    # A round the speculation gate ran plain (nothing chosen) scores the drafters at its root
-    # like any position; it has no realised acceptance to report.
-    state.feedback.open_window(n, chosen, steps if chosen is not None else None)
+    # A round run plain (nothing chosen) scores the drafters at its root like any position; it
+    # is a round of the plain arm under the time loss, else it has no acceptance to report.
+    plain_round = chosen is None and state.plain_arm
+    state.feedback.open_window(n, chosen, steps if chosen is not None or plain_round else None)
     if config.selector.feedback == "position":
         for m in range(n + 1, n + steps):
             state.feedback.open_window(m, None, None)

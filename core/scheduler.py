@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from core.arm_costs import StepCosts
 from core.batch_rounds import RowResult, batched_round, with_bookkeeping
 from core.config import EngineConfig
 from core.head_rows import HeadRows
@@ -35,10 +36,12 @@ log = logging.getLogger(__name__)
 class BatchScheduler:
     def __init__(self, target: Target, config: EngineConfig, head_rows: HeadRows | None = None,
                  gate: SpecGate | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 costs: StepCosts | None = None) -> None:
         self.target, self.config, self.clock = target, config, clock
         self.head_rows = head_rows or HeadRows(config.verify_logits, config.device)
         self.gate = gate or SpecGate(config.speculation, config.selector.eval_every)
+        self.costs = costs or StepCosts()
         self.cache = target.new_slot_cache()
         self._slot: dict[str, int] = {}
         self._owner: list[str] = []  # request id of each slot
@@ -54,9 +57,9 @@ class BatchScheduler:
         ready = [s for s in states if s.prefilled and not s.finished]
         rows = self._rows(ready)
         visited = self.head_rows.visited(len(rows))
-        speculate = self.gate.speculate(len(rows))
+        speculate = self.gate.speculate(len(rows)) and self._probe_allows(rows)
         results = (batched_round(self.target, self.cache, rows, self.config, visited, speculate,
-                                 self.clock) if rows else [])
+                                 self.clock, self.costs) if rows else [])
         wall = self.clock() - t0
         self._measured(results, visited)
         if any(s.learner is not None for s, _ in rows):  # a step the gate could change
@@ -66,6 +69,13 @@ class BatchScheduler:
         budget = self.config.max_step_tokens
         left = max(budget - len(rows) * self._tree_tokens, budget // 4, 1)
         return results + self._prefill([s for s in states if not s.prefilled], left)
+
+    def _probe_allows(self, rows: list[tuple[RequestState, int]]) -> bool:
+        """False for the plain steps the time loss's cost model measures with (a step of
+        requests that have plain decoding as an arm: core/arm_costs.StepCosts.speculate)."""
+        if not any(s.plain_arm for s, _ in rows):
+            return True
+        return self.costs.speculate(len(rows))
 
     def _measured(self, results: list[RowResult], visited: bool) -> None:
         """The round's head-and-walk time, when it verified at least one drafted tree."""

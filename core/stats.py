@@ -68,6 +68,11 @@ class RequestStats:
     chosen_est_len_sum: float = 0.0  # Σ_t ÂL_{i_t}(t)
     regret_curve: list[float] = field(default_factory=list)
     estimates: list[tuple[float, int]] = field(default_factory=list)  # (ÂL chosen, realised)
+    # Under the time loss (core/arm_costs.py): Σ_t s_a(t), each round's net seconds (its time
+    # less its tokens at plain decoding's time per token), per arm (plain decoding included,
+    # at 0) and for the arms chosen; their difference to the best is the regret in seconds.
+    arm_seconds: dict[str, float] = field(default_factory=dict)
+    chosen_seconds: float = 0.0
     time_draft_s: float = 0.0
     time_verify_s: float = 0.0
     time_evaluate_s: float = 0.0
@@ -103,15 +108,24 @@ class RequestStats:
         for k in range(rs.accepted):
             self.accepted_by_position[k] += 1
 
-    def record_window(self, est: dict[str, float], chosen: str | None, realised: int) -> None:
-        """Add one completed feedback window: ÂL_d for every drafter, and the chosen one's."""
+    def record_window(self, est: dict[str, float], chosen: str | None, realised: int,
+                      seconds: dict[str, float] | None = None) -> None:
+        """Add one completed feedback window: ÂL_d for every drafter, and the chosen one's (a
+        chosen arm that is not a drafter, plain decoding, commits 1 token); `seconds`: each
+        arm's net seconds for the window (time loss)."""
         for d, v in est.items():
             self.est_len_sum[d] = self.est_len_sum.get(d, 0.0) + v
         if chosen is not None and chosen in est:
             self.chosen_est_len_sum += est[chosen]
             self.estimates.append((est[chosen], realised))
+        elif chosen is not None:
+            self.chosen_est_len_sum += 1.0
         best = max(self.est_len_sum.values()) if self.est_len_sum else 0.0
         self.regret_curve.append(best - self.chosen_est_len_sum)
+        if seconds is not None and chosen in seconds:
+            for a, v in seconds.items():
+                self.arm_seconds[a] = self.arm_seconds.get(a, 0.0) + v
+            self.chosen_seconds += seconds[chosen]
 
     def snapshot(self) -> StatsSnapshot:
         """An immutable copy: sequences as tuples, mappings as read-only views of copies."""
@@ -139,6 +153,8 @@ class StatsSnapshot:
     chosen_est_len_sum: float
     regret_curve: tuple[float, ...]
     estimates: tuple[tuple[float, int], ...]
+    arm_seconds: Mapping[str, float]
+    chosen_seconds: float
     time_draft_s: float
     time_verify_s: float
     time_evaluate_s: float
@@ -167,6 +183,15 @@ class StatsSnapshot:
         window was scored (policies fixed, router, the bandits and none do not evaluate every
         drafter, so their regret is not computed, which 0.0 would misreport as none)."""
         return self.regret_curve[-1] if self.regret_curve else None
+
+    @property
+    def regret_seconds(self) -> float | None:
+        """Under the time loss: the request's net seconds (time less tokens at plain
+        decoding's time per token) at the chosen arms beyond the best single arm's in
+        hindsight (plain decoding among the arms); None where no window was costed."""
+        if not self.arm_seconds:
+            return None
+        return self.chosen_seconds - min(self.arm_seconds.values())
 
 
 def _frozen(value: Any) -> Any:

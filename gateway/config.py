@@ -121,6 +121,11 @@ class Settings(BaseSettings):
     # The prompt's last positions scored as learner feedback before the first round
     # (core.config.SelectorConfig.prompt_windows); None: core.config.PROMPT_WINDOWS, 0: off.
     prompt_windows: int | None = Field(default=None, ge=0, le=4096)
+    # What a counterfactual learner minimises (core.config.SelectorConfig.loss): the paper's
+    # acceptance losses "length" (default) / "prob", or "time", each arm's measured cost per
+    # committed token with plain decoding as an arm (core/arm_costs.py; slower than "length"
+    # on the demo pool at 1-2 streams, bench/results/time_loss_held_out.md).
+    loss: Literal["length", "prob", "time"] = "length"
     # Rows of a verified tree the LM head computes up front (core.config.EngineConfig
     # .verify_logits): "auto" measures both on a CPU and keeps the faster (core/head_rows.py),
     # "visited" or "all" pins one (reproducible benchmarks).
@@ -221,7 +226,7 @@ class Settings(BaseSettings):
                                     eval_every=self.eval_every
                                     or default_eval_every(self.device),
                                     prompt_windows=PROMPT_WINDOWS if self.prompt_windows is None
-                                    else self.prompt_windows),
+                                    else self.prompt_windows, loss=self.loss),
             batching=self.batching,
             max_running=self.max_running,
             max_step_tokens=self.max_step_tokens,

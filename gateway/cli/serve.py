@@ -29,6 +29,7 @@ SERVE_FLAGS: dict[str, str] = {
     "responses_retention_days": "responses_retention_days",
     "eval_every": "eval_every",
     "prompt_windows": "prompt_windows",
+    "loss": "loss",
     "verify_logits": "verify_logits",
     "speculation": "speculation",
     "generation_config": "generation_config",
@@ -76,6 +77,10 @@ def register(sub: Any) -> None:
     p.add_argument("--prompt-windows", type=int,
                    help="the prompt's last positions scored as learner feedback before the "
                         "first round (default 48; 0: the learner starts uniform)")
+    p.add_argument("--loss", choices=("time", "length", "prob"),
+                   help="what the learner minimises: length (default) or prob (the paper's "
+                        "acceptance losses), or time (measured time per token, plain decoding "
+                        "one of its arms)")
     p.add_argument("--verify-logits", choices=("auto", "visited", "all"),
                    help="LM-head rows of a verified tree: auto (default; a CPU measures both "
                         "and keeps the faster), visited or all")

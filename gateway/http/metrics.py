@@ -117,6 +117,13 @@ class GatewayMetrics:
             ["policy"],
             registry=r,
         )
+        self.regret_seconds = Gauge(
+            "hedgespec_request_regret_seconds_signed_sum",
+            "Sum of per-request regret in seconds against the best single arm (plain decoding "
+            "included) in hindsight, under the time loss; negative regret included.",
+            ["policy"],
+            registry=r,
+        )
 
     def _request_metrics(self) -> None:
         r = self.registry
@@ -235,6 +242,8 @@ class GatewayMetrics:
         if regret is not None:  # not computed for policies that score no drafter
             self.regret.labels(policy).observe(max(0.0, regret))
             self.regret_signed.labels(policy).inc(regret)
+        if stats.regret_seconds is not None:
+            self.regret_seconds.labels(policy).inc(stats.regret_seconds)
         if stats.warm_start_requests:
             self.warm_starts.labels(policy).inc()
 

@@ -37,8 +37,9 @@ def finite(logprob: float) -> float:
 def spec_metrics(stats: list[StatsSnapshot | None]) -> dict[str, Any] | None:
     """`metrics.speculative_decoding`: one choice's stats, or the aggregate of n choices.
 
-    With n > 1 the counts and `regret_tokens` are summed (regret over the choices that
-    computed it; null, as for one choice, where no drafter was scored counterfactually),
+    With n > 1 the counts, `regret_tokens` and `regret_seconds` are summed (regret over the
+    choices that computed it; null, as for one choice, where no drafter was scored
+    counterfactually, or, for seconds, where the learner's loss is not time),
     `mean_acceptance_length` is recomputed over all rounds, `acceptance_by_position` is
     summed per depth, `drafter_choices` lists the rounds of every choice in choice order,
     `final_weights` is the mean distribution and
@@ -67,6 +68,7 @@ def _one(s: StatsSnapshot) -> dict[str, Any]:
         "policy": s.policy,
         "drafter_choices": list(s.drafter_per_round),
         "regret_tokens": s.regret_tokens,
+        "regret_seconds": s.regret_seconds,
         "final_weights": dict(s.weights),
         "warm_start_requests": s.warm_start_requests,
     }
@@ -92,6 +94,7 @@ def _aggregate(stats: list[StatsSnapshot]) -> dict[str, Any]:
         "policy": stats[0].policy,
         "drafter_choices": [d for s in stats for d in s.drafter_per_round],
         "regret_tokens": _sum_known([s.regret_tokens for s in stats]),
+        "regret_seconds": _sum_known([s.regret_seconds for s in stats]),
         "final_weights": weights,
         "warm_start_requests": max(s.warm_start_requests for s in stats),
     }

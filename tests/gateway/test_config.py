@@ -131,6 +131,16 @@ def test_prompt_windows_default_the_flag_and_zero_turns_them_off(
         Settings(prompt_windows=-1)
 
 
+def test_the_loss_default_the_flag_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().engine_config().selector.loss == "length"
+    args = build_parser().parse_args(["serve", "--loss", "time"])
+    assert serve_settings(args).engine_config().selector.loss == "time"
+    monkeypatch.setenv("HEDGESPEC_LOSS", "prob")
+    assert Settings().engine_config().selector.loss == "prob"
+    with pytest.raises(ValidationError):
+        Settings(loss="seconds")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(("field", "flag_value", "env_value"), [
     ("verify_logits", "all", "visited"),
     ("speculation", "always", "always"),

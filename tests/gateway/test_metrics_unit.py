@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from core.stats import RequestStats, RoundStats, StatsSnapshot
 from gateway.http.metrics import GatewayMetrics
 
@@ -184,3 +186,20 @@ def test_a_request_decoded_fully_plain_is_in_the_acceptance_histogram_at_one() -
     length = "hedgespec_request_mean_acceptance_length"
     assert value(m, f"{length}_count", policy="normalhedge") == 1
     assert value(m, f"{length}_sum", policy="normalhedge") == 1.0
+
+
+def test_regret_in_seconds_is_summed_where_the_time_loss_costed_windows() -> None:
+    """Per arm, the time its rate gives the window's tokens; regret = chosen - best arm."""
+    from core.request import PLAIN_ARM
+
+    stats = RequestStats("normalhedge")
+    stats.record_window({"a": 2.0}, "a", 2, {"a": 0.02, PLAIN_ARM: 0.012})
+    stats.record_window({"a": 1.0}, PLAIN_ARM, 1, {"a": 0.012, PLAIN_ARM: 0.006})
+    snap = stats.snapshot()
+    assert snap.regret_seconds == pytest.approx(0.026 - 0.018)
+    assert snap.regret_tokens == pytest.approx(3.0 - 3.0)  # plain committed its one token
+    m = GatewayMetrics()
+    m.observe_request_stats(snap)
+    assert value(m, "hedgespec_request_regret_seconds_signed_sum",
+                 policy="normalhedge") == pytest.approx(0.008)
+    assert request_stats("normalhedge", rounds=2, tokens=4, regret=1.0).regret_seconds is None

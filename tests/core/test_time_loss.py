@@ -1,0 +1,261 @@
+"""The "time" loss (core/arm_costs.py): each arm's measured time per committed token, with plain
+decoding as the learner's last arm, so that a request stops drafting where no drafter pays
+for its rows and keeps drafting where one does; the tokens never depend on it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from bench.harness.tiny_models import bigram_setup
+from core.arm_costs import (
+    FREE,
+    NEURAL,
+    PLAIN,
+    PROBE_EVERY,
+    PROBE_STEPS,
+    CostModel,
+    PlannedRow,
+    StepCosts,
+    StepSample,
+    fit_pass,
+    time_losses,
+)
+from core.config import SamplingParams, SelectorConfig, TreeConfig
+from core.engine import RoundOutput, SpecEngine
+from core.request import PLAIN_ARM
+from tests.core.test_spec_gate import ids, slowed_rows
+from tests.modelled_clock import ModelledClock
+
+TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
+
+
+# -- the cost model ------------------------------------------------------------------------------
+
+def step(requests: int, rows: int, verify_s: float, **kw: float) -> StepSample:
+    return StepSample(requests=requests, rows=rows, verify_s=verify_s, **kw)  # type: ignore[arg-type]
+
+
+def test_the_pass_fit_recovers_its_terms_and_leaves_a_stall_out() -> None:
+    samples = [step(4, r, 0.01 + 0.002 * r) for r in (4, 52, 4, 52, 30)]
+    assert fit_pass(samples) == pytest.approx((0.01, 0.002))
+    assert fit_pass([*samples, step(4, 4, 5.0)]) == pytest.approx((0.01, 0.002))
+    # rows explain everything: a line through the origin, never a negative α
+    alpha, beta = fit_pass([step(1, 1, 0.001), step(1, 13, 0.1)])
+    assert alpha == 0.0 and beta > 0.0
+
+
+def test_the_model_waits_for_steps_of_different_sizes() -> None:
+    costs = StepCosts()
+    for _ in range(5):
+        costs.record(step(2, 26, 0.05))
+    assert costs.model(2) is None  # only speculative steps: β cannot be told from α
+    costs.record(step(2, 2, 0.02))
+    model = costs.model(3)  # 3 requests fall in the bucket of 2
+    assert model is not None and model.beta == pytest.approx(0.03 / 24)
+    assert costs.model(1) is None and costs.model(4) is None  # each bucket on its own
+
+
+def test_probes_alternate_first_then_one_plain_step_in_probe_every() -> None:
+    costs = StepCosts()
+    seen = []
+    for _ in range(PROBE_STEPS + 2 * PROBE_EVERY):
+        seen.append(costs.speculate(4))
+        costs.record(step(4, 52 if seen[-1] else 4, 0.05))
+    assert seen[:PROBE_STEPS] == [True, False] * (PROBE_STEPS // 2)
+    assert seen[PROBE_STEPS:].count(False) == 2
+    assert costs.speculate(1)  # another bucket starts its own probes
+
+
+def test_an_arms_cost_has_its_share_of_the_pass_its_rows_and_its_drafting() -> None:
+    model = CostModel(requests=4, alpha=0.04, beta=0.001, neural=0.005, free=0.0001,
+                      evaluate=0.002, evaluate_plain=0.0005, other=0.001)
+    shared = 0.01 + 0.002 + 0.001
+    assert model.arm_cost(1.0, PLAIN) == pytest.approx(shared - 0.0015 + 0.001)
+    assert model.arm_cost(13.0, NEURAL) == pytest.approx(shared + 0.013 + 0.005)
+    assert model.arm_cost(9.0, FREE) == pytest.approx(shared + 0.009 + 0.0001)
+
+
+def model(alpha: float, beta: float, neural: float = 0.0) -> CostModel:
+    return CostModel(requests=4, alpha=alpha, beta=beta, neural=neural, free=0.0,
+                     evaluate=0.001, evaluate_plain=0.0005, other=0.0)
+
+
+def test_a_step_drafts_only_where_its_plan_beats_plain_decoding() -> None:
+    """Four requests: one expects 3 tokens from a 13-row EAGLE tree, three chose plain. The
+    step pays the drafting and the tree's rows once for the one request's 2 extra tokens."""
+    plan = [PlannedRow(13.0, NEURAL, 3.0)] + [PlannedRow(1.0, PLAIN, 1.0)] * 3
+    # memory-bound pass, cheap drafting: 6 tokens in 0.048 s beat 4 in 0.042 s
+    assert model(alpha=0.04, beta=0.0001, neural=0.002).step_pays(plan)
+    # a drafting pass half as dear as the target's: 6 tokens in 0.066 s lose
+    assert not model(alpha=0.04, beta=0.0001, neural=0.02).step_pays(plan)
+    # rows dearer: the tree's 12 extra rows lose (6 tokens in 0.040 s against 4 in 0.026 s)
+    assert not model(alpha=0.02, beta=0.001).step_pays(plan)
+    # there a drafter that commits 5 a round pays, with another request on a lookup
+    plan[0] = PlannedRow(13.0, NEURAL, 5.0)
+    plan[1] = PlannedRow(9.0, FREE, 3.0)
+    assert model(alpha=0.02, beta=0.001).step_pays(plan)  # 10 tokens in 0.048 s
+    # a request whose learner has no estimate yet: draft (and learn)
+    assert model(alpha=0.01, beta=0.01).step_pays([PlannedRow(13.0, NEURAL, None)])
+    assert StepCosts().step_pays(plan)  # nothing measured: draft
+
+
+def test_a_step_judged_not_to_pay_decodes_plain_but_for_seeded_samples() -> None:
+    engine = time_engine()
+    engine.costs.step_pays = lambda plan: False  # type: ignore[method-assign]
+    greedy = SamplingParams(max_new_tokens=24, ignore_eos=True)
+    seeded = SamplingParams(max_new_tokens=24, ignore_eos=True, temperature=1.0, seed=3)
+    engine.add_request("g", [3, 1, 4, 1, 5], greedy, "normalhedge")
+    engine.add_request("s", [2, 7, 1, 8], seeded, "normalhedge")
+    engine.add_request("f", [2, 7, 1, 9], greedy, "fixed:copy")  # no plain arm: drafts
+    rounds: dict[str, list[bool]] = {"g": [], "s": [], "f": []}
+    while engine.has_unfinished():
+        for o in engine.step():
+            if o.round is not None and o.round.batch_rows >= 2:  # a step judges 2+ requests
+                rounds[o.request_id].append(o.round.gated)
+    assert rounds["g"] and all(rounds["g"])
+    assert not any(rounds["s"]) and not any(rounds["f"])
+    # one request alone: its learner's plain arm already weighs the same costs, no veto
+    alone = [o.round.gated for o in engine.generate([3, 1, 4, 1, 5], greedy, "normalhedge")
+             if o.round is not None]
+    assert not all(alone)
+
+
+def test_time_losses_are_bounded_and_rank_arms_by_net_seconds() -> None:
+    """Net seconds s = c - λ·ÂL with λ plain decoding's cost (its s is 0); losses in [0, 1]."""
+    costs = np.array([0.03, 0.012, 0.01])  # an EAGLE tree, a lookup chain, plain
+    loss, net = time_losses(np.array([2.0, 1.5, 1.0]), costs, max_len=5.0)
+    assert net == pytest.approx([0.01, -0.003, 0.0])
+    assert ((loss >= 0.0) & (loss <= 1.0)).all()
+    assert np.argsort(loss).tolist() == [1, 2, 0]  # the cheap chain, plain, the dear tree
+    loss, _ = time_losses(np.array([4.0, 1.0, 1.0]), costs, max_len=5.0)
+    assert int(np.argmin(loss)) == 0  # the tree pays once it commits 4 tokens a round
+    bounds, _ = time_losses(np.array([5.0, 1.0, 1.0]), np.array([0.01, 0.03, 0.01]), 5.0)
+    assert bounds[0] == pytest.approx(0.0) and bounds[1] == pytest.approx(1.0)
+
+
+def test_summed_losses_rank_by_tokens_per_second_not_by_mean_ratio() -> None:
+    """A drafter whose ÂL alternates 1 and 4 at 1.6x plain's round cost commits 2.5 tokens a
+    round, 1.56x plain's rate: its summed loss beats plain's, though its mean c/ÂL (0.0100)
+    is plain's (0.0100)."""
+    costs = np.array([0.016, 0.01])
+    total = sum(time_losses(np.array([est, 1.0]), costs, 5.0)[0] for est in (1.0, 4.0, 1.0, 4.0))
+    assert total[0] < total[1]
+    ratios = [0.016 / est for est in (1.0, 4.0)]
+    assert np.mean(ratios) == pytest.approx(0.01)  # what a ratio loss would have tied
+
+
+# -- in the engine -------------------------------------------------------------------------------
+
+def time_engine(loss: str = "time") -> SpecEngine:
+    """The bigram pool (a drafter that copies the target and two random ones) with the time
+    loss, drafting every step, on a modelled clock (`slowed_rows` sets the pass's costs)."""
+    _, base = bigram_setup(TREE, randoms=2)
+    selector = SelectorConfig(loss=loss)  # type: ignore[arg-type]
+    return SpecEngine(base.target, dict(base.snapshot.drafters),
+                      replace(base.config, selector=selector, batching=True),
+                      clock=ModelledClock())
+
+
+def run(engine: SpecEngine, streams: int = 4, tokens: int = 96,
+        policy: str = "normalhedge") -> dict[str, list[RoundOutput]]:
+    params = SamplingParams(max_new_tokens=tokens, ignore_eos=True)
+    for i in range(streams):
+        engine.add_request(f"r{i}", [3, 1, 4, 1 + i, 5], params, policy)
+    outs: dict[str, list[RoundOutput]] = {f"r{i}": [] for i in range(streams)}
+    while engine.has_unfinished():
+        for out in engine.step():
+            outs[out.request_id].append(out)
+    return outs
+
+
+def plain_share_late(outs: list[RoundOutput]) -> float:
+    """The share of plain rounds in the request's second half."""
+    rounds = [o.round for o in outs if o.round is not None]
+    late = rounds[len(rounds) // 2:]
+    return sum(r.gated for r in late) / len(late)
+
+
+def test_where_verified_rows_are_dear_the_learner_decodes_plain_with_the_same_tokens() -> None:
+    engine = time_engine()
+    slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)  # 13 rows cost 13 plain steps
+    outs = run(engine)
+    assert plain_share_late(outs["r0"]) > 0.8
+    reference = time_engine("length")
+    assert ids(outs) == ids(run(reference))  # greedy: the arm changes no token
+    last = outs["r0"][-1].stats
+    assert last.regret_seconds is not None and PLAIN_ARM in last.arm_seconds
+    assert min(last.arm_seconds, key=last.arm_seconds.__getitem__) == PLAIN_ARM
+
+
+def test_where_a_pass_costs_the_same_whatever_its_rows_the_learner_drafts() -> None:
+    engine = time_engine()
+    slowed_rows(engine, per_call_s=0.01, per_row_s=0.0)  # memory-bound: a pass is a pass
+    outs = run(engine)
+    assert plain_share_late(outs["r0"]) < 0.15  # the probes' plain steps only
+    last = outs["r0"][-1].stats
+    assert min(last.arm_seconds, key=last.arm_seconds.__getitem__) == "copy"
+    assert last.mean_acceptance_length > 3.0
+
+
+def test_without_a_drafter_that_pays_cheap_rows_still_go_plain() -> None:
+    """Two random drafters commit about one token a round: their rows cost more than nothing,
+    so plain decoding wins even where a row costs a twentieth of the pass."""
+    _, base = bigram_setup(TREE, randoms=2)
+    drafters = {d: m for d, m in base.snapshot.drafters.items() if d != "copy"}
+    engine = SpecEngine(base.target, drafters,
+                        replace(base.config, selector=SelectorConfig(loss="time")),
+                        clock=ModelledClock())
+    slowed_rows(engine, per_call_s=0.01, per_row_s=0.0005)
+    outs = run(engine, streams=2)
+    assert plain_share_late(outs["r0"]) > 0.8
+
+
+def test_only_counterfactual_learners_get_the_plain_arm() -> None:
+    engine = time_engine()
+    params = SamplingParams(max_new_tokens=4)
+    engine.add_request("nh", [3, 1, 4], params, "normalhedge")
+    engine.add_request("ucb", [3, 1, 4], params, "ucbspec")
+    engine.add_request("fixed", [3, 1, 4], params, "fixed:copy")
+    states = engine._requests
+    assert states["nh"].plain_arm and states["nh"].learner.num_experts == 4  # type: ignore[union-attr]
+    assert not states["ucb"].plain_arm and states["ucb"].learner.num_experts == 3  # type: ignore[union-attr]
+    assert not states["fixed"].plain_arm
+    assert set(states["nh"].weights()) == {"r0", "r1", "copy"}  # drafters' weights only
+
+
+def test_a_session_keeps_the_plain_arm() -> None:
+    engine = time_engine()
+    slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
+    params = SamplingParams(max_new_tokens=64, ignore_eos=True)
+    list(engine.generate([3, 1, 4, 1, 5], params, "normalhedge", session="s"))
+    engine.add_request("next", [3, 1, 4, 1, 6], params, "normalhedge", session="s")
+    learner = engine._requests["next"].learner
+    assert learner is not None and learner.num_experts == 4
+    assert int(np.argmax(learner.distribution())) == 3  # what the first request learned: plain
+
+
+def test_greedy_output_is_the_targets_with_lookups_eagle_and_plain_rounds_in_one_batch() -> None:
+    """On the real clock, the model-free pool: every kind of round (an EAGLE tree, a lookup
+    chain, a suffix tree, the plain arm, a probe) verifies to the target's greedy output."""
+    from bench.harness.tiny_models import hf_greedy, make_engine, tiny_target
+    from tests.core.test_model_free_engine import PROMPTS, pool
+
+    target = tiny_target()
+    engine = make_engine(target, pool(target), TREE,  # type: ignore[arg-type]
+                         selector=SelectorConfig(loss="time"))
+    params = SamplingParams(max_new_tokens=40, ignore_eos=True)
+    for i, prompt in enumerate(PROMPTS):
+        engine.add_request(f"r{i}", prompt, params, "normalhedge")
+    out: dict[str, list[int]] = {}
+    plain = drafted = 0
+    while engine.has_unfinished():
+        for o in engine.step():
+            out.setdefault(o.request_id, []).extend(o.token_ids)
+            plain += o.round is not None and o.round.gated
+            drafted += o.round is not None and o.round.drafted > 0
+    for i, prompt in enumerate(PROMPTS):
+        assert out[f"r{i}"] == hf_greedy(target, prompt, 40)
+    assert plain > 0 and drafted > 0
