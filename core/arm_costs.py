@@ -20,8 +20,8 @@ whose time per token Σ c / Σ ÂL beats plain decoding's by most (`time_losses`
 ratio c_a/ÂL_a, averaged, would not be: a drafter whose ÂL alternates 1 and 4 has a mean ratio
 near plain's while committing 2.5 tokens a round (measured on the demo pool at one stream: with
 the ratio the learner decoded plain in 40-60% of rounds where drafting every round ran 1.3-1.6x
-plain decoding; with net seconds in about 35%, still too many: see
-bench/results/time_loss_held_out.md). ℓ_a rescales s_a to [0, 1]
+plain decoding; with net seconds in 3% once its plain rounds score the drafters as often as
+drafting ones, core/request.evaluation_due). ℓ_a rescales s_a to [0, 1]
 by its bounds over ÂL in [1, K + 1]; NormalHedge's guarantee holds for any losses in [0, 1],
 so the regret against the best arm is O(sqrt(T ln N)) in these units, at most
 max_t (max c - min c + λ·K)_t times as many net seconds over the T windows.

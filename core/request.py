@@ -182,8 +182,12 @@ class RequestState:
 
     def evaluation_due(self, gated: bool = False) -> bool:
         """This round's catch-up evaluates every drafter: every eval_every-th round, or every
-        GATED_EVAL_STRETCH times as many in a round the speculation gate ran plain."""
-        period = self.eval_every * (GATED_EVAL_STRETCH if gated else 1)
+        GATED_EVAL_STRETCH times as many in a round the speculation gate ran plain. Not for a
+        request with the plain arm: its learner must see its drafters' losses as often when it
+        decodes plain (with the stretch, plain rounds looked cheaper and scored the drafters
+        less often, and the learner kept decoding plain: 26-50% of one- and two-stream rounds
+        against 3-30% without, bench/results/time_loss_held_out.md)."""
+        period = self.eval_every * (GATED_EVAL_STRETCH if gated and not self.plain_arm else 1)
         return self.evaluate and len(self.deferred) + 1 >= period
 
     @property

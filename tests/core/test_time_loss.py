@@ -259,3 +259,28 @@ def test_greedy_output_is_the_targets_with_lookups_eagle_and_plain_rounds_in_one
     for i, prompt in enumerate(PROMPTS):
         assert out[f"r{i}"] == hf_greedy(target, prompt, 40)
     assert plain > 0 and drafted > 0
+
+
+def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unlike the gate's plain steps (every GATED_EVAL_STRETCH x eval_every rounds), the plain
+    arm's rounds keep the evaluation period: the learner must see its drafters' losses as often
+    to leave plain decoding when one pays again (the stretch made plain rounds look cheaper and
+    kept the learner plain)."""
+    import core.batch_rounds as batch_rounds
+
+    engine = time_engine()
+    slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)  # the learner goes plain
+    catch_ups = 0
+    sync_all = batch_rounds._sync_all
+
+    def counted(rows: list[object], config: object) -> None:
+        nonlocal catch_ups
+        catch_ups += 1
+        sync_all(rows, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batch_rounds, "_sync_all", counted)
+    outs = run(engine, streams=1, tokens=64)
+    rounds = [o.round for o in outs["r0"] if o.round is not None]
+    assert sum(r.gated for r in rounds) > 40
+    assert catch_ups >= len(rounds) - 1  # eval_every 1: every round but the last
