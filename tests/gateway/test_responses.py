@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench.harness.tiny_pool import train_tokenizer
 from core.stats import RequestStats, RoundStats, StatsSnapshot, TokenLogprob
 from gateway.openai.framing import DONE_FRAME, spec_metrics, sse_frame
@@ -60,3 +62,16 @@ def test_regret_is_null_where_no_drafter_was_scored_and_summed_where_it_was() ->
     scored.record_window({"a": 3.0, "b": 1.0}, "b", 1)
     spec = spec_metrics([unscored, scored.snapshot()])
     assert spec is not None and spec["regret_tokens"] == 2.0
+
+
+def test_regret_in_seconds_is_null_without_the_time_loss_and_summed_over_choices() -> None:
+    from core.request import PLAIN_ARM
+
+    plain = RequestStats(policy="normalhedge", drafter_ids=("a",))
+    plain.record_window({"a": 2.0}, "a", 2)  # the length loss: no window costed
+    assert spec_metrics([plain.snapshot()])["regret_seconds"] is None  # type: ignore[index]
+    timed = RequestStats(policy="normalhedge", drafter_ids=("a",))
+    timed.record_window({"a": 1.0}, "a", 1, {"a": 0.02, PLAIN_ARM: 0.0})
+    spec = spec_metrics([plain.snapshot(), timed.snapshot(), timed.snapshot()])
+    assert spec is not None and spec["regret_seconds"] == pytest.approx(0.04)
+    assert spec["per_choice"][1]["regret_seconds"] == pytest.approx(0.02)
