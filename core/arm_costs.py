@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -126,6 +126,9 @@ class StepCosts:
         self._samples: dict[int, deque[StepSample]] = {}
         self._steps: dict[int, int] = {}  # steps recorded per bucket
         self._nodes: dict[str, tuple[float, int]] = {}  # drafter id -> (Σ nodes, rounds)
+        # Each bucket's fit until its next sample: every window and every planned row of a step
+        # reads it, and a fit walks the bucket's WINDOW samples.
+        self._fitted: dict[int, CostModel | None] = {}
 
     def speculate(self, requests: int) -> bool:
         """Whether the next step over `requests` requests may draft (False: a plain probe)."""
@@ -140,6 +143,7 @@ class StepCosts:
         b = bucket(sample.requests)
         self._samples.setdefault(b, deque(maxlen=self.window)).append(sample)
         self._steps[b] = self._steps.get(b, 0) + 1
+        self._fitted.pop(b, None)
 
     def record_drafted(self, drafter_id: str, nodes: int) -> None:
         """A round drafted `nodes` nodes with `drafter_id` (a model-free tree's size varies)."""
@@ -151,26 +155,35 @@ class StepCosts:
         return total / count if count else default
 
     def model(self, requests: int) -> CostModel | None:
-        """The bucket's fitted terms, or None until they can be told apart."""
-        samples = list(self._samples.get(bucket(requests), ()))
-        per_request = [s.rows / s.requests for s in samples]
-        if not samples or max(per_request) < MIN_SPREAD * min(per_request):
-            return None
-        alpha, beta = fit_pass(samples)
-        plain = [s for s in samples if s.rows == s.requests]
-        drafted = [s for s in samples if s.rows > s.requests]
-        return CostModel(
-            requests=max(1, requests), alpha=alpha, beta=beta,
-            neural=_per(sum(s.neural_s for s in samples), sum(s.neural_rows for s in samples)),
-            free=_per(sum(s.free_s for s in samples), sum(s.free_rows for s in samples)),
-            evaluate=_evaluate_per_request(drafted or samples),
-            evaluate_plain=_evaluate_per_request(plain or samples),
-            other=_per(sum(s.other_s for s in samples), sum(s.requests for s in samples)))
+        """The bucket's fitted terms for a step of `requests`, or None until they can be told
+        apart."""
+        b = bucket(requests)
+        if b not in self._fitted:
+            self._fitted[b] = _fit(list(self._samples.get(b, ())))
+        fitted = self._fitted[b]
+        return None if fitted is None else replace(fitted, requests=max(1, requests))
 
     def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
         """Whether the step may draft as planned (True until the bucket is measured)."""
         model = self.model(len(plan)) if plan else None
         return model is None or model.step_pays(plan)
+
+
+def _fit(samples: list[StepSample]) -> CostModel | None:
+    """A bucket's terms from its samples (`requests` 1: StepCosts.model sets the step's)."""
+    per_request = [s.rows / s.requests for s in samples]
+    if not samples or max(per_request) < MIN_SPREAD * min(per_request):
+        return None
+    alpha, beta = fit_pass(samples)
+    plain = [s for s in samples if s.rows == s.requests]
+    drafted = [s for s in samples if s.rows > s.requests]
+    return CostModel(
+        requests=1, alpha=alpha, beta=beta,
+        neural=_per(sum(s.neural_s for s in samples), sum(s.neural_rows for s in samples)),
+        free=_per(sum(s.free_s for s in samples), sum(s.free_rows for s in samples)),
+        evaluate=_evaluate_per_request(drafted or samples),
+        evaluate_plain=_evaluate_per_request(plain or samples),
+        other=_per(sum(s.other_s for s in samples), sum(s.requests for s in samples)))
 
 
 def fit_pass(samples: Sequence[StepSample]) -> tuple[float, float]:
