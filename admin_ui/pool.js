@@ -6,7 +6,7 @@
 // runs never re-creates the buttons under the operator's pointer.
 //
 // A drafter's kind is `eagle3` (weights from the Hub or a local directory) or a model-free kind
-// (`ngram`, `suffix`: no weights, only parameters); the Kind column names it with the colour
+// (`ngram`, `suffix`, `grammar`: no weights, only parameters); the Kind column names it with the colour
 // its rounds are drawn in on the Live and Overview tabs (charts.js).
 
 import { ApiError } from "./api.js";

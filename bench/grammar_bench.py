@@ -5,7 +5,9 @@ draft masking, and the grammar's per-token mask cost. Greedy, side by side in on
     python -m bench.grammar_bench [--prompts 6] [--max-new-tokens 64] [--threads 2]
 
 Writes bench/results/grammar.{md,json}. Draft masking changes only the speed: the output under
-the schema is the same with and without it (checked here on every prompt).
+the schema is the same with and without it (checked here on every prompt). Then grammar
+fast-forward: the pool with a `grammar` member, chosen by the learner or also grafted onto
+every EAGLE-3 tree.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ import torch
 from bench.hedgespec_bench import DEFAULT_POOL, chat_ids
 from bench.hedgespec_run import generalist_id
 from core.config import EngineConfig, GrammarSpec, SamplingParams, served_tree
+from core.drafter_pool import Member
 from core.engine import SpecEngine
+from core.model_free.forced import GrammarDrafter
+from core.model_free.kinds import make_model_free
 from core.precision import auto_dtype
 from demo.pool_target import open_pool_engine
 
@@ -55,6 +60,11 @@ INSTRUCTION = ("Answer as a JSON object with keys name (a short title), category
 
 def run(engine: SpecEngine, prompts: list[list[int]], policy: str, grammar: GrammarSpec | None,
         max_new: int) -> tuple[dict[str, float], list[list[int]]]:
+    """The prompts one after another, the pool's model-free members fresh: the suffix cache
+    must not draft from answers another method (or a pass over the other output kind) gave to
+    the same prompts (within a row it learns from the row's earlier requests, as served)."""
+    for did, d in list(engine.snapshot.free.items()):
+        engine.add_model_free(did, make_model_free(d.kind, d.params))
     tokens = rounds = 0
     wall = 0.0
     outputs = []
@@ -67,6 +77,27 @@ def run(engine: SpecEngine, prompts: list[list[int]], policy: str, grammar: Gram
         outputs.append(out)
     return {"mat": (tokens - len(prompts)) / max(1, rounds), "tokens_per_s": tokens / wall,
             "tokens": tokens}, outputs
+
+
+def fast_forward_rows(engine: SpecEngine, prompts: list[list[int]], spec: GrammarSpec,
+                      max_new: int) -> dict[str, dict[str, float]]:
+    """The pool with a `grammar` member (core/model_free/forced.py) beside the same pool
+    without it: HedgeSpec on free text (where it always sleeps) and under the schema, the
+    member alone (its rounds run plain where the grammar forces nothing), and its chain also
+    grafted at the root of every EAGLE-3 tree chosen (EngineConfig.hybrid)."""
+    members: dict[str, Member] = {**engine.snapshot.drafters, **engine.snapshot.free,
+                                  "grammar": GrammarDrafter()}
+    with_ff = SpecEngine(engine.target, members, engine.config, engine.model_name)
+    rows = {}
+    rows["hedgespec + grammar / free text"], _ = run(with_ff, prompts, "normalhedge", None, max_new)
+    rows["hedgespec + grammar / JSON schema"], _ = run(with_ff, prompts, "normalhedge", spec,
+                                                       max_new)
+    rows["grammar alone / JSON schema"], _ = run(with_ff, prompts, "fixed:grammar", spec, max_new)
+    grafted = SpecEngine(engine.target, members, replace(engine.config, hybrid="grammar"),
+                         engine.model_name)
+    rows["hedgespec + grammar grafted / JSON schema"], _ = run(grafted, prompts, "normalhedge",
+                                                               spec, max_new)
+    return rows
 
 
 def mask_cost_us(engine: SpecEngine, outputs: list[list[int]],
@@ -90,7 +121,7 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     config = EngineConfig(max_context=4096, dtype=dtype, tree=served_tree("cpu"))
     engine = open_pool_engine(args.pool, config)
-    unmasked = SpecEngine(engine.target, dict(engine.snapshot.drafters),
+    unmasked = SpecEngine(engine.target, dict(engine.snapshot.members),
                           replace(engine.config, mask_drafts=False), engine.model_name)
     gen = generalist_id(args.pool, engine.drafter_ids())
     prompts = [chat_ids(engine.tokenizer, INSTRUCTION + t, 200) for t in TASKS[: args.prompts]]
@@ -110,6 +141,8 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
             same = same and free_out == masked_out
         log("  " + "  ".join(f"{k}: {v['mat']:.2f}" for k, v in rows.items()
                              if k.startswith(label)))
+    rows.update(fast_forward_rows(engine, prompts, spec, args.max_new_tokens))
+    log("  " + "  ".join(f"{k}: {v['mat']:.2f}" for k, v in rows.items() if "grammar" in k))
     valid = sum(_valid(engine.tokenizer.decode(o)) for o in masked_out)
     return {"rows": rows, "mask": mask_cost_us(engine, masked_out, spec),
             "same_output_masked_or_not": same, "valid_json": f"{valid}/{len(masked_out)}",

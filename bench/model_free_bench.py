@@ -10,7 +10,9 @@ drafter alone (`fixed:<id>` for every EAGLE-3 drafter of the pool and for the `n
 `suffix` drafters: the pool's own model-free members, `lookup` and `suffix` in the shipped
 pool.json, else members of default parameters named `ngram` and `suffix`); the prompt router
 (policy `router`, when the pool ships one); HedgeSpec (NormalHedge) over the EAGLE-3 drafters
-only; HedgeSpec over the whole pool (EAGLE-3 + ngram + suffix); the per-request oracle over
+only; HedgeSpec over the whole pool (EAGLE-3 + ngram + suffix); hybrid (the same, with the
+ngram member's chain grafted at the root of every EAGLE-3 tree chosen, EngineConfig.hybrid);
+the per-request oracle over
 the whole pool (each request's best fixed drafter by MAT, bench/hedgespec_bench.oracle_runs).
 Then the pool's default sampling (its generation_config: temperature 0.2, top_p 0.9 on the
 demo pool; prompt i seeded with i) for plain and both HedgeSpec rows; then N concurrent
@@ -74,7 +76,7 @@ COPY_HEAVY = Path(__file__).resolve().parent / "data" / "copy_heavy.jsonl"
 WORKLOADS = ("held_out", "copy_heavy")
 MODEL_FREE_KINDS = ("ngram", "suffix")
 HEDGE = "normalhedge"
-EAGLE_ONLY, WHOLE_POOL = "hedgespec_eagle", "hedgespec_all"
+EAGLE_ONLY, WHOLE_POOL, HYBRID = "hedgespec_eagle", "hedgespec_all", "hedgespec_hybrid"
 WARMUP_GROUPS = 12  # stream groups run at most until the speculation gate chose (quick: 2)
 Log = Callable[[str], None]
 
@@ -139,6 +141,7 @@ class Engines:
     eagle: SpecEngine  # the EAGLE-3 drafters only
     full: SpecEngine  # EAGLE-3 + model-free
     specs: list[FreeSpec]
+    hybrid: SpecEngine | None = None  # the whole pool, the ngram member grafted onto EAGLE trees
 
     @property
     def eagle_ids(self) -> list[str]:
@@ -148,12 +151,20 @@ class Engines:
         refresh(self.full, self.specs)
         return self.full
 
+    def fresh_hybrid(self) -> SpecEngine:
+        assert self.hybrid is not None
+        refresh(self.hybrid, self.specs)
+        return self.hybrid
+
 
 def build_engines(base: SpecEngine) -> Engines:
     eagle = dict(base.snapshot.drafters)
     specs = free_specs(base)
     full = engine_over(base, {**eagle, **{s.id: s.build() for s in specs}}, base.config)
-    return Engines(engine_over(base, eagle, base.config), full, specs)
+    graft = next(s.id for s in specs if s.kind == "ngram")
+    hybrid = engine_over(base, {**eagle, **{s.id: s.build() for s in specs}},
+                         replace(base.config, hybrid=graft))
+    return Engines(engine_over(base, eagle, base.config), full, specs, hybrid)
 
 
 # -- one row -------------------------------------------------------------------------------------
@@ -224,6 +235,7 @@ def greedy_rows(eng: Engines, prompts: list[Prompt], max_new: int,
         runs["router"] = go("router", eng.eagle, "router")
     runs[EAGLE_ONLY] = go(EAGLE_ONLY, eng.eagle, HEDGE)
     runs[WHOLE_POOL] = go(WHOLE_POOL, eng.fresh_full(), HEDGE)
+    runs[HYBRID] = go(HYBRID, eng.fresh_hybrid(), HEDGE)
     second = go("plain (2nd pass)", eng.eagle, "none")
     passes = [summarize(first)["tokens_per_s"], summarize(second)["tokens_per_s"]]
     runs = {"plain": first + second, **runs}  # both passes: the baseline is their mean
@@ -429,9 +441,10 @@ def run_all(args: argparse.Namespace, log: Log) -> dict[str, Any]:
             "kinds": list(dict.fromkeys(p.domain for p in prompts[name])),
             "methods": methods, "plain_passes": passes, "plain_spread": spread,
             "drafter_share": {WHOLE_POOL: drafter_share(runs[WHOLE_POOL]),
-                              EAGLE_ONLY: drafter_share(runs[EAGLE_ONLY])},
+                              EAGLE_ONLY: drafter_share(runs[EAGLE_ONLY]),
+                              HYBRID: drafter_share(runs[HYBRID])},
             "per_kind_mat": per_kind_mat(runs, ["plain", *[f"fixed:{s.id}" for s in eng.specs],
-                                                EAGLE_ONLY, WHOLE_POOL, "oracle"]),
+                                                EAGLE_ONLY, WHOLE_POOL, HYBRID, "oracle"]),
         }
         results["_runs"][name] = runs
     for name in WORKLOADS:

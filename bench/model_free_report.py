@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: files only
 import matplotlib.pyplot as plt
 
-from bench.model_free_bench import EAGLE_ONLY, WHOLE_POOL, WORKLOADS
+from bench.model_free_bench import EAGLE_ONLY, HYBRID, WHOLE_POOL, WORKLOADS
 
 TITLES = {"held_out": "held-out prompts, seven domains interleaved",
           "copy_heavy": "copy-heavy (bench/data/copy_heavy.jsonl), kinds interleaved"}
@@ -20,6 +20,7 @@ MEANING = {
     "router": "the pool's prompt router picks one EAGLE-3 drafter per request",
     EAGLE_ONLY: "HedgeSpec (NormalHedge) over the EAGLE-3 drafters only",
     WHOLE_POOL: "HedgeSpec (NormalHedge) over EAGLE-3 + model-free drafters",
+    HYBRID: "the same, the ngram member's chain grafted at the root of every EAGLE-3 tree",
     "oracle": "per request, the best fixed drafter of the whole pool by MAT (hindsight)",
 }
 
@@ -97,7 +98,7 @@ def _rows(r: dict[str, Any], name: str) -> list[str]:
                      f"{s['mat_x_oracle']:.2f} | {s['x_plain_decode']:.2f} | "
                      f"{meaning(row, r)} |")
     share = w["drafter_share"]
-    for key in (WHOLE_POOL, EAGLE_ONLY):
+    for key in (WHOLE_POOL, EAGLE_ONLY, HYBRID):
         top = ", ".join(f"{d} {v:.0%}" for d, v in list(share[key].items())[:6])
         lines += ["", f"{key}: share of rounds drafted by each drafter: {top or 'none'}."]
     kinds = w["per_kind_mat"]

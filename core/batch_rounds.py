@@ -37,6 +37,7 @@ from core.rounds import (
     Verified,
     commit_verified,
     draft_row,
+    hybrid_tree,
     learn_from,
     logit_rows,
     model_free_tree,
@@ -213,7 +214,7 @@ def _grow(rows: list[_Row], config: EngineConfig) -> None:
     inputs = [draft_row(r.state, r.chosen, r.n, config) for r in rows if r.chosen is not None]
     trees = grow_trees(_drafter(rows[0]), inputs, config.tree)  # type: ignore[arg-type]
     for r, tree in zip(rows, trees, strict=True):
-        r.tree = tree
+        r.tree = hybrid_tree(r.state, tree, config)
 
 
 def _forward(target: Target, cache: SlotCache, rows: list[_Row]) -> None:

@@ -250,6 +250,11 @@ class EngineConfig:
     # load a verified tree's rows cost more than the tokens they add. Lossless either way.
     # Batched steps only: the round-robin engine always drafts.
     speculation: str = "always"
+    # Hybrid trees: the id of a model-free member whose tree is grafted onto the root of every
+    # EAGLE-3 tree the learner chooses, when it has a guess (core/tree.merge_trees). The
+    # learner still scores each member on its own tree. None: off (measured against the
+    # single-kind arms in bench/results/model_free.md).
+    hybrid: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.max_step_tokens < 1:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -85,6 +86,17 @@ class CatchUpJob:
     # log q -inf. A prompt's catch-up needs the top-k of its tail only (the prompt windows and
     # the first root), and the draft LM head (and its top-k) is a large share of a pair's cost.
     scored: int | None = None
+    # [T, V] what a grammar allowed after each pair's position (target vocabulary): the top-k
+    # come from those tokens, as the drafter's grammar-masked tree does. None: no grammar.
+    allowed: Tensor | None = None
+
+
+class AllowedTrail(Protocol):
+    """The grammar's allowed sets at committed positions (core/grammar.GrammarTrail)."""
+
+    def masks(self, start: int, end: int) -> Tensor | None: ...
+
+    def trim(self, floor: int) -> None: ...
 
 
 class StackedGroup:
@@ -149,10 +161,16 @@ class StackedGroup:
         scored = _scored_rows(jobs)
         hs = h if scored is None else h[:, scored.to(dev)]
         logits = _project(rms_norm(hs, w["w_norm"][:, None], c.rms_norm_eps), w["lm_head"])
+        lse = torch.logsumexp(logits.float(), dim=-1, keepdim=True)  # over the whole vocabulary,
+        allowed = _allowed_rows(jobs, scored, d2t)  # as the masked tree's scores are
+        if allowed is not None:
+            logits = logits.masked_fill(~allowed, float("-inf"))
         top = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1)  # [n,T,k]
-        logp = top.values.float() - torch.logsumexp(logits.float(), dim=-1, keepdim=True)
+        logp = top.values.float() - lse
         draft_ids = top.indices
         target_ids = draft_ids + torch.gather(d2t, 1, draft_ids.view(n, -1)).view_as(draft_ids)
+        if allowed is not None:  # fewer than k allowed: the rest are no candidates
+            target_ids = target_ids.masked_fill(~torch.isfinite(logp), -1)
         if scored is not None:
             target_ids, logp = _unscored_filled(target_ids, logp, scored, t)
         return _split(jobs, h, target_ids, logp)
@@ -170,6 +188,22 @@ def _scored_rows(jobs: Sequence[CatchUpJob]) -> Tensor | None:
         rows.extend(range(start + t - keep, start + t))
         start += t
     return torch.tensor(rows, dtype=torch.long)
+
+
+def _allowed_rows(jobs: Sequence[CatchUpJob], scored: Tensor | None,
+                  d2t: Tensor) -> Tensor | None:
+    """[n, T_scored, Vd] what each job's grammar allows at its scored positions, in each
+    drafter's own vocabulary (None when no job has a grammar)."""
+    if all(j.allowed is None for j in jobs):
+        return None
+    vocab = next(j.allowed for j in jobs if j.allowed is not None).shape[-1]  # type: ignore[union-attr]
+    packed = torch.cat([j.allowed if j.allowed is not None
+                        else torch.ones(j.tokens.numel(), vocab, dtype=torch.bool)
+                        for j in jobs]).to(d2t.device)
+    if scored is not None:
+        packed = packed[scored.to(d2t.device)]
+    targets = torch.arange(d2t.shape[1], device=d2t.device) + d2t  # [n, Vd] target ids
+    return packed[:, targets].permute(1, 0, 2)  # [n, T_scored, Vd]
 
 
 def _unscored_filled(ids: Tensor, logp: Tensor, scored: Tensor,
@@ -330,6 +364,8 @@ class DrafterState:
         self._tokens = torch.empty(0, dtype=torch.long)
         self._base = 0
         self.catch_up_pairs = 0  # drafter-pairs processed (one drafter consuming one pair = 1)
+        # The request's grammar, if any: catch-up top-k are drawn from what it allowed.
+        self.grammar: AllowedTrail | None = None
 
     @property
     def held_pairs(self) -> int:
@@ -445,7 +481,10 @@ class DrafterState:
         assert self._features is not None
         lo = u.synced - self._base
         u.kv.length = u.synced  # drops what a failed pass may have appended: a rerun is exact
-        return CatchUpJob(u.kv, self._features[lo:], self._tokens[lo:], torch.arange(u.synced, end))
+        # pair j's prefix ends at token j + 1: its top-k are for the token after position j + 1
+        allowed = self.grammar.masks(u.synced + 1, end + 1) if self.grammar is not None else None
+        return CatchUpJob(u.kv, self._features[lo:], self._tokens[lo:], torch.arange(u.synced, end),
+                          allowed=allowed)
 
     def _trim(self) -> None:
         """Drop pairs every held drafter has consumed (draft copies are never behind their
@@ -455,6 +494,8 @@ class DrafterState:
         if drop > 0 and self._features is not None:
             self._features, self._tokens = self._features[drop:], self._tokens[drop:]
             self._base = floor
+            if self.grammar is not None:
+                self.grammar.trim(floor + 1)
 
 
 def _candidates(parts: list[tuple[_Unit, Tensor, Tensor]]) -> Candidates:

@@ -1,24 +1,12 @@
 """The EAGLE-3 drafter: module, and load/save of the official checkpoint format.
 
-Official format (as published by yuhuili/EAGLE3-*, SpecForge exports, the HedgeSpec paper):
-  config.json   architectures LlamaForCausalLM | LlamaForCausalLMEagle3, hidden_size H,
-                vocab_size V (target vocab), draft_vocab_size Vd, RoPE as rope_theta/rope_scaling
-                or rope_parameters (core/rope.py; none => plain RoPE, base 10000),
-                optional target_hidden_size Ht,
-                optional eagle_config.eagle_aux_hidden_state_layer_ids
-  weights       model.safetensors or pytorch_model.bin (torch.load(weights_only=True)):
-                fc.weight [H, 3Ht];
-                midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight [H];
-                midlayer.self_attn.{q,k,v}_proj.weight [*, 2H]; o_proj [H, nh*hd];
-                midlayer.mlp.{gate,up,down}_proj.weight; norm.weight [H]; lm_head.weight [Vd, H];
-                d2t [Vd] int64 offsets (target id = draft id + d2t[draft id]); t2d [V] bool mask;
-                embed_tokens.weight [V, H] usually absent (shared from the target).
+The format (files, config.json, tensor names and shapes, d2t/t2d) is stated, torch-free, in
+core/eagle3_format/; this module is its torch side: the drafter module, reading and writing the
+tensors, and applying those rules to what it reads.
 
 Aux layer convention: inside `core` an aux layer index `idx` means "the input of decoder layer
-idx" (= Hugging Face `output_hidden_states[idx]`). config.json carries the layers twice, each
-in the convention of the engine that reads it: top-level `eagle_aux_hidden_state_layer_ids`
-(vLLM: input of layer id, = our idx) and `eagle_config.eagle_aux_hidden_state_layer_ids`
-(SGLang/SpecForge: output of layer id, = our idx - 1); see core/checkpoint_config.py.
+idx" (= Hugging Face `output_hidden_states[idx]`); config.json carries the layers in each
+engine's own convention (core/eagle3_format/aux_layers.py).
 """
 
 from __future__ import annotations
@@ -26,41 +14,23 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.checkpoint_config import (
-    TOP_LEVEL_IDS,
-    DrafterConfigError,
-    aux_layers_from_config,
-    check_drafter_flags,
-    positive_int,
+from core.eagle3_format.config import Eagle3Config
+from core.eagle3_format.errors import DrafterConfigError
+from core.eagle3_format.weights import (
+    CONFIG_FILE,
+    SAFETENSORS_INDEX_FILE,
+    WEIGHT_FILES,
+    check_tensors,
+    check_vocab_mapping,
+    shard_names,
 )
-from core.rope import RopeConfig, RopeConfigError, rope_cos_sin
-
-ARCHITECTURES = ("LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
-SAFETENSORS_INDEX = "model.safetensors.index.json"
-# Preference order when a directory holds several formats (as drafter_registry.validation).
-WEIGHT_FILES = ("model.safetensors", SAFETENSORS_INDEX, "pytorch_model.bin")
-LAYER_KEYS = (
-    "midlayer.hidden_norm.weight",
-    "midlayer.input_layernorm.weight",
-    "midlayer.post_attention_layernorm.weight",
-    "midlayer.self_attn.q_proj.weight",
-    "midlayer.self_attn.k_proj.weight",
-    "midlayer.self_attn.v_proj.weight",
-    "midlayer.self_attn.o_proj.weight",
-    "midlayer.mlp.gate_proj.weight",
-    "midlayer.mlp.up_proj.weight",
-    "midlayer.mlp.down_proj.weight",
-)
-REQUIRED_KEYS = ("fc.weight", *LAYER_KEYS, "norm.weight", "lm_head.weight")
-OPTIONAL_KEYS = ("d2t", "t2d", "embed_tokens.weight")
+from core.rope import rope_cos_sin
 
 
 class DrafterLoadError(ValueError):
@@ -69,141 +39,6 @@ class DrafterLoadError(ValueError):
     def __init__(self, message: str, *, readable: bool = True) -> None:
         super().__init__(message)
         self.readable = readable
-
-
-@dataclass(frozen=True)
-class Eagle3Config:
-    hidden_size: int
-    intermediate_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    vocab_size: int
-    draft_vocab_size: int
-    target_hidden_size: int
-    rms_norm_eps: float = 1e-5
-    rope: RopeConfig = field(default_factory=RopeConfig)  # the drafter's own, never the target's
-    aux_layers: tuple[int, int, int] | None = None  # input-of-layer convention
-    architectures: tuple[str, ...] = ("LlamaForCausalLMEagle3",)
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @property
-    def rope_theta(self) -> float:
-        return self.rope.theta
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Eagle3Config:
-        try:
-            check_drafter_flags(raw)
-            hidden = positive_int(raw, "hidden_size")
-            heads = positive_int(raw, "num_attention_heads")
-            vocab = positive_int(raw, "vocab_size")
-            draft_vocab = positive_int(raw, "draft_vocab_size", vocab)
-            if draft_vocab > vocab:
-                raise DrafterConfigError(f"draft_vocab_size {draft_vocab} "
-                                         f"exceeds vocab_size {vocab}")
-            return cls(
-                hidden_size=hidden,
-                intermediate_size=positive_int(raw, "intermediate_size"),
-                num_attention_heads=heads,
-                num_key_value_heads=positive_int(raw, "num_key_value_heads", heads),
-                head_dim=positive_int(raw, "head_dim", hidden // heads),
-                vocab_size=vocab,
-                draft_vocab_size=draft_vocab,
-                target_hidden_size=positive_int(raw, "target_hidden_size", hidden),
-                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-                rope=RopeConfig.from_config(raw),
-                aux_layers=aux_layers_from_config(raw),
-                architectures=tuple(raw.get("architectures") or ()),
-                extra=dict(raw),
-            )
-        except (RopeConfigError, DrafterConfigError) as exc:
-            msg = str(exc)
-            raise DrafterLoadError(msg if msg.startswith("config.json")
-                                   else f"config.json: {msg}") from exc
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DrafterLoadError(f"config.json is missing or has a bad field: {exc}") from exc
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "architectures": list(self.architectures),
-            "model_type": "llama",
-            "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size,
-            "num_hidden_layers": 1,
-            "num_attention_heads": self.num_attention_heads,
-            "num_key_value_heads": self.num_key_value_heads,
-            "head_dim": self.head_dim,
-            "hidden_act": "silu",
-            "rms_norm_eps": self.rms_norm_eps,
-            **self.rope.to_config(),
-            "vocab_size": self.vocab_size,
-            "draft_vocab_size": self.draft_vocab_size,
-            "tie_word_embeddings": False,
-            "bias": False,
-        }
-        if self.target_hidden_size != self.hidden_size:
-            out["target_hidden_size"] = self.target_hidden_size
-        if self.aux_layers is not None:
-            # Each engine's field in its own convention (core/checkpoint_config.py), so that
-            # vLLM (top level first, as is) and SGLang (nested only, + 1) capture the same layers.
-            out[TOP_LEVEL_IDS] = list(self.aux_layers)
-            out["eagle_config"] = {
-                TOP_LEVEL_IDS: [i - 1 for i in self.aux_layers],
-                "use_aux_hidden_state": True,
-                "layer_id_convention": (
-                    "eagle_config ids: output of decoder layer id (SGLang/SpecForge); "
-                    "top-level ids: input of decoder layer id (vLLM)"
-                ),
-            }
-        return out
-
-    @classmethod
-    def for_target(
-        cls,
-        target_config: Any,
-        *,
-        draft_vocab_size: int,
-        aux_layers: tuple[int, int, int],
-        intermediate_size: int | None = None,
-    ) -> Eagle3Config:
-        """A drafter shaped for `target_config` (a transformers PretrainedConfig)."""
-        hidden = int(target_config.hidden_size)
-        heads = int(target_config.num_attention_heads)
-        return cls(
-            hidden_size=hidden,
-            intermediate_size=int(intermediate_size or target_config.intermediate_size),
-            num_attention_heads=heads,
-            num_key_value_heads=int(getattr(target_config, "num_key_value_heads", None) or heads),
-            head_dim=int(getattr(target_config, "head_dim", None) or hidden // heads),
-            vocab_size=int(target_config.vocab_size),
-            draft_vocab_size=int(draft_vocab_size),
-            target_hidden_size=hidden,
-            rms_norm_eps=float(getattr(target_config, "rms_norm_eps", 1e-5)),
-            aux_layers=tuple(aux_layers),  # type: ignore[arg-type]
-        )
-
-    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
-        h, ht, i = self.hidden_size, self.target_hidden_size, self.intermediate_size
-        q, kv = self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
-        return {
-            "fc.weight": (h, 3 * ht),
-            "midlayer.hidden_norm.weight": (h,),
-            "midlayer.input_layernorm.weight": (h,),
-            "midlayer.post_attention_layernorm.weight": (h,),
-            "midlayer.self_attn.q_proj.weight": (q, 2 * h),
-            "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
-            "midlayer.self_attn.v_proj.weight": (kv, 2 * h),
-            "midlayer.self_attn.o_proj.weight": (h, q),
-            "midlayer.mlp.gate_proj.weight": (i, h),
-            "midlayer.mlp.up_proj.weight": (i, h),
-            "midlayer.mlp.down_proj.weight": (h, i),
-            "norm.weight": (h,),
-            "lm_head.weight": (self.draft_vocab_size, h),
-            "d2t": (self.draft_vocab_size,),
-            "t2d": (self.vocab_size,),
-            "embed_tokens.weight": (self.vocab_size, h),
-        }
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -424,7 +259,7 @@ def save_drafter(
     tensors["t2d"] = drafter.t2d.detach().cpu().clone()
     cfg = drafter.cfg.to_dict()
     cfg["torch_dtype"] = str(dtype).removeprefix("torch.")
-    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
     if fmt == "safetensors":
         from safetensors.torch import save_file
 
@@ -450,19 +285,16 @@ def resolve_dir(path: str | Path, subfolder: str | None = None) -> Path:
 def read_config(path: str | Path, subfolder: str | None = None) -> Eagle3Config:
     root = resolve_dir(path, subfolder)
     try:
-        raw = json.loads((root / "config.json").read_text())
+        raw = json.loads((root / CONFIG_FILE).read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise DrafterLoadError(f"cannot read {root / 'config.json'}: {exc}",
+        raise DrafterLoadError(f"cannot read {root / CONFIG_FILE}: {exc}",
                                readable=False) from exc
     if not isinstance(raw, dict):
-        raise DrafterLoadError("config.json is not a JSON object", readable=False)
-    cfg = Eagle3Config.from_dict(raw)
-    if cfg.architectures and not set(cfg.architectures) & set(ARCHITECTURES):
-        raise DrafterLoadError(
-            f"architecture {list(cfg.architectures)} is not an EAGLE-3 drafter "
-            f"(expected one of {list(ARCHITECTURES)})"
-        )
-    return cfg
+        raise DrafterLoadError(f"{CONFIG_FILE} is not a JSON object", readable=False)
+    try:
+        return Eagle3Config.from_dict(raw)
+    except DrafterConfigError as exc:
+        raise DrafterLoadError(str(exc)) from exc
 
 
 def weight_file(root: Path) -> Path:
@@ -476,7 +308,7 @@ def weight_file(root: Path) -> Path:
 def read_weights(root: Path) -> dict[str, Tensor]:
     file = weight_file(root)
     try:
-        if file.name == SAFETENSORS_INDEX:
+        if file.name == SAFETENSORS_INDEX_FILE:
             return _read_sharded(root, file)
         if file.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -497,65 +329,34 @@ def _read_sharded(root: Path, index_file: Path) -> dict[str, Tensor]:
     weight_map must be found in the shard it names."""
     from safetensors.torch import load_file
 
-    weight_map = json.loads(index_file.read_text()).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise DrafterLoadError(f"{SAFETENSORS_INDEX} has no weight_map", readable=False)
+    index = json.loads(index_file.read_text())
+    try:
+        shards = shard_names(index)
+    except DrafterConfigError as exc:
+        raise DrafterLoadError(str(exc), readable=False) from exc
     sd: dict[str, Tensor] = {}
-    for shard in sorted({str(v) for v in weight_map.values()}):
-        # plain file names only: an index must not reach outside the drafter directory
-        if Path(shard).name != shard or shard.startswith(".") or not shard.endswith(".safetensors"):
-            raise DrafterLoadError(f"{SAFETENSORS_INDEX} names an invalid shard {shard!r}",
-                                   readable=False)
+    for shard in shards:
         if not (root / shard).is_file():
-            raise DrafterLoadError(f"shard {shard} listed in {SAFETENSORS_INDEX} is missing",
+            raise DrafterLoadError(f"shard {shard} listed in {SAFETENSORS_INDEX_FILE} is missing",
                                    readable=False)
         tensors = load_file(str(root / shard))
-        lost = [k for k, v in weight_map.items() if v == shard and k not in tensors]
+        lost = [k for k, v in index["weight_map"].items() if v == shard and k not in tensors]
         if lost:
             raise DrafterLoadError(f"shard {shard} lacks {lost} that "
-                                   f"{SAFETENSORS_INDEX} puts there", readable=False)
+                                   f"{SAFETENSORS_INDEX_FILE} puts there", readable=False)
         sd.update(tensors)
     return sd
 
 
 def check_state_dict(cfg: Eagle3Config, sd: dict[str, Tensor]) -> None:
-    """Raise one DrafterLoadError naming every missing/extra key and wrong shape."""
-    problems: list[str] = []
-    missing = [k for k in REQUIRED_KEYS if k not in sd]
-    if cfg.draft_vocab_size != cfg.vocab_size:
-        missing += [k for k in ("d2t", "t2d") if k not in sd]
-    extra = [k for k in sd if k not in REQUIRED_KEYS and k not in OPTIONAL_KEYS]
-    if missing:
-        problems.append(f"missing keys {missing}")
-    if extra:
-        problems.append(f"unexpected keys {extra}")
-    shapes = cfg.expected_shapes()
-    for key, tensor in sd.items():
-        want = shapes.get(key)
-        if want is not None and tuple(tensor.shape) != want:
-            problems.append(f"{key} has shape {list(tensor.shape)}, expected {list(want)}")
-    if ("d2t" in sd) != ("t2d" in sd):
-        problems.append("d2t and t2d come together (one is missing)")
-    elif ("d2t" in sd and sd["d2t"].shape == (cfg.draft_vocab_size,)
-          and sd["t2d"].shape == (cfg.vocab_size,)):
-        problems += vocab_mapping_problems(sd["d2t"], sd["t2d"], cfg.vocab_size)
-    if problems:
-        raise DrafterLoadError("incompatible drafter checkpoint: " + "; ".join(problems))
-
-
-def vocab_mapping_problems(d2t: Tensor, t2d: Tensor, vocab_size: int) -> list[str]:
-    """d2t must map draft ids into the target vocabulary, one target id each, and t2d must mark
-    exactly those ids (the official pair; vLLM and SGLang read d2t, our evaluation reads t2d)."""
-    ids = d2t.long() + torch.arange(d2t.numel())
-    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
-        return ["d2t maps draft ids outside the target vocabulary"]
-    mapped = torch.zeros(vocab_size, dtype=torch.bool)
-    mapped[ids] = True
-    if int(mapped.sum()) != ids.numel():
-        return ["d2t maps two draft ids to one target id"]
-    if not torch.equal(mapped, t2d.bool()):
-        return ["t2d does not mark exactly the target ids that d2t maps to"]
-    return []
+    """Raise one DrafterLoadError naming what breaks the format's tensor rules
+    (core/eagle3_format/weights.py)."""
+    try:
+        check_tensors(cfg, {k: tuple(t.shape) for k, t in sd.items()})
+        if "d2t" in sd:  # with t2d, and both of the right shapes (check_tensors)
+            check_vocab_mapping(sd["d2t"].tolist(), sd["t2d"].tolist(), cfg.vocab_size)
+    except DrafterConfigError as exc:
+        raise DrafterLoadError(str(exc)) from exc
 
 
 def load_drafter(
@@ -587,14 +388,3 @@ def load_drafter(
     # Without an embedding the caller attaches the target's later (set_shared_embedding).
     return drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
-
-def inspect_drafter(
-    drafter_dir: str | Path,
-    target_dir: str | Path,
-    subfolder: str | None = None,
-    aux_layers: tuple[int, int, int] | None = None,
-) -> dict[str, Any]:
-    """Re-exported from core.drafter_check (kept here so callers need one import)."""
-    from core.drafter_check import inspect_drafter as _inspect
-
-    return _inspect(drafter_dir, target_dir, subfolder, aux_layers)

@@ -19,30 +19,28 @@ progress. The engine is not thread-safe: one worker thread owns it.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from core.arm_costs import StepCosts
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
-from core.drafter_check import compatibility_problems
 from core.drafter_pool import Member, PoolSnapshot
 from core.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
+from core.eagle3_format.target_fit import compatibility_problems
 from core.errors import ContextLengthError, PolicyError, RequestError
-from core.grammar import GrammarCompiler
+from core.grammar import GrammarCompiler, GrammarTrail
 from core.head_rows import HeadRows
 from core.learner_sessions import LearnerSessions
 from core.learners import NormalHedge
 from core.model_free.base import ModelFreeDrafter
 from core.model_free.kinds import make_model_free
+from core.pool_file import PoolFile, load_pool_file
 from core.request import Policy, RequestState, arm_prior, parse_policy
 from core.rounds import prefill, record_round_cost, speculative_round
 from core.router import PromptRouter
-from core.sampling_defaults import checked_sampling_defaults
 from core.scheduler import BatchScheduler
 from core.spec_gate import SpecGate
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
@@ -126,30 +124,36 @@ class SpecEngine:
     @classmethod
     def from_pool_file(cls, pool_json: Path, config: EngineConfig,
                        model_name: str | None = None) -> SpecEngine:
-        spec = json.loads(Path(pool_json).read_text())
-        base = Path(pool_json).parent
-        entries = spec.get("drafters", [])
-        drafters = [(d["id"], base / d["path"]) for d in entries
-                    if d.get("kind", "eagle3") == "eagle3"]
-        name = model_name or spec.get("model_name") or Path(spec["target"]).name
-        engine = cls.from_dirs(base / spec["target"], drafters, config, name)
-        free = {d["id"]: make_model_free(d["kind"], d.get("params")) for d in entries
-                if d.get("kind", "eagle3") != "eagle3"}
-        # In the file's order, EAGLE-3 and model-free members interleaved as listed.
+        """The engine serving a pool file (core/pool_file.py); raises `PoolFileError` for a bad
+        file before any weights load."""
+        return cls.from_pool(load_pool_file(pool_json), config, model_name)
+
+    @classmethod
+    def from_pool(cls, pool: PoolFile, config: EngineConfig,
+                  model_name: str | None = None) -> SpecEngine:
+        """The pool's target (a provisioned one converted first, core/provision/), its drafters
+        in the file's order, EAGLE-3 and model-free interleaved as listed, its router and its
+        sampling defaults. The served model id: `model_name`, else the file's, else the target
+        directory's name."""
+        target_dir = pool.target.directory()
+        drafters = [(d.id, d.path) for d in pool.eagle3 if d.path is not None]
+        engine = cls.from_dirs(target_dir, drafters, config,
+                               model_name or pool.model_name or target_dir.name)
+        free = {d.id: make_model_free(d.kind, d.params) for d in pool.drafters if d.model_free}
         members = {**engine.snapshot.members, **free}
-        engine.snapshot = PoolSnapshot({d["id"]: members[d["id"]] for d in entries},
+        engine.snapshot = PoolSnapshot({d.id: members[d.id] for d in pool.drafters},
                                        engine.snapshot.groups)
-        engine.configure_from_pool(spec, base)
+        engine.configure_from_pool(pool)
         return engine
 
-    def configure_from_pool(self, spec: dict[str, Any], base: Path) -> None:
+    def configure_from_pool(self, pool: PoolFile) -> None:
         """What a pool file adds to its target and drafters: the prompt router of policy
-        `router`, and sampling defaults over the target's (`"generation_config"`)."""
-        if spec.get("router"):
-            self.load_router(base / spec["router"])
-        if spec.get("generation_config") is not None:
-            self.pool_sampling = checked_sampling_defaults(
-                spec["generation_config"], "pool file generation_config")
+        `router`, and sampling defaults over the target's (`"generation_config"`, checked when
+        the file was read)."""
+        if pool.router is not None:
+            self.load_router(pool.router)
+        if pool.generation_config is not None:
+            self.pool_sampling = {k: float(v) for k, v in pool.generation_config.items()}
 
     @property
     def sampling_defaults(self) -> dict[str, float]:
@@ -244,6 +248,7 @@ class SpecEngine:
                     warm.learner.set_prior(prior)  # this prompt's, not the first's
         if params.grammar is not None:
             state.matcher = self.grammar_compiler().matcher(params.grammar)
+            state.grammar_trail = GrammarTrail(state.matcher, state.token_ids, len(prompt_ids))
         self._requests[request_id] = state
         self._order.append(request_id)
 

@@ -94,6 +94,23 @@ class TokenMatcher:
         if not self._m.is_stopped() and tokens:
             self._m.consume_tokens(list(tokens))
 
+    def fork(self) -> TokenMatcher:
+        """An independent copy of this state (a `grammar` drafter's lookup advances its own)."""
+        return TokenMatcher(self._m.deep_copy(), self.vocab_size)
+
+    def forced_after(self, path: Sequence[int]) -> tuple[int, ...]:
+        """The canonical tokens of the text the grammar forces after the committed tokens plus
+        `path` (none for a path it rejects, or once it is complete)."""
+        path = list(path)
+        if self._m.is_stopped() or self._m.validate_tokens(path) < len(path):
+            return ()
+        if path:
+            self._m.consume_tokens(path)
+        forced = () if self._m.is_stopped() else tuple(self._m.compute_ff_tokens())
+        if path:
+            self._m.rollback(len(path))
+        return forced
+
     @property
     def done(self) -> bool:
         """The grammar is complete and admits nothing more (only end of sequence)."""
@@ -123,6 +140,45 @@ class TokenMatcher:
         """[len(nodes), V] bool for the given nodes of a draft tree, each over its own path."""
         paths = node_paths(tokens, parents)
         return self.masks_after([paths[n] for n in nodes])
+
+
+class GrammarTrail:
+    """What the grammar allowed after each committed position, for the counterfactual
+    evaluation: under a grammar a drafter's real tree holds the best candidates the grammar
+    allows (core/drafting.py), so its catch-up top-k must be drawn from the same set or the
+    evaluation judges a tree the drafter never drafts (a forced token outside the unmasked
+    top-k would count as missed). A fork of the request's grammar, taken before any output,
+    follows the committed tokens; masks are kept from the evaluation's oldest unconsumed
+    position on (`trim`)."""
+
+    def __init__(self, matcher: TokenMatcher, tokens: Sequence[int], prompt_len: int) -> None:
+        self._m = matcher.fork()
+        self._tokens = tokens  # the request's token list, read as it grows
+        self._consumed = prompt_len  # sequence tokens the fork stands after
+        self._first = prompt_len - 1  # the first position whose next token is output
+        self._base = self._first  # position of self._masks[0]
+        self._masks: list[Tensor] = []
+
+    def masks(self, start: int, end: int) -> Tensor | None:
+        """[end - start, V] bool: what was allowed after tokens[0..m] for m = start..end-1
+        (everything where the next token is the prompt's); None when all of it is."""
+        if end <= self._first:
+            return None
+        assert start >= self._base or start < self._first, "asked for a trimmed position"
+        while self._base + len(self._masks) < end:
+            m = self._base + len(self._masks)
+            self._m.commit(list(self._tokens[self._consumed : m + 1]))
+            self._consumed = max(self._consumed, m + 1)
+            self._masks.append(self._m.masks_after([[]])[0])
+        vocab = self._masks[0].numel()
+        rows = [torch.ones(vocab, dtype=torch.bool)] * max(0, min(end, self._first) - start)
+        kept = self._masks[max(start, self._first) - self._base : end - self._base]
+        return torch.stack(rows + kept)
+
+    def trim(self, floor: int) -> None:
+        """Positions before `floor` will not be asked for again."""
+        drop = min(max(0, floor - self._base), len(self._masks))
+        self._masks, self._base = self._masks[drop:], self._base + drop
 
 
 def node_paths(tokens: Tensor, parents: Tensor) -> list[list[int]]:

@@ -22,7 +22,7 @@ from core.config import (
 from core.drafter_pool import Candidates, DrafterState, PoolSnapshot
 from core.errors import PolicyError
 from core.feedback import FeedbackQueue, Window, WindowLoss
-from core.grammar import TokenMatcher
+from core.grammar import GrammarTrail, TokenMatcher
 from core.learners import Learner, make_learner
 from core.model_free.evidence import RequestLookups
 from core.spec_gate import GATED_EVAL_STRETCH
@@ -131,6 +131,8 @@ class RequestState:
     # Set by the prefill when params.prompt_logprobs asks for it; handed out once.
     prompt_logprobs: list[TokenLogprob | None] | None = None
     matcher: TokenMatcher | None = None  # the grammar of a structured output (core/grammar.py)
+    # What that grammar allowed at each committed position, for the evaluation's catch-up.
+    grammar_trail: GrammarTrail | None = None
     # The model-free members' lookups over this request's tokens (core/model_free/evidence.py).
     lookups: RequestLookups | None = None
     # Plain decoding is the learner's last arm and its loss is time per token (loss "time"):

@@ -14,6 +14,7 @@ from core.arm_costs import StepCosts, StepSample
 from core.config import EngineConfig
 from core.drafter_pool import Candidates, DrafterState
 from core.drafting import DraftRow, grow_trees, tree_scratch
+from core.model_free.base import OutputGrammar
 from core.model_free.evidence import RequestLookups, propose
 from core.node_logits import NodeLogits, penalise
 from core.pool_evidence import TargetSide, with_model_free
@@ -22,7 +23,7 @@ from core.request import DeferredRound, RequestState, max_len
 from core.sampling import log_probs, process_logits
 from core.stats import RoundStats, TokenLogprob
 from core.target import Target, TargetOutput, compact_cache
-from core.tree import DraftTree, chain_tree
+from core.tree import DraftTree, chain_tree, merge_trees
 from core.verify import verify_greedy, verify_sampling
 
 
@@ -73,6 +74,8 @@ def start_drafters(state: RequestState) -> None:
     fixed = state.learner.fixed_index
     state.dstate = DrafterState(state.snapshot, full=state.evaluate,
                                 drafters=None if fixed is None else [fixed])
+    if state.grammar_trail is not None:
+        state.dstate.grammar = state.grammar_trail
 
 
 def start_lookups(state: RequestState, config: EngineConfig) -> None:
@@ -84,8 +87,10 @@ def start_lookups(state: RequestState, config: EngineConfig) -> None:
         return
     first_root = len(state.token_ids) - 1
     record_from = first_root - config.selector.prompt_windows if state.evaluate else first_root
+    grammar = (OutputGrammar(state.matcher, len(state.token_ids))
+               if state.matcher is not None else None)
     state.lookups = RequestLookups.start(free, state.token_ids, record_from,
-                                         record=state.evaluate)
+                                         record=state.evaluate, grammar=grammar)
 
 
 def speculative_round(target: Target, state: RequestState, config: EngineConfig,
@@ -227,7 +232,17 @@ def _draft(state: RequestState, chosen: int | None, n: int, config: EngineConfig
     # Lazy catch-up: the chosen drafter consumes the pairs it missed (a no-op under full
     # evaluation, where every drafter caught up in the last evaluation phase).
     state.dstate.sync(state.snapshot, config.tree.top_k, [chosen])
-    return grow_trees(drafter, [draft_row(state, chosen, n, config)], config.tree)[0]
+    tree = grow_trees(drafter, [draft_row(state, chosen, n, config)], config.tree)[0]
+    return hybrid_tree(state, tree, config)
+
+
+def hybrid_tree(state: RequestState, tree: DraftTree, config: EngineConfig) -> DraftTree:
+    """An EAGLE-3 tree with the `config.hybrid` member's tree grafted at its root when that
+    member has a guess there (EngineConfig.hybrid); the tree itself otherwise."""
+    graft = state.snapshot.index(config.hybrid) if config.hybrid in state.snapshot.ids else None
+    if graft is None or graft not in state.snapshot.model_free or state.lookups is None:
+        return tree
+    return merge_trees(tree, model_free_tree(state, graft))
 
 
 def model_free_tree(state: RequestState, chosen: int) -> DraftTree:

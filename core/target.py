@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from core.drafter_check import default_aux_layers
+from core.eagle3_format.aux_layers import AuxLayers, default_aux_layers
 from core.kv_cache import SlotCache
 from core.sampling_defaults import read_generation_config
 
@@ -37,6 +37,22 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 class TargetLoadError(ValueError):
     """The target directory cannot be served."""
+
+
+def served_aux_layers(num_layers: int) -> AuxLayers:
+    """The layers a target serves when neither the engine config nor a drafter names any:
+    EAGLE-3's default where it names three distinct layers of the target. Toy targets (below 7
+    layers), where it repeats a layer, get three distinct ones spread over 1..L-1 instead
+    (DESIGN.md section 2); drafters trained on them record those layers in their config."""
+    eagle3 = default_aux_layers(num_layers)
+    if len(set(eagle3)) == 3 and all(0 <= i < num_layers for i in eagle3):
+        return eagle3
+    if num_layers >= 4:
+        low, mid = 1, num_layers // 2
+        high = max(mid + 1, num_layers - 2)
+        return (low, mid, min(high, num_layers - 1))
+    picks = list(range(num_layers)) + [num_layers - 1] * 3
+    return (picks[0], picks[1], picks[2])
 
 
 @dataclass(eq=False)
@@ -111,8 +127,8 @@ class Target:
         self.num_layers = int(cfg.num_hidden_layers)
         self.hidden_size = int(cfg.hidden_size)
         self.vocab_size = int(cfg.vocab_size)
-        self.aux_layers: tuple[int, int, int] = (aux_layers if aux_layers
-                                                 else default_aux_layers(self.num_layers))
+        self.aux_layers: AuxLayers = (aux_layers if aux_layers
+                                      else served_aux_layers(self.num_layers))
         if any(not 0 <= i < self.num_layers for i in self.aux_layers):
             raise TargetLoadError(f"aux layers {self.aux_layers} outside 0..{self.num_layers - 1}")
         self.device = next(model.parameters()).device

@@ -80,6 +80,28 @@ def tree_from_parents(tokens: Tensor, parents: Tensor) -> DraftTree:
     return DraftTree(tokens, parents, depths, mask, tuple(tuple(c) for c in kids))
 
 
+def merge_trees(first: DraftTree, second: DraftTree) -> DraftTree:
+    """The union of two trees from the same root: `first`'s nodes, then `second`'s whose path
+    `first` lacks (a path both hold is one node, so no two siblings share a token), so every
+    node's children are tried in `first`'s order, then `second`'s."""
+    if int(first.tokens[0]) != int(second.tokens[0]):
+        raise ValueError("merged trees must share their root")
+    toks, pars = first.tokens.tolist(), first.parents.tolist()
+    node = {(pars[i], toks[i]): i for i in range(1, len(toks))}  # (parent, token) -> node
+    into = [0]  # second's node -> the merged tree's
+    for tok, par in zip(second.tokens.tolist()[1:], second.parents.tolist()[1:], strict=True):
+        key = (into[par], tok)
+        if key not in node:
+            node[key] = len(toks)
+            toks.append(tok)
+            pars.append(into[par])
+        into.append(node[key])
+    if len(toks) == first.tokens.numel():
+        return first
+    return tree_from_parents(torch.tensor(toks, dtype=torch.long),
+                             torch.tensor(pars, dtype=torch.long))
+
+
 def chain_tree(tokens: list[int]) -> DraftTree:
     """A chain root -> t1 -> t2 ... (used for plain decoding, N = len(tokens) - 1)."""
     t = torch.tensor(tokens, dtype=torch.long)

@@ -1,7 +1,7 @@
 """Every knob of the demo build in one frozen object, with the full and the quick presets.
 
-The target is fixed (SmolLM2-135M-Instruct, `demo/smollm2.py`); the build makes its rollouts
-and trains the eight drafters. Sizes are chosen for the 150-minute budget on two CPU cores
+The target is fixed (SmolLM2-135M-Instruct, `core/provision/smollm2.py`); the build makes its
+rollouts and trains the eight drafters. Sizes are chosen for the 150-minute budget on two CPU cores
 (stage times of the shipped build are in `demo/pool/REPORT.md`); the quick preset runs the same
 code in minutes.
 """

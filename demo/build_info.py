@@ -10,7 +10,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from core.eagle3 import Eagle3Drafter
-from demo import smollm2
+from core.provision import smollm2
 from demo.build_config import BuildConfig
 from demo.rollouts import Rollout
 from demo.train_drafters import TrainLog, response_token_counts

@@ -1,7 +1,7 @@
 """`hedgespec demo build`: the demo pool's drafters for SmolLM2-135M-Instruct, from a seed.
 
-Stages: target (provision the converted SmolLM2 directory, `demo/smollm2.py`) -> rollouts
-(the target's greedy and sampled answers to each domain's training prompts; reused from
+Stages: target (provision the converted SmolLM2 directory, `core/provision/smollm2.py`) ->
+rollouts (the target's greedy and sampled answers to each domain's training prompts; reused from
 `demo/data/rollouts/` when their key matches) -> target features (once, shared by all eight
 drafters) -> generalist -> seven specialists -> pool files -> router (the static router
 baseline, `demo/router.py`) -> report (MAT tables measured with the real engine, greedy and at
@@ -25,7 +25,7 @@ import torch
 from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from core.eagle3 import Eagle3Drafter
-from demo import smollm2
+from core.provision import smollm2
 from demo.build_cli import add_build_arguments, run_build
 from demo.build_config import FULL, QUICK, BuildConfig
 from demo.build_info import build_summary

@@ -1,20 +1,21 @@
 """Write the pool layout the gateway serves: `drafters/<id>/`, `pool.json`,
 `eval_prompts.jsonl` (the names are a contract with the gateway's default configuration).
 
-The target is not written: `pool.json` names it as `{"provision": "smollm2-135m-instruct"}`,
-which the gateway resolves to the converted directory in the target cache (`demo/smollm2.py`).
+`pool.json` is a pool file written by the product's own writer (core/pool_file.py). The target
+is not written: it names it as `{"provision": "smollm2-135m-instruct"}`, which the engine
+converts into its target cache on first use (core/provision/smollm2.py).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import torch
 
 from core.eagle3 import Eagle3Drafter, save_drafter
-from demo import smollm2
+from core.pool_file import PoolDrafter, PoolFile, ProvisionedTarget, write_pool_file
+from core.provision import smollm2
 from demo.build_config import BuildConfig
 from demo.domains import DOMAINS, eval_path
 from demo.records import cap_prompt, load_records, write_jsonl
@@ -22,11 +23,15 @@ from demo.records import cap_prompt, load_records, write_jsonl
 GENERALIST = "generalist"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 OUTPUTS = ("target", "drafters", "pool.json", "eval_prompts.jsonl", "report.json", "REPORT.md")
+# Sampling for requests that leave it out (the pool file's "generation_config"): the model card's
+# own usage example samples with temperature 0.2 and top_p 0.9. The checkpoint carries none,
+# and at the OpenAI default (temperature 1) this 135M model loses the thread within a sentence.
+RECOMMENDED_SAMPLING = {"temperature": 0.2, "top_p": 0.9}
 
 
 # Drafters with no weights the demo pool serves beside its EAGLE-3 drafters, at their kinds'
 # defaults (core/model_free/): they need no training, so a build only lists them.
-MODEL_FREE_MEMBERS = ({"id": "lookup", "kind": "ngram"}, {"id": "suffix", "kind": "suffix"})
+MODEL_FREE_MEMBERS = (PoolDrafter("lookup", kind="ngram"), PoolDrafter("suffix", kind="suffix"))
 
 
 def write_pool_files(
@@ -34,15 +39,16 @@ def write_pool_files(
 ) -> None:
     """Replace the build outputs in `out_dir` (other files there are left alone)."""
     _clear(out_dir)
+    out_dir = out_dir.absolute()
     entries = []
     for drafter_id, drafter in pool.items():
-        save_drafter(drafter, out_dir / "drafters" / drafter_id, dtype=torch.float16)
+        path = out_dir / "drafters" / drafter_id
+        save_drafter(drafter, path, dtype=torch.float16)
         domain = "all" if drafter_id == GENERALIST else drafter_id
-        entries.append({"id": drafter_id, "domain": domain, "path": f"drafters/{drafter_id}"})
-    pool_json = {"model_name": MODEL_NAME, "target": {"provision": smollm2.NAME},
-                 "generation_config": smollm2.RECOMMENDED_SAMPLING,
-                 "drafters": entries + [dict(m) for m in MODEL_FREE_MEMBERS]}
-    (out_dir / "pool.json").write_text(json.dumps(pool_json, indent=2) + "\n")
+        entries.append(PoolDrafter(drafter_id, path=path, domain=domain))
+    write_pool_file(PoolFile(out_dir / "pool.json", ProvisionedTarget(smollm2.NAME),
+                             (*entries, *MODEL_FREE_MEMBERS), model_name=MODEL_NAME,
+                             generation_config=RECOMMENDED_SAMPLING))
     write_jsonl(out_dir / "eval_prompts.jsonl", eval_prompt_rows(cfg, data_dir))
 
 

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from core.config import EngineConfig, SamplingParams, TreeConfig
 from core.engine import SpecEngine
+from core.pool_file import load_pool_file
 from demo.records import read_jsonl
 
 
@@ -56,13 +57,12 @@ class Cell:
 
 
 def open_engine(pool_json: Path, spec: ReportSpec) -> SpecEngine:
-    from demo.pool_target import open_pool_engine
     from demo.precision import target_dtype
 
     dtype = str(target_dtype(spec.dtype)).removeprefix("torch.")
     # evaluate_all=False: a fixed policy needs no counterfactual catch-up of the other drafters.
-    return open_pool_engine(pool_json,
-                            EngineConfig(tree=spec.tree, evaluate_all=False, dtype=dtype))
+    return SpecEngine.from_pool_file(pool_json,
+                                     EngineConfig(tree=spec.tree, evaluate_all=False, dtype=dtype))
 
 
 def chat_prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
@@ -265,10 +265,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=ReportSpec.prompts_per_domain)
     parser.add_argument("--out", type=Path, default=None, help="write the tables as JSON here")
     args = parser.parse_args(argv)
-    pool = json.loads((args.pool / "pool.json").read_text())
-    eagle = [d for d in pool["drafters"] if d.get("kind", "eagle3") == "eagle3"]
-    drafters = [d["id"] for d in eagle]
-    domains = [d["domain"] for d in eagle if d["domain"] != "all"]
+    eagle = load_pool_file(args.pool / "pool.json").eagle3
+    drafters = [d.id for d in eagle]
+    domains = [d.domain for d in eagle if d.domain is not None and d.domain != "all"]
     spec = ReportSpec(prompts_per_domain=args.prompts)
     tables = measure_reports(args.pool / "pool.json", drafters, domains, spec, args.workers)
     report = full_report(tables, drafters, domains, spec)

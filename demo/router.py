@@ -10,14 +10,15 @@ seven specialists; the generalist is what it falls back to for a label the pool 
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from core.pool_file import load_pool_file, write_pool_file
+from core.provision import smollm2
 from core.router import PromptRouter
-from demo import smollm2
 from demo.domains import DATA_DIR, DOMAINS, corpus_path
 from demo.pipeline import pick
 from demo.records import load_records
@@ -46,11 +47,10 @@ def train_router(tokenizer: PreTrainedTokenizerBase, per_domain: int = 300, seed
 
 
 def add_to_pool(router: PromptRouter, pool_json: Path) -> Path:
-    path = pool_json.parent / ROUTER_FILE
+    pool = load_pool_file(pool_json)
+    path = pool.path.parent / ROUTER_FILE
     router.save(path)
-    spec = json.loads(pool_json.read_text())
-    spec["router"] = ROUTER_FILE
-    pool_json.write_text(json.dumps(spec, indent=2) + "\n")
+    write_pool_file(replace(pool, router=path))
     return path
 
 

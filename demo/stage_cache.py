@@ -17,7 +17,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from core.eagle3 import Eagle3Drafter, load_drafter, save_drafter
-from demo import smollm2
+from core.provision import smollm2
 from demo.build_config import BuildConfig
 from demo.domains import DOMAINS, corpus_path
 from demo.train_drafters import TrainLog

@@ -41,6 +41,9 @@ from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.hf_api import RepoFile
 from sqlalchemy.orm import Session
 
+from core.eagle3_format.config import check_architectures
+from core.eagle3_format.errors import DrafterConfigError
+from core.eagle3_format.weights import CONFIG_FILE, WEIGHT_FILES
 from drafter_registry import crud
 from drafter_registry.errors import DrafterConflict, HubError, InvalidIdentifier, NothingDiscovered
 from drafter_registry.hub import _hub_errors
@@ -52,7 +55,6 @@ from drafter_registry.identifiers import (
 )
 from drafter_registry.models import Drafter
 from drafter_registry.schemas import DiscoverSpec, DrafterCreate
-from drafter_registry.validation import ARCHITECTURES, CONFIG_FILE, WEIGHT_FILES
 
 MAX_CONFIG_BYTES = 1 << 20  # a drafter's config.json is a few KB
 CONFIG_FETCH_THREADS = 8
@@ -239,12 +241,11 @@ def _config_problem(config: bytes | str) -> str | None:
         return f"{CONFIG_FILE} is not valid JSON"
     if not isinstance(data, dict):
         return f"{CONFIG_FILE} is not a JSON object"
-    architectures = data.get("architectures") or []
-    if not isinstance(architectures, list):
-        return f"{CONFIG_FILE}: 'architectures' is not a list"
-    if architectures and not set(architectures) & set(ARCHITECTURES):
-        return f"architecture {architectures} is not an EAGLE-3 drafter"
-    eagle_named = any("eagle" in str(a).lower() for a in architectures)
+    try:
+        architectures = check_architectures(data)
+    except DrafterConfigError as exc:
+        return str(exc)
+    eagle_named = any("eagle" in a.lower() for a in architectures)
     if not eagle_named and "draft_vocab_size" not in data:
         layers = data.get("num_hidden_layers")
         what = f"a full model's config ({layers} layers)" if layers else "not an EAGLE-3 config"

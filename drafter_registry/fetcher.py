@@ -4,9 +4,9 @@
 
 Validation is two-stage: the registry's own torch-free checks (`validation.check_checkpoint`,
 plus `check_against_target` when the target directory is known), then the injected `validator`,
-which the gateway binds to `core.eagle3.inspect_drafter` against the served target (the same check
-as `hedgespec drafter inspect`). The registry never imports torch or core: the gateway passes the
-function in.
+which the gateway binds to `core.drafter_check.inspect_drafter` against the served target (the
+same check as `hedgespec drafter inspect`). The registry never imports torch, nor any of core but
+the torch-free checkpoint format: the gateway passes the function in.
 
 Failure is contained: every exception ends in `failed` with a readable `error`, and nothing here
 touches the serving pool; a drafter joins the pool only when the gateway's pool sync sees `ready`
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 Validator = Callable[[Path], Mapping[str, Any]]
 """Full check of a drafter directory against the served target. Returns a report with at least
-`compatible: bool` and `reason: str | None` (the shape of `core.eagle3.inspect_drafter`)."""
+`compatible: bool` and `reason: str | None` (the shape of `core.drafter_check.inspect_drafter`)."""
 
 
 @dataclass(frozen=True)

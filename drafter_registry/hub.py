@@ -52,15 +52,15 @@ from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from drafter_registry.errors import CheckpointError, HubError, HubNotFound, InvalidIdentifier
-from drafter_registry.identifiers import validate_repo_id, validate_revision, validate_subfolder
-from drafter_registry.validation import (
+from core.eagle3_format.weights import (
     CONFIG_FILE,
     SAFETENSORS_FILE,
     SAFETENSORS_INDEX_FILE,
     TORCH_BIN_FILE,
     shard_names,
 )
+from drafter_registry.errors import HubError, HubNotFound, InvalidIdentifier
+from drafter_registry.identifiers import validate_repo_id, validate_revision, validate_subfolder
 
 ProgressCallback = Callable[[int, int], None]
 """`progress(bytes_done, bytes_total)`; may raise (e.g. `DownloadCancelled`) to stop the
@@ -152,7 +152,7 @@ def _select_files(
                                      token=token, endpoint=api.endpoint)
         try:
             shards = shard_names(json.loads(Path(index_path).read_text(encoding="utf-8")))
-        except (CheckpointError, ValueError) as exc:
+        except ValueError as exc:  # not JSON, or a shard rule broken (DrafterConfigError)
             raise HubError(f"unusable {SAFETENSORS_INDEX_FILE} in {where}: {exc}") from None
         missing = [s for s in shards if s not in files]
         if missing:

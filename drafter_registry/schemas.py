@@ -56,7 +56,7 @@ class DrafterCreate(BaseModel):
     )
     name: str | None = Field(default=None, min_length=1, max_length=128)
     kind: DrafterKind = Field(default="eagle3",
-                              description="eagle3, or a model-free kind (ngram, suffix)")
+                              description="eagle3, or a model-free kind (ngram, suffix, grammar)")
     params: dict[str, Any] | None = Field(
         default=None, description="a model-free drafter's parameters, e.g. {\"max_n\": 4}")
     source: Literal["hf", "local", "none"] | None = None

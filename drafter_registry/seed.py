@@ -1,5 +1,12 @@
 """Seed pools: a JSON file listing the drafters of one target, imported into the registry.
 
+A seed pool is not a pool file (`pool.json`, `--pool`, `core/pool_file.py`), on purpose: a pool
+file is what the engine serves at start with nothing fetched (local drafters, a target directory
+or provisioned model, the router and sampling defaults of the served target), while a seed pool
+lists registry rows to create, Hub drafters included, which serve only once the fetcher has
+downloaded and validated them; its `target` labels those rows. `load_seed_pool` names the pool
+file dialect when handed one, and the pool-file loader names this one.
+
 Format (HedgeSpec style; `_comment` keys are allowed anywhere and ignored):
 
     {"target": "meta-llama/Llama-3.1-8B-Instruct",
@@ -130,11 +137,27 @@ def load_seed_pool(path: str | Path) -> SeedPool:
     """Parse and validate a seed file; raise `InvalidDrafter` naming the file and the problem."""
     file = Path(path)
     try:
-        return SeedPool.model_validate(json.loads(file.read_text(encoding="utf-8")))
+        raw = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise InvalidDrafter(f"cannot read seed pool {file}: {exc}") from None
+    if _is_pool_file(raw):
+        raise InvalidDrafter(
+            f"invalid seed pool {file}: it is a pool file (a provisioned target, a router, "
+            "sampling defaults or a model name), which the gateway serves with --pool and "
+            "registers itself; a seed pool lists drafters for the registry to fetch")
+    try:
+        return SeedPool.model_validate(raw)
     except ValidationError as exc:
         raise InvalidDrafter(f"invalid seed pool {file}: {exc}") from None
+
+
+# Keys only a pool file (core/pool_file.py) has.
+POOL_FILE_KEYS = ("model_name", "router", "generation_config")
+
+
+def _is_pool_file(raw: Any) -> bool:
+    return isinstance(raw, dict) and (isinstance(raw.get("target"), dict)
+                                      or any(key in raw for key in POOL_FILE_KEYS))
 
 
 def import_seed_pool(

@@ -27,15 +27,14 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from gateway.config import Settings
-from gateway.http.errors import install_error_handlers
+from gateway.errors import install_error_handlers
 from gateway.http.keys import KeySet
-from gateway.http.metrics import GatewayMetrics
 from gateway.http.middleware import ArrivalClock, BodySizeLimit
 from gateway.http.ratelimit import RateLimit
-from gateway.http.routes import admin, health, openai
-from gateway.live import routes as admin_live
+from gateway.http.routes import admin, admin_live, health, openai
 from gateway.live.aggregator import STALE_S, LiveAggregator, Load
 from gateway.live.events import EventBus
+from gateway.metrics import GatewayMetrics
 from gateway.openai.response_store import ResponseStore
 from gateway.openai.serving_chat import OpenAIServingChat
 from gateway.openai.serving_completion import OpenAIServingCompletion
@@ -71,10 +70,7 @@ def load_engine(settings: Settings) -> Engine:
         )
     if settings.pool is None:
         raise ValueError("no model to serve: set --pool or --target")
-    from demo.pool_target import open_pool_engine
-
-    engine: Engine = open_pool_engine(settings.pool, config, model_name=settings.model_name)
-    return engine
+    return SpecEngine.from_pool_file(settings.pool, config, model_name=settings.model_name)
 
 
 async def _start_registry(app_: FastAPI, service: RegistryService) -> None:

@@ -126,6 +126,10 @@ class Settings(BaseSettings):
     # committed token with plain decoding as an arm (core/arm_costs.py; slower than "length"
     # on the demo pool at 1-2 streams, bench/results/time_loss_held_out.md).
     loss: Literal["length", "prob", "time"] = "length"
+    # Hybrid trees (core.config.EngineConfig.hybrid): the id of a model-free member of the pool
+    # whose tree is grafted at the root of every EAGLE-3 tree the learner chooses (on the demo
+    # pool, "lookup": bench/results/model_free.md). None: off.
+    hybrid: str | None = Field(default=None, min_length=1)
     # Rows of a verified tree the LM head computes up front (core.config.EngineConfig
     # .verify_logits): "auto" measures both on a CPU and keeps the faster (core/head_rows.py),
     # "visited" or "all" pins one (reproducible benchmarks).
@@ -232,5 +236,6 @@ class Settings(BaseSettings):
             max_step_tokens=self.max_step_tokens,
             verify_logits=self.verify_logits,
             speculation=self.speculation,
+            hybrid=self.hybrid,
             **extra,
         )

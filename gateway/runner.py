@@ -48,7 +48,7 @@ from core.errors import ContextLengthError, PolicyError
 from core.head_rows import HeadRows
 from core.spec_gate import SpecGate
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
-from gateway.http.errors import (
+from gateway.errors import (
     APIError,
     context_length_exceeded,
     invalid_request,
@@ -56,8 +56,8 @@ from gateway.http.errors import (
     overloaded,
     request_timeout,
 )
-from gateway.http.metrics import GatewayMetrics
 from gateway.live.events import EventBus, finished_event, round_event, started_event
+from gateway.metrics import GatewayMetrics
 
 if TYPE_CHECKING:  # core.engine imports torch: the app loads it only to build the engine
     from core.engine import RoundOutput

@@ -2,17 +2,29 @@
 
 Beyond section 1, dependencies between the top-level folders run one way: `bench` and `tests`
 use `gateway`, never the reverse (`hedgespec bench` is a plugin the gateway finds through an
-entry point, not an import), and `tests` use `bench.harness`, never the reverse. The gateway
+entry point, not an import), and `tests` use `bench.harness`, never the reverse. `demo` builds
+the demo pool with the product and the product never imports it, not even inside a function:
+the pool file and its target's provisioning live in `core` (`core/pool_file.py`,
+`core/provision/`), and `hedgespec demo` is a plugin like `hedgespec bench`. The gateway
 imports its own modules by name: a dynamic import (`importlib.import_module`, `__import__`)
 would hide a dependency from these rules, which is how gateway→bench went unseen. And the
 gateway's wiring has one writer and one reader: only `gateway/app.py` touches `app.state` to
-store the per-app objects and only `gateway/http/deps.py` to read them for routes.
+store the per-app objects and only `gateway/http/deps.py` to read them for routes. Inside the
+gateway, imports run down its layers only (`GATEWAY_LAYERS`, written out in `gateway/__init__.py`).
+
+One exception to section 1 (`ALLOWED`): `drafter_registry` imports `core.eagle3_format`, the
+EAGLE-3 checkpoint format, so that the registry's checks and the loader state its rules once.
+What section 1 keeps out of the registry, torch and the engine, stays out: that subpackage (and
+`core/__init__.py`, which importing it runs) imports only the standard library and itself, and
+importing every registry module loads no torch.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -23,28 +35,53 @@ FORBIDDEN: dict[str, set[str]] = {
     "core": {
         "gateway", "drafter_registry", "fastapi", "starlette", "sse_starlette", "sqlalchemy",
         "alembic", "asyncio", "pydantic_settings", "uvicorn", "httpx", "migrations",
-        "bench", "tests",
+        "bench", "demo", "tests",
     },
     "drafter_registry": {
-        "torch", "core", "gateway", "transformers", "safetensors", "fastapi", "bench", "tests",
+        "torch", "core", "gateway", "transformers", "safetensors", "fastapi", "bench", "demo",
+        "tests",
     },
-    "gateway": {"bench", "tests"},
+    "gateway": {"bench", "demo", "tests"},
     "bench": {"tests"},
 }
+# Modules a package may import although their root is forbidden to it (module docstring).
+SHARED_FORMAT = "core.eagle3_format"
+ALLOWED: dict[str, tuple[str, ...]] = {"drafter_registry": (SHARED_FORMAT,)}
 NO_DYNAMIC_IMPORTS = ("gateway",)
 DYNAMIC_IMPORTERS = {"import_module", "__import__"}
 APP_STATE_USERS = {"gateway/app.py", "gateway/http/deps.py"}
+# The gateway's layers, lowest first, by the name directly under `gateway/` (`__init__` is the
+# package's docstring): a module may import its own layer and those below, never one above.
+GATEWAY_LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"__init__", "config", "errors", "metrics"}),
+    frozenset({"live"}),
+    frozenset({"runner"}),
+    frozenset({"openai", "pool"}),
+    frozenset({"http"}),
+    frozenset({"app", "cli", "__main__"}),
+)
+LAYER_OF = {unit: rank for rank, layer in enumerate(GATEWAY_LAYERS) for unit in layer}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Dotted names a module imports absolutely; `from a.b import c` counts as `a.b.c`, since c
+    may be a module (`from core import eagle3` imports core.eagle3)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
 
 
 def imported_roots(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    roots: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            roots.add(node.module.split(".")[0])
-    return roots
+    return {name.split(".")[0] for name in imported_modules(path)}
+
+
+def within(name: str, packages: Iterable[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
 
 
 def dynamic_imports(path: Path) -> list[int]:
@@ -73,15 +110,48 @@ def app_state_uses(path: Path) -> list[int]:
     return lines
 
 
+def gateway_units(path: Path, package: Sequence[str]) -> set[str]:
+    """The names directly under `gateway/` (`runner`, `http`, ...) that a module imports.
+    Relative imports resolve against `package`, the module's package (`("gateway", "openai")`)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    units: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name.split(".") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = list(package[: len(package) - node.level + 1]) if node.level else []
+            module = base + (node.module.split(".") if node.module else [])
+            # `from gateway import runner` names the unit among the imported names.
+            targets = [module + [a.name] for a in node.names] if module == ["gateway"] else [module]
+        else:
+            continue
+        units.update(t[1] for t in targets if len(t) > 1 and t[0] == "gateway")
+    return units
+
+
+def upward_imports(path: Path, module: Sequence[str]) -> list[str]:
+    """The units of a higher layer that `module` (`("gateway", "openai", "serving")`, an
+    `__init__` kept as its last part) imports; a unit in no layer counts as higher."""
+    rank = LAYER_OF[module[1]]
+    top = len(GATEWAY_LAYERS)
+    return sorted(u for u in gateway_units(path, module[:-1]) if LAYER_OF.get(u, top) > rank)
+
+
+def module_parts(path: Path) -> tuple[str, ...]:
+    return path.relative_to(ROOT).with_suffix("").parts
+
+
 def package_files(package: str) -> list[Path]:
     # bench/results holds outputs, not modules of the package.
     return sorted(p for p in (ROOT / package).rglob("*.py") if "results" not in p.parts)
 
 
-def violations(files: Iterable[Path], forbidden: set[str]) -> list[str]:
+def violations(files: Iterable[Path], forbidden: set[str],
+               allowed: Iterable[str] = ()) -> list[str]:
     found = []
     for path in files:
-        bad = imported_roots(path) & forbidden
+        bad = {name.split(".")[0] for name in imported_modules(path)
+               if not within(name, allowed)} & forbidden
         if bad:
             found.append(f"{path.name} imports {sorted(bad)}")
     return found
@@ -91,8 +161,53 @@ def violations(files: Iterable[Path], forbidden: set[str]) -> list[str]:
 def test_package_respects_import_rules(package: str) -> None:
     files = package_files(package)
     assert files, f"{package}/ has no modules"
-    found = violations(files, FORBIDDEN[package])
+    found = violations(files, FORBIDDEN[package], ALLOWED.get(package, ()))
     assert not found, "forbidden imports:\n" + "\n".join(found)
+
+
+def test_the_registry_may_import_the_checkpoint_format_and_nothing_else_of_core(
+        tmp_path: Path) -> None:
+    for i, (line, allowed) in enumerate((
+        (f"from {SHARED_FORMAT}.config import Eagle3Config", True),
+        (f"import {SHARED_FORMAT}.errors", True),
+        ("from core import eagle3_format", True),
+        ("from core.eagle3 import load_drafter", False),
+        ("from core import eagle3", False),
+        ("import core", False),
+        (f"from {SHARED_FORMAT}_v2 import x", False),  # a longer name is another module
+    )):
+        path = tmp_path / f"m{i}.py"
+        path.write_text(line + "\n")
+        found = violations([path], FORBIDDEN["drafter_registry"], ALLOWED["drafter_registry"])
+        assert (not found) is allowed, line
+
+
+def test_the_shared_checkpoint_format_imports_only_the_standard_library() -> None:
+    """What the registry may import of core brings nothing else with it: no relative imports
+    (which could reach the rest of core), no third-party module, no other core module."""
+    files = [ROOT / "core" / "__init__.py", *package_files(SHARED_FORMAT.replace(".", "/"))]
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        if any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree)):
+            found.append(f"{path.relative_to(ROOT)} imports relatively")
+        found += [f"{path.relative_to(ROOT)} imports {name}"
+                  for name in sorted(imported_modules(path))
+                  if not within(name, (SHARED_FORMAT,))
+                  and name.split(".")[0] not in sys.stdlib_module_names]  # fmt: skip
+    assert not found, "\n".join(found)
+
+
+def test_importing_the_registry_loads_no_torch() -> None:
+    modules = [".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+               for parts in map(module_parts, package_files("drafter_registry"))]
+    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'transformers', 'safetensors', 'core') and not m.startswith("
+            f"{SHARED_FORMAT!r}) and m != 'core'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 @pytest.mark.parametrize("package", NO_DYNAMIC_IMPORTS)
@@ -107,6 +222,17 @@ def test_only_the_app_factory_and_the_dependencies_touch_app_state() -> None:
              if (rel := p.relative_to(ROOT).as_posix()) not in APP_STATE_USERS
              for line in app_state_uses(p)]  # fmt: skip
     assert not found, "read per-app objects through gateway.http.deps:\n" + "\n".join(found)
+
+
+def test_every_gateway_module_has_a_layer() -> None:
+    units = {module_parts(p)[1] for p in package_files("gateway")}
+    assert units == set(LAYER_OF), "place every name under gateway/ in exactly one layer"
+
+
+def test_gateway_imports_run_down_its_layers() -> None:
+    found = [f"{p.relative_to(ROOT)} imports {bad}" for p in package_files("gateway")
+             if (bad := upward_imports(p, module_parts(p)))]  # fmt: skip
+    assert not found, "imports from a lower gateway layer to a higher one:\n" + "\n".join(found)
 
 
 def test_checker_detects_a_violation(tmp_path: Path) -> None:
@@ -125,6 +251,30 @@ def test_every_rule_catches_a_violating_file(tmp_path: Path, package: str, modul
         bad = tmp_path / f"bad{i}.py"
         bad.write_text(line + "\n")
         assert violations([bad], FORBIDDEN[package]) == [f"{bad.name} imports ['{module}']"]
+
+
+# Each unit paired with a unit of the layer just above it (the top layer has none).
+ONE_LAYER_UP = [(u, min(GATEWAY_LAYERS[rank + 1])) for u, rank in sorted(LAYER_OF.items())
+                if rank + 1 < len(GATEWAY_LAYERS)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("unit", "above"), ONE_LAYER_UP)
+def test_the_layer_rule_catches_an_upward_import(tmp_path: Path, unit: str, above: str) -> None:
+    """A module of each layer importing the layer above, however written, fails the rule; its
+    own layer and the layers below pass."""
+    module = ("gateway", unit, "m")
+    for i, line in enumerate((f"import gateway.{above}.x", f"from gateway.{above}.x import y",
+                              f"from gateway import {above}", f"from .. import {above}",
+                              f"from ..{above}.x import y",
+                              f"def f():\n    from gateway.{above} import y\n")):  # fmt: skip
+        bad = tmp_path / f"bad{i}.py"
+        bad.write_text(line + "\n")
+        assert upward_imports(bad, module) == [above]
+    below = [u for u, rank in LAYER_OF.items() if rank <= LAYER_OF[unit]]
+    ok = tmp_path / "ok.py"
+    ok.write_text("".join(f"from gateway.{u} import x\nfrom .. import {u}\n" for u in below)
+                  + "from . import sibling\nimport os\n")  # fmt: skip
+    assert upward_imports(ok, module) == []
 
 
 def test_dynamic_imports_are_detected(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,32 @@ class Lookup(ABC):
         hypothetical continuation: the draft path so far). Must not change the index."""
 
 
+class Forcing(Protocol):
+    """A grammar's state over a request's output (core/grammar.TokenMatcher is one): what a
+    `grammar` drafter reads. Kept a protocol so this package stays free of torch."""
+
+    def fork(self) -> Forcing:
+        """An independent copy of the state."""
+        ...
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        """Advance over tokens the output committed."""
+        ...
+
+    def forced_after(self, path: Sequence[int]) -> tuple[int, ...]:
+        """The tokens the grammar forces after the committed ones plus `path`."""
+        ...
+
+
+@dataclass(frozen=True)
+class OutputGrammar:
+    """The grammar a request's output follows, standing after the sequence's first `at`
+    tokens (the prompt and whatever output it already consumed)."""
+
+    matcher: Forcing
+    at: int
+
+
 # The deepest tree a model-free drafter may draft (a chain of 16 costs about what the CPU's
 # 12-node EAGLE tree costs to verify; deeper ones rarely pay anywhere).
 MAX_DEPTH = 16
@@ -76,8 +102,9 @@ class ModelFreeDrafter(ABC):
             raise ValueError("total_tokens must be >= 1")
 
     @abstractmethod
-    def start(self, tokens: Sequence[int]) -> Lookup:
-        """A request's lookup state, already indexing `tokens` (its prompt)."""
+    def start(self, tokens: Sequence[int], grammar: OutputGrammar | None = None) -> Lookup:
+        """A request's lookup state, already indexing `tokens` (its prompt). `grammar`: the
+        grammar its output follows, for a kind that drafts from it (others ignore it)."""
 
     def observe(self, tokens: Sequence[int], prompt_len: int) -> None:
         """A request finished with these tokens (prompt first): cross-request caches learn

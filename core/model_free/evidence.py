@@ -20,7 +20,7 @@ from torch import Tensor
 
 from core.counterfactual import Evidence, evidence_greedy, evidence_sampling
 from core.feedback import RankTree
-from core.model_free.base import Guess, Lookup, ModelFreeDrafter
+from core.model_free.base import Guess, Lookup, ModelFreeDrafter, OutputGrammar
 from core.tree import DraftTree, build_tree, select_candidates
 
 # Target-vocabulary masks [len(paths), V] of what a grammar allows after each path of draft
@@ -54,11 +54,14 @@ class RequestLookups:
 
     @staticmethod
     def start(drafters: dict[int, ModelFreeDrafter], tokens: Sequence[int],
-              record_from: int, record: bool = True) -> RequestLookups:
+              record_from: int, record: bool = True,
+              grammar: OutputGrammar | None = None) -> RequestLookups:
         """Lookups over `tokens`, with the guesses at positions record_from.. recorded (the
-        prompt windows' positions, core/prompt_feedback.py) when `record`."""
+        prompt windows' positions, core/prompt_feedback.py) when `record`; `grammar`: the one
+        the request's output follows, if any."""
         cut = max(1, min(record_from + 1, len(tokens)))
-        out = RequestLookups(drafters, {i: d.start(tokens[:cut]) for i, d in drafters.items()},
+        out = RequestLookups(drafters, {i: d.start(tokens[:cut], grammar)
+                                        for i, d in drafters.items()},
                              cut, cut - 1, {i: [] for i in drafters}, record,
                              {i: [] for i, d in drafters.items() if d.top_k > 1})
         out.sync(tokens)

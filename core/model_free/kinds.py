@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from core.model_free.base import ModelFreeDrafter
+from core.model_free.forced import GRAMMAR_DEFAULTS, GrammarDrafter
 from core.model_free.ngram import NGRAM_DEFAULTS, NgramDrafter
 from core.model_free.suffix import SUFFIX_DEFAULTS, SuffixDrafter
 
@@ -12,6 +13,7 @@ from core.model_free.suffix import SUFFIX_DEFAULTS, SuffixDrafter
 KINDS: dict[str, tuple[dict[str, int], Callable[..., ModelFreeDrafter]]] = {
     "ngram": (NGRAM_DEFAULTS, NgramDrafter),
     "suffix": (SUFFIX_DEFAULTS, SuffixDrafter),
+    "grammar": (GRAMMAR_DEFAULTS, GrammarDrafter),
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.model_free.base import Guess, Lookup, ModelFreeDrafter
+from core.model_free.base import Guess, Lookup, ModelFreeDrafter, OutputGrammar
 
 NGRAM_DEFAULTS = {"min_n": 1, "max_n": 3, "max_depth": 8}
 
@@ -28,7 +28,7 @@ class NgramDrafter(ModelFreeDrafter):
             raise ValueError("ngram max_n must be <= 16")
         self.min_n, self.max_n = min_n, max_n
 
-    def start(self, tokens: Sequence[int]) -> NgramLookup:
+    def start(self, tokens: Sequence[int], grammar: OutputGrammar | None = None) -> NgramLookup:
         lookup = NgramLookup(self.min_n, self.max_n)
         lookup.extend(tokens)
         return lookup

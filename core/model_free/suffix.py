@@ -30,7 +30,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 
-from core.model_free.base import Guess, Lookup, ModelFreeDrafter
+from core.model_free.base import Guess, Lookup, ModelFreeDrafter, OutputGrammar
 
 # Chosen on replays of the demo target's greedy rollouts (200 per domain, chains of 8): max_n
 # 3 to 8 agree within 0.02 MAT except on sql, where 6 is best (2.86, 2.79 at 8); own_weight 8
@@ -81,7 +81,7 @@ class SuffixDrafter(ModelFreeDrafter):
         # the cached responses, oldest first: (tokens, index of the first output token)
         self._cached: deque[tuple[list[int], int]] = deque()
 
-    def start(self, tokens: Sequence[int]) -> SuffixLookup:
+    def start(self, tokens: Sequence[int], grammar: OutputGrammar | None = None) -> SuffixLookup:
         lookup = SuffixLookup(self)
         lookup.extend(tokens)
         return lookup

@@ -1,11 +1,12 @@
 """The `hedgespec` command table: built-in sub-commands, plugins, the parser and `main`.
 
 Each sub-command module has `register(subparsers) -> None`, which adds its parser and sets
-`handler=<function(args) -> int>`. The gateway's own commands (serve, demo, drafter) are
-imported here by name. Commands of other packages plug in through the `hedgespec.commands`
-entry-point group: this repository's `pyproject.toml` declares
-`bench = "bench.cli:register"`, so `hedgespec bench` exists wherever the project is installed
-while `gateway` never imports `bench` (bench depends on the gateway, not the reverse).
+`handler=<function(args) -> int>`. The gateway's own commands (serve, drafter) are imported
+here by name. Commands of other packages plug in through the `hedgespec.commands` entry-point
+group: this repository's `pyproject.toml` declares `bench = "bench.cli:register"` and
+`demo = "demo.cli:register"`, so `hedgespec bench` and `hedgespec demo` exist wherever the
+project is installed while `gateway` never imports `bench` or `demo` (both depend on the
+product, not the reverse).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from gateway.cli import demo, drafter, serve
+from gateway.cli import drafter, serve
 
 PLUGIN_GROUP = "hedgespec.commands"
 Register = Callable[[Any], None]
-COMMANDS: tuple[Register, ...] = (serve.register, demo.register, drafter.register)
+COMMANDS: tuple[Register, ...] = (serve.register, drafter.register)
 
 
 def plugin_commands() -> list[Register]:

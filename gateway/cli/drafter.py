@@ -34,7 +34,8 @@ def _register_inspect(drafter_sub: Any) -> None:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    from core.eagle3 import DrafterLoadError, inspect_drafter
+    from core.drafter_check import inspect_drafter
+    from core.eagle3 import DrafterLoadError
 
     try:
         report = inspect_drafter(args.drafter_dir, args.target, args.subfolder)

@@ -54,7 +54,7 @@ def register(drafter_sub: Any) -> None:
     )
     add.add_argument("--kind", default="eagle3",
                      help="eagle3 (default: needs --repo-id or --path) or a model-free kind "
-                          "(ngram, suffix), which takes --param instead")
+                          "(ngram, suffix, grammar), which takes --param instead")
     add.add_argument("--param", action="append", default=[], metavar="NAME=INT",
                      help="with a model-free --kind: one parameter, e.g. max_n=4 (repeatable; "
                           "the others keep their defaults)")

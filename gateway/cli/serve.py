@@ -30,6 +30,7 @@ SERVE_FLAGS: dict[str, str] = {
     "eval_every": "eval_every",
     "prompt_windows": "prompt_windows",
     "loss": "loss",
+    "hybrid": "hybrid",
     "verify_logits": "verify_logits",
     "speculation": "speculation",
     "generation_config": "generation_config",
@@ -81,6 +82,9 @@ def register(sub: Any) -> None:
                    help="what the learner minimises: length (default) or prob (the paper's "
                         "acceptance losses), or time (measured time per token, plain decoding "
                         "one of its arms)")
+    p.add_argument("--hybrid", metavar="ID",
+                   help="graft this model-free member's tree (e.g. lookup) at the root of every "
+                        "EAGLE-3 tree the learner chooses (default: off)")
     p.add_argument("--verify-logits", choices=("auto", "visited", "all"),
                    help="LM-head rows of a verified tree: auto (default; a CPU measures both "
                         "and keeps the faster), visited or all")
@@ -187,16 +191,16 @@ def _missing_model(settings: Any) -> str | None:
 
 
 def _provision_target(settings: Any) -> str | None:
-    """Convert a pool's provisioned target (the demo's SmolLM2) before the server starts, with
-    a progress bar: the first start takes ~30 s and 540 MB in the target cache."""
+    """Check the pool file and convert its provisioned target (the demo's SmolLM2) before the
+    server starts, with a progress bar: the first start takes ~30 s and 540 MB in the target
+    cache. A bad pool file stops the command here, with the file and field named."""
     if settings.target is not None or settings.pool is None:
         return None
-    from demo.pool_target import PoolTargetError, is_provisioned_target, target_dir
-    from demo.smollm2 import ProvisionError
+    from core.pool_file import PoolFileError, load_pool_file
+    from core.provision import ProvisionError
 
     try:
-        if is_provisioned_target(settings.pool):
-            target_dir(settings.pool, provision=True)
-    except (PoolTargetError, ProvisionError, ValueError) as exc:
+        load_pool_file(settings.pool).target.directory(provision=True)
+    except (PoolFileError, ProvisionError) as exc:
         return str(exc)
     return None

@@ -1,2 +1,2 @@
-"""The HTTP edge: thin routes, middleware, auth, rate limit, error responses, metrics and the
-FastAPI dependencies the routes read."""
+"""The HTTP edge, the gateway's top layer below the entry points: thin routes (the admin page's
+included), middleware, auth, rate limit and the FastAPI dependencies the routes read."""

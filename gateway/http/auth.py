@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from gateway.errors import APIError, admin_disabled
 from gateway.http.deps import AdminKeysDep, ApiKeysDep
-from gateway.http.errors import APIError, admin_disabled
 from gateway.http.keys import digest
 
 

@@ -14,10 +14,10 @@ from fastapi import Depends, Request
 
 from drafter_registry.request_log import RequestLogWriter
 from gateway.config import Settings
-from gateway.http.errors import admin_disabled, registry_unavailable
+from gateway.errors import admin_disabled, registry_unavailable
 from gateway.http.keys import KeySet
-from gateway.http.metrics import GatewayMetrics
 from gateway.live.aggregator import LiveAggregator
+from gateway.metrics import GatewayMetrics
 from gateway.openai.serving_chat import OpenAIServingChat
 from gateway.openai.serving_completion import OpenAIServingCompletion
 from gateway.openai.serving_models import OpenAIServingModels

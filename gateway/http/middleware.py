@@ -16,7 +16,7 @@ import time
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.http.errors import body_too_large_message, request_too_large, send_error
+from gateway.errors import body_too_large_message, request_too_large, send_error
 
 
 class ArrivalClock:

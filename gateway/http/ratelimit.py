@@ -7,7 +7,7 @@ Settings: `rate_limit_rps` (sustained requests per second; None turns the limite
     429 {"error": {"message": ..., "type": "rate_limit_error", "param": null,
                    "code": "rate_limit_exceeded"}}   with   Retry-After: <seconds>
 
-which is the shape of the queue-full 429 (`gateway.http.errors.overloaded`, code `overloaded`), so
+which is the shape of the queue-full 429 (`gateway.errors.overloaded`, code `overloaded`), so
 clients and the OpenAI SDKs back off the same way; the code tells the two apart: a rate limit
 is this client's fault, `overloaded` is the server's.
 
@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.http.errors import rate_limited, send_error
+from gateway.errors import rate_limited, send_error
 from gateway.http.keys import KeySet
-from gateway.http.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics
 
 LIMITED_PREFIX = "/v1/"
 MAX_CLIENTS = 10_000

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from core.config import GrammarSpec, Penalties
 from core.grammar import grammar_text
-from gateway.http.errors import invalid_request
+from gateway.errors import invalid_request
 from gateway.openai.tools.spec import (
     Tool,
     ToolChoice,

@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from core.config import GrammarSpec
-from gateway.http.errors import invalid_request
+from gateway.errors import invalid_request
 from gateway.openai.protocol import ChatMessage, SamplingFields, response_format_grammar
 from gateway.openai.tools.spec import (
     Tool,

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from drafter_registry import responses as store
 from drafter_registry.db import make_session_factory
 from drafter_registry.models import utcnow
-from gateway.http.errors import APIError, registry_unavailable
+from gateway.errors import APIError, registry_unavailable
 from gateway.pool.database import RegistryLink
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from core.config import GrammarSpec, Penalties, SamplingParams
 from core.grammar import grammar_text
-from gateway.http.errors import APIError, invalid_request, model_not_found
-from gateway.http.metrics import GatewayMetrics
+from gateway.errors import APIError, invalid_request, model_not_found
+from gateway.metrics import GatewayMetrics
 from gateway.openai.framing import DONE_FRAME, spec_metrics, sse_frame
 from gateway.openai.jobs import Choice, Delta, Job
 from gateway.openai.protocol import SamplingFields

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config import Settings
-from gateway.http.errors import model_not_found
+from gateway.errors import model_not_found
 from gateway.openai.tools import formats
 from gateway.runner import EngineInfo, EngineRunner
 

@@ -45,8 +45,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.http.errors import APIError, invalid_request
-from gateway.http.metrics import GatewayMetrics
+from gateway.errors import APIError, invalid_request
+from gateway.metrics import GatewayMetrics
 from gateway.openai.framing import sse_frame
 from gateway.openai.jobs import Choice, Delta, Job
 from gateway.openai.protocol_responses import (

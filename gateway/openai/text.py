@@ -17,7 +17,7 @@ import re
 from functools import lru_cache
 from typing import Any, Protocol
 
-from gateway.http.errors import invalid_request
+from gateway.errors import invalid_request
 
 log = logging.getLogger(__name__)
 

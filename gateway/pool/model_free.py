@@ -1,4 +1,5 @@
-"""Model-free drafters (no weights: `ngram`, `suffix`) between the registry and the engine.
+"""Model-free drafters (no weights: `ngram`, `suffix`, `grammar`) between the registry and the
+engine.
 
 The registry stores a model-free drafter's kind and parameters without knowing what they mean
 (it cannot import the engine); this module is where they are checked against the engine's kinds

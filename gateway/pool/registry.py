@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import os
 import socket
@@ -57,6 +56,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from core.pool_file import PoolFile, PoolFileError, load_pool_file
 from drafter_registry import crud
 from drafter_registry.db import make_session_factory
 from drafter_registry.errors import DrafterConflict, RegistryError, StatusConflict
@@ -121,49 +121,33 @@ def served_target_dir(settings: Settings) -> Path | None:
         except HubError as exc:  # the hub is down: serve on, refuse to validate drafters
             log.error("cannot fetch the target's config: %s", exc)
             return None
-    if _read_pool(settings) is None:
+    pool = _served_pool(settings)
+    if pool is None:
         return None
-    from demo.pool_target import PoolTargetError, target_dir
-
-    try:  # a provisioned target was converted before the engine started (gateway.cli.serve.serve)
-        return target_dir(Path(str(settings.pool)), provision=False)
-    except PoolTargetError:
-        return None
+    # A provisioned target was converted before the engine started (gateway.cli.serve.serve).
+    return pool.target.directory(provision=False).resolve()
 
 
 def served_drafters(settings: Settings) -> list[ServedDrafter]:
     """The drafters the engine loads at start, with absolute paths (as `SpecEngine` joins them)."""
     if settings.target is not None:
         return [ServedDrafter(i, p.expanduser().resolve(), i) for i, p in settings.drafter_dirs()]
-    spec = _read_pool(settings)
-    if spec is None:
+    pool = _served_pool(settings)
+    if pool is None:
         return []
-    base = Path(str(settings.pool)).parent
-    out = []
-    for entry in spec.get("drafters", []):
-        if not isinstance(entry, dict) or "id" not in entry:
-            continue
-        name = str(entry.get("name") or entry["id"])
-        domain = str(entry["domain"]) if entry.get("domain") else None
-        kind = str(entry.get("kind") or EAGLE3)
-        if kind != EAGLE3:
-            params = entry.get("params")
-            out.append(ServedDrafter(str(entry["id"]), None, name, domain, kind,
-                                     dict(params) if isinstance(params, dict) else None))
-        elif "path" in entry:
-            out.append(ServedDrafter(str(entry["id"]), (base / str(entry["path"])).resolve(), name,
-                                     domain))
-    return out
+    return [ServedDrafter(d.id, d.path.resolve() if d.path is not None else None,
+                          d.name or d.id, d.domain or None, d.kind,
+                          dict(d.params) if d.params is not None else None)
+            for d in pool.drafters]
 
 
-def _read_pool(settings: Settings) -> dict[str, Any] | None:
+def _served_pool(settings: Settings) -> PoolFile | None:
     if settings.pool is None:
         return None
     try:
-        spec = json.loads(Path(settings.pool).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # the engine reports the unreadable pool file; nothing to import
-    return spec if isinstance(spec, dict) else None
+        return load_pool_file(settings.pool)
+    except PoolFileError:
+        return None  # the engine reports the bad pool file; nothing to import
 
 
 def import_served_pool(
@@ -293,7 +277,7 @@ class RegistryService:
             return
         self.session_factory = make_session_factory(self.link.engine)
         if self.settings.admin_key is not None:
-            # Like the live page (gateway.live.routes): without an admin key nobody may
+            # Like the live page (gateway.http.routes.admin_live): without an admin key nobody may
             # read request data, so none is collected, and without an event-bus subscriber the
             # engine worker does not even build per-round events.
             self.request_log = RequestLogWriter(

@@ -20,7 +20,8 @@ from fastapi.testclient import TestClient
 from bench.harness.server import ServerProcess
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.live import routes as admin_live
+from gateway.http.routes import admin_live
+from gateway.http.routes.admin_live import dumps
 from gateway.live.aggregator import (
     BUCKET_S,
     HISTORY_SIZE,
@@ -29,7 +30,6 @@ from gateway.live.aggregator import (
     LiveAggregator,
     Load,
 )
-from gateway.live.routes import dumps
 from gateway.live.traces import MAX_ROUNDS
 from tests.admin_ui.conftest import (
     ADMIN_KEY,

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from bench.harness.tiny_pool import DRAFTER_IDS
-from bench.model_free_bench import COPY_HEAVY, EAGLE_ONLY, WHOLE_POOL, WORKLOADS, main
+from bench.model_free_bench import COPY_HEAVY, EAGLE_ONLY, HYBRID, WHOLE_POOL, WORKLOADS, main
 from tests.bench.test_hedgespec_bench import pool_with_prompts
 
 ROWS = ("plain", *(f"fixed:{d}" for d in DRAFTER_IDS), "fixed:ngram", "fixed:suffix", "router",
-        EAGLE_ONLY, WHOLE_POOL, "oracle")
+        EAGLE_ONLY, WHOLE_POOL, HYBRID, "oracle")
 
 
 def tiny_copy_heavy(path: Path) -> Path:

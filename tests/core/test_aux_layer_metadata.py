@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from bench.harness.tiny_models import random_drafter, tiny_target
-from core.drafter_check import compatibility_problems
-from core.eagle3 import DrafterLoadError, Eagle3Config, read_config, save_drafter
+from core.eagle3 import read_config, save_drafter
+from core.eagle3_format.config import Eagle3Config
+from core.eagle3_format.errors import DrafterConfigError
+from core.eagle3_format.target_fit import compatibility_problems
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 
@@ -83,7 +85,7 @@ def test_every_form_the_engines_accept_is_read(raw: dict[str, Any]) -> None:
     (_cfg(**{IDS: [-1, 2, 3]}), "below the embedding"),
 ])
 def test_ambiguous_or_malformed_layer_ids_are_refused(raw: dict[str, Any], needle: str) -> None:
-    with pytest.raises(DrafterLoadError, match=needle):
+    with pytest.raises(DrafterConfigError, match=needle):
         Eagle3Config.from_dict(raw)
 
 

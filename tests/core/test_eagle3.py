@@ -181,9 +181,10 @@ def test_inspect_reports_a_compatible_drafter(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("mutate", "needle"), [
-    (lambda sd: sd.pop("fc.weight"), "missing keys ['fc.weight']"),
-    (lambda sd: sd.update(extra=torch.zeros(1)), "unexpected keys ['extra']"),
-    (lambda sd: sd.update({"lm_head.weight": torch.zeros(VD + 1, H)}), "lm_head.weight has shape"),
+    (lambda sd: sd.pop("fc.weight"), "missing tensors ['fc.weight']"),
+    (lambda sd: sd.update(extra=torch.zeros(1)), "unexpected tensors ['extra']"),
+    (lambda sd: sd.update({"lm_head.weight": torch.zeros(VD + 1, H)}),
+     f"lm_head.weight is [{VD + 1}, {H}], config implies [{VD}, {H}]"),
     (lambda sd: sd.update(d2t=torch.full((VD,), 10_000)), "d2t maps draft ids outside"),
 ])
 def test_broken_checkpoints_name_the_problem(tmp_path: Path, mutate, needle: str) -> None:  # type: ignore[no-untyped-def]

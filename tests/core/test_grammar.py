@@ -153,11 +153,13 @@ REGEX = GrammarSpec("regex", "[ab][bc][a-d]+")
 SAMPLE_CHARS = "abcd"
 
 
-def exact_constrained_law(target: torch.nn.Module, prompt: list[int], temp: float) -> dict:
-    """Law of the first three tokens of the masked target: [ab], then [bc], then [a-d]."""
+def exact_constrained_law(target: torch.nn.Module, prompt: list[int], temp: float,
+                          allowed: Sequence[torch.Tensor] | None = None) -> dict:
+    """Law of the first three tokens of the masked target (`allowed`: each step's mask; by
+    default REGEX's: [ab], then [bc], then [a-d])."""
     v = target.config.vocab_size
-    allowed = [torch.tensor([0, 1, 1, 0, 0]), torch.tensor([0, 0, 1, 1, 0]),
-               torch.tensor([0, 1, 1, 1, 1])]
+    allowed = allowed or [torch.tensor([0, 1, 1, 0, 0]), torch.tensor([0, 0, 1, 1, 0]),
+                          torch.tensor([0, 1, 1, 1, 1])]
 
     def probs(context: list[list[int]], step: int) -> torch.Tensor:
         with torch.no_grad():
@@ -223,3 +225,30 @@ def test_a_schema_the_grammar_engine_rejects_is_a_clear_value_error() -> None:
     with pytest.raises(ValueError, match="unsupported"):
         grammar_text(GrammarSpec("json_schema", json.dumps(
             {"type": "object", "properties": {"a": {"$ref": "#/nope"}}})))
+
+
+def test_the_evaluation_scores_the_candidates_the_masked_tree_drafts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a grammar a drafter's tree holds the best tokens the grammar allows, so its
+    evaluation must judge those: in every greedy round, the drafter's first-level verdict
+    (γ_1 = 1: the target's token is among its candidates at the root) is whether the round
+    accepted a draft token. Scoring its unmasked top-k instead (issue 40, defect F) calls a
+    forced token the masked tree drafted and the target took a miss."""
+    from dataclasses import replace
+
+    from tests.core.test_model_free_engine import windows_of
+
+    tok = char_tokenizer()
+    _, engine = engine_with_tokenizer(tok, policy="fixed:d0")
+    engine.config = replace(engine.config, evaluate_all=True)
+    index = engine.snapshot.index("d0")
+    checked = forced = 0
+    for prompt in (tok.encode("Give JSON"), tok.encode("x"), tok.encode("name: 7")):
+        params = SamplingParams(max_new_tokens=80, grammar=JSON_SPEC)
+        for w in windows_of(engine, prompt, params, "fixed:d0", monkeypatch):
+            if w.is_round and not w.censored and w.chosen == index:
+                assert (w.gammas[index, 0] == 1.0) == (w.realised >= 2), w.start
+                checked += 1
+                forced += w.realised >= 2
+    assert checked >= 20 and forced >= 5, (checked, forced)

@@ -107,12 +107,15 @@ def test_a_sessions_next_request_starts_from_where_the_last_ended(setup) -> None
     assert second.warm_start_requests == 1
     first_round = next(r.round for r in rounds if r.round is not None)
     assert first_round.weights == pytest.approx(first.weights)  # no uniform restart
-    # the warm learner already leads with the copying drafter (a cold one would be uniform)
-    assert max(first_round.weights, key=first_round.weights.get) == "copy"  # type: ignore[arg-type]
+    # The learner that drafts is the warm one, not only the one reported: its weight sits on the
+    # copying drafter, so that drafter is played from the first round.
+    assert first_round.drafter == "copy"
     ids = [t for r in rounds for t in r.token_ids]
     assert ids == hf_greedy(target, [3, 4], 60)  # the warm learner changes speed, not output
-    _, cold = engine.generate_ids([3, 4], params, "normalhedge")
-    assert cold.warm_start_requests == 0
+    cold = list(engine.generate([3, 4], params, "normalhedge"))
+    assert cold[-1].stats.warm_start_requests == 0
+    cold_start = next(r.round for r in cold if r.round is not None).weights
+    assert cold_start == pytest.approx(dict.fromkeys(cold_start, 1 / len(cold_start)))  # uniform
     _, other = engine.generate_ids([3, 4], params, "normalhedge", session="user-2")
     assert other.warm_start_requests == 0
     _, third = engine.generate_ids([5], params, "auto", session="user-1")  # auto = normalhedge

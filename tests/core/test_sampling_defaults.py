@@ -45,5 +45,5 @@ def test_the_engine_takes_the_targets_defaults_under_the_pool_files(tmp_path: Pa
     engine = SpecEngine.from_pool_file(pool_json, EngineConfig())
     assert engine.sampling_defaults == {"temperature": 0.6, "top_p": 0.95, "top_k": 20.0}
     pool_json.write_text(json.dumps({**spec, "generation_config": {"top_p": 2}}))
-    with pytest.raises(ValueError, match="pool file generation_config: top_p"):
+    with pytest.raises(ValueError, match="generation_config: top_p"):
         SpecEngine.from_pool_file(pool_json, EngineConfig())

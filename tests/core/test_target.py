@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from bench.harness.tiny_models import tiny_target
-from core.drafter_check import default_aux_layers
-from core.target import Target, additive_mask, compact_cache
+from core.target import Target, additive_mask, compact_cache, served_aux_layers
 from core.tree import tree_from_parents
 
 
@@ -30,11 +29,11 @@ def test_features_are_inputs_of_the_aux_layers(family: str) -> None:
     assert not torch.allclose(out.features, wrong)
 
 
-def test_default_aux_layers_are_distinct() -> None:
-    assert default_aux_layers(32) == (2, 16, 29)
-    assert default_aux_layers(36) == (2, 18, 33)
+def test_served_aux_layers_are_eagle3_s_and_distinct() -> None:
+    assert served_aux_layers(32) == (2, 16, 29)
+    assert served_aux_layers(36) == (2, 18, 33)
     for layers in range(4, 40):
-        low, mid, high = default_aux_layers(layers)
+        low, mid, high = served_aux_layers(layers)
         assert 0 <= low < mid < high < layers
 
 

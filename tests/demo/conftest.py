@@ -1,5 +1,6 @@
-"""The real demo target, converted once per machine from its wheel (demo/smollm2.py), and a
-quick-built pool on it (shared by the pipeline and report-update tests)."""
+"""The real demo target, converted once per machine from its wheel
+(core/provision/smollm2.py), and a quick-built pool on it (shared by the pipeline and
+report-update tests)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
-    from demo.smollm2 import provision
+    from core.provision import smollm2
 
-    return provision(progress=False)
+    return smollm2.provision(progress=False)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from core.eagle3 import inspect_drafter
+from core.drafter_check import inspect_drafter
 from core.router import PromptRouter
 from demo import pipeline
 from demo.build_config import QUICK, with_overrides

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from core.eagle3 import inspect_drafter, load_drafter
-from demo import smollm2
+from core.drafter_check import inspect_drafter
+from core.eagle3 import load_drafter
+from core.pool_file import ProvisionedTarget, load_pool_file
+from core.provision import smollm2
 from demo.domains import DOMAINS, POOL_DIR
-from demo.pool_files import MODEL_FREE_MEMBERS
+from demo.pool_files import MODEL_FREE_MEMBERS, MODEL_NAME, RECOMMENDED_SAMPLING
 from demo.records import read_jsonl
 from demo.report import Cell, ReportSpec, measure_table
 
@@ -36,14 +38,14 @@ def eagle(pool: dict) -> list[dict]:
 
 
 def test_pool_json_lists_the_generalist_and_seven_specialists(pool: dict) -> None:
-    assert pool["target"] == {"provision": "smollm2-135m-instruct"}
+    loaded = load_pool_file(POOL_JSON)  # the product's loader, as `hedgespec serve` reads it
+    assert loaded.target == ProvisionedTarget(smollm2.NAME) and loaded.model_name == MODEL_NAME
     # the model card's sampling, for requests that leave it out (what the build writes)
-    assert pool["generation_config"] == smollm2.RECOMMENDED_SAMPLING == {
-        "temperature": 0.2, "top_p": 0.9}
+    assert loaded.generation_config == RECOMMENDED_SAMPLING == {"temperature": 0.2, "top_p": 0.9}
+    assert loaded.router == POOL_DIR / "router.npz"
     assert not (POOL_DIR / "target").exists()  # no target weights in the repository
-    ids = [d["id"] for d in pool["drafters"]]
-    assert ids == ["generalist", *DOMAINS, "lookup", "suffix"]
-    assert pool["drafters"][-2:] == [dict(m) for m in MODEL_FREE_MEMBERS]
+    assert [d.id for d in loaded.drafters] == ["generalist", *DOMAINS, "lookup", "suffix"]
+    assert loaded.drafters[-2:] == MODEL_FREE_MEMBERS
     for entry in eagle(pool):
         assert entry["domain"] == ("all" if entry["id"] == "generalist" else entry["id"])
         assert (POOL_DIR / entry["path"] / "config.json").is_file()

@@ -286,7 +286,7 @@ def test_build_context_leaves_out_secrets_and_local_state() -> None:
         "migrations/versions/0001_initial.py",
         "deploy/entrypoint.sh",
         "deploy/healthcheck.py",
-        "pools/demo.json",
+        "pools/llama31_8b_hedgespec.json",
         "demo/pipeline.py",
         "admin_ui/index.html",
     ):

@@ -6,8 +6,8 @@ from fastapi import Depends, FastAPI
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from gateway.errors import install_error_handlers
 from gateway.http.auth import require_admin_key, require_api_key
-from gateway.http.errors import install_error_handlers
 from gateway.http.keys import KeySet
 
 

@@ -141,6 +141,16 @@ def test_the_loss_default_the_flag_and_the_environment(monkeypatch: pytest.Monke
         Settings(loss="seconds")  # type: ignore[arg-type]
 
 
+def test_hybrid_trees_are_off_unless_a_member_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().engine_config().hybrid is None
+    args = build_parser().parse_args(["serve", "--hybrid", "lookup"])
+    assert serve_settings(args).engine_config().hybrid == "lookup"
+    monkeypatch.setenv("HEDGESPEC_HYBRID", "suffix")
+    assert Settings().engine_config().hybrid == "suffix"
+    with pytest.raises(ValidationError):
+        Settings(hybrid="")
+
+
 @pytest.mark.parametrize(("field", "flag_value", "env_value"), [
     ("verify_logits", "all", "visited"),
     ("speculation", "always", "always"),

@@ -1,4 +1,4 @@
-"""gateway/http/metrics.py: what one round and one finished request add to the exported series."""
+"""gateway/metrics.py: what one round and one finished request add to the exported series."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from core.stats import RequestStats, RoundStats, StatsSnapshot
-from gateway.http.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics
 
 
 def round_stats(drafter: str | None, drafted: int, accepted: int) -> RoundStats:

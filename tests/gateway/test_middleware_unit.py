@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.http.errors import request_too_large, to_response
+from gateway.errors import request_too_large, to_response
 from gateway.http.middleware import ArrivalClock, BodySizeLimit, BodyTooLarge
 
 LIMIT = 10

@@ -8,7 +8,7 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from gateway.http.errors import APIError, loc_to_param, validation_error
+from gateway.errors import APIError, loc_to_param, validation_error
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 MSG = [{"role": "user", "content": "hi"}]

@@ -9,7 +9,7 @@ import pytest
 
 from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
 from core.config import SamplingParams, TreeConfig
-from gateway.http.errors import APIError
+from gateway.errors import APIError
 from gateway.runner import EngineRunner, RequestSpec, Update
 
 pytestmark = pytest.mark.timeout(60)

@@ -20,9 +20,9 @@ from core.engine import ContextLengthError, PolicyError, RoundOutput
 from core.head_rows import HeadRows
 from core.spec_gate import SpecGate
 from core.stats import RequestStats, RoundStats, StatsSnapshot
-from gateway.http.errors import APIError
-from gateway.http.metrics import GatewayMetrics
+from gateway.errors import APIError
 from gateway.live.events import EventBus
+from gateway.metrics import GatewayMetrics
 from gateway.runner import EngineRunner, RequestSpec, Update
 
 pytestmark = pytest.mark.timeout(30)

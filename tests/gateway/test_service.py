@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerFast
 
 from bench.harness.tiny_pool import train_tokenizer
-from gateway.http.errors import APIError
+from gateway.errors import APIError
 from gateway.openai.text import (
     IncrementalDetokenizer,
     StopMatcher,

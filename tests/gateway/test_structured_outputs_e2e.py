@@ -6,6 +6,8 @@ OpenAI-shaped 400s. Losslessness itself is pinned in tests/core/test_grammar.py.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -127,3 +129,38 @@ def test_bad_response_formats_are_400s(client: OpenAI, response_format: dict[str
         client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8,  # type: ignore[arg-type]
                                        response_format=response_format)
     assert message in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def forced_server(pool_file: Path, tmp_path_factory: pytest.TempPathFactory,
+                  ) -> Iterator[ServerProcess]:
+    """The tiny pool served with a `grammar` member (grammar fast-forward) beside its EAGLE-3
+    drafters, from a pool file of its own."""
+    pool = json.loads(pool_file.read_text())
+    pool["target"] = str(pool_file.parent / pool["target"])
+    for entry in pool["drafters"]:
+        entry["path"] = str(pool_file.parent / entry["path"])
+    pool["drafters"].append({"id": "forced", "kind": "grammar"})
+    path = tmp_path_factory.mktemp("forced-pool") / "pool.json"
+    path.write_text(json.dumps(pool))
+    server = ServerProcess.start(path, tmp_path_factory.mktemp("forced-server"),
+                                 "--api-key", API_KEY)
+    yield server
+    server.stop()
+
+
+def test_a_grammar_member_drafts_the_text_the_schema_forces(forced_server: ServerProcess) -> None:
+    """Its rounds show in metrics.speculative_decoding, commit more than one token each on
+    average (a key and its quotes), and leave the greedy output the plain one."""
+    client = OpenAI(base_url=f"{forced_server.base_url}/v1", api_key=API_KEY, max_retries=0)
+    plain, _ = greedy_json(client, "none", response_format=schema_format())
+    resp = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=150, temperature=0,
+        response_format=schema_format(), extra_body={"hedgespec": {"policy": "fixed:forced"}},
+    )  # fmt: skip
+    assert resp.choices[0].message.content == plain
+    spec = resp.model_extra["metrics"]["speculative_decoding"]  # type: ignore[index]
+    assert spec["drafter_choices"].count("forced") >= 3, spec["drafter_choices"]
+    assert spec["num_accepted_draft_tokens"] > spec["drafter_choices"].count("forced"), spec
+    models = client.models.list().data[0].model_extra or {}
+    assert "'forced': 'grammar'" in str(models), models

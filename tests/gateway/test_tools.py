@@ -92,7 +92,7 @@ def test_bad_tool_fields(fields: dict[str, Any], message: str) -> None:
 
 
 def test_cross_field_rules_name_their_param() -> None:
-    from gateway.http.errors import APIError
+    from gateway.errors import APIError
 
     for fields, param in [
         ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),

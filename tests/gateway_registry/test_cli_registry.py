@@ -14,8 +14,6 @@ from drafter_registry import crud
 from drafter_registry.db import make_engine, make_session_factory
 from gateway.cli import main as hedgespec
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = hedgespec(list(argv))
@@ -147,10 +145,14 @@ def test_import_a_seed_pool_is_idempotent(database_url: str, capsys: pytest.Capt
     assert row.subfolder and row.target_model == "meta-llama/Llama-3.1-8B-Instruct"
     code, out, _ = run(capsys, "drafter", "import", "--database-url", database_url, str(pool))
     assert code == 0 and {r["action"] for r in json.loads(out)["results"]} == {"unchanged"}
-    # The demo pool uses the same ids as local drafters: registered from the Hub above, they
+    # A seed pool of local drafters under the same ids: registered from the Hub above, they
     # are reported as conflicts and never overridden.
+    same_ids = tmp_path / "same-ids.json"
+    same_ids.write_text(json.dumps({"target": "t", "drafters": [
+        {"id": r["id"], "name": f"Local {r['id']}", "source": "local",
+         "path": f"demo/pool/drafters/{r['id']}"} for r in first["results"]]}))
     code, out, _ = run(capsys, "drafter", "import", "--database-url", database_url,
-                       str(REPO_ROOT / "pools" / "demo.json"))
+                       str(same_ids))
     assert code == 0 and {r["action"] for r in json.loads(out)["results"]} == {"conflict"}
     assert drafter(database_url, "python").source == "hf"
     # Relative local paths resolve against --base-dir.

@@ -17,11 +17,21 @@ POOLS = Path(__file__).resolve().parents[2] / "pools"
 DOMAINS = ["generalist", "python", "math", "biology", "chemistry", "medical", "news", "sql"]
 
 
-def test_the_demo_pool_lists_the_local_demo_drafters() -> None:
-    pool = load_seed_pool(POOLS / "demo.json")
-    assert [d.id for d in pool.drafters] == DOMAINS
-    assert all(d.source == "local" and d.path == f"demo/pool/drafters/{d.id}"
-               for d in pool.drafters)
+@pytest.fixture
+def local_seed(tmp_path: Path) -> Path:
+    """A seed pool of local drafters (paths relative to the importer's `base_dir`)."""
+    path = tmp_path / "local-seed.json"
+    path.write_text(json.dumps({"target": "HuggingFaceTB/SmolLM2-135M-Instruct", "drafters": [
+        {"id": d, "name": f"Demo {d.capitalize()}", "domain": d, "source": "local",
+         "path": f"demo/pool/drafters/{d}"} for d in DOMAINS]}))
+    return path
+
+
+def test_the_shipped_seed_pools_are_the_papers() -> None:
+    """`pools/` holds seed pools only; the demo pool is a pool file (demo/pool/pool.json),
+    which the gateway imports into the registry as it serves it."""
+    assert sorted(p.name for p in POOLS.glob("*.json")) == [
+        "llama31_8b_hedgespec.json", "qwen3_32b_hedgespec.json", "qwen3_8b_hedgespec.json"]
 
 
 def test_the_llama_pool_discovers_the_published_drafters() -> None:
@@ -36,8 +46,8 @@ def test_the_llama_pool_discovers_the_published_drafters() -> None:
         "aladinggit/hedgespec_eagle_drafters", "lm318/model")
 
 
-def test_import_is_idempotent(session: Session, tmp_path: Path) -> None:
-    pool = load_seed_pool(POOLS / "demo.json")
+def test_import_is_idempotent(session: Session, tmp_path: Path, local_seed: Path) -> None:
+    pool = load_seed_pool(local_seed)
     results = import_seed_pool(session, pool, actor="cli", base_dir=tmp_path)
     assert [(r.drafter_id, r.action) for r in results] == [(i, "created") for i in DOMAINS]
     python = crud.get_drafter(session, drafter_id="python")
@@ -50,12 +60,13 @@ def test_import_is_idempotent(session: Session, tmp_path: Path) -> None:
     assert [e.action for e in crud.list_events(session, limit=2)] == ["pool.seed", "pool.seed"]
 
 
-def test_import_reports_conflicts_and_leaves_them_alone(session: Session, tmp_path: Path) -> None:
+def test_import_reports_conflicts_and_leaves_them_alone(session: Session, tmp_path: Path,
+                                                        local_seed: Path) -> None:
     crud.create_drafter(session, name="My python", drafter_id="python", source="hf",
                         repo_id="me/mine", actor="admin")
     crud.create_drafter(session, name="Demo Math", source="hf", repo_id="me/math", actor="admin")
     results = {r.drafter_id: r for r in import_seed_pool(
-        session, load_seed_pool(POOLS / "demo.json"), actor="cli", base_dir=tmp_path)}
+        session, load_seed_pool(local_seed), actor="cli", base_dir=tmp_path)}
     assert results["python"].action == "conflict" and "me/mine" in str(results["python"].detail)
     assert results["math"].action == "conflict"  # name taken by another id
     assert results["sql"].action == "created"
@@ -75,6 +86,9 @@ def test_import_reports_conflicts_and_leaves_them_alone(session: Session, tmp_pa
      "invalid subfolder"),
     ({"target": "t", "drafters": [{"discover": {"repo_id": "o/r", "subfolder": "x"}}]},
      "subfolder"),
+    # the demo pool's pool file, handed over as a seed pool: named as the other dialect
+    ({"target": {"provision": "smollm2-135m-instruct"}, "drafters": []}, "it is a pool file"),
+    ({"target": "target", "router": "router.npz", "drafters": []}, "it is a pool file"),
 ])
 def test_invalid_seed_files_name_the_problem(tmp_path: Path, content: object, message: str) -> None:
     path = tmp_path / "pool.json"

@@ -32,8 +32,8 @@ def drafter_dir(tmp_path: Path) -> Path:
 
 def test_a_well_formed_drafter_passes(drafter_dir: Path, tmp_path: Path) -> None:
     summary = check_checkpoint(drafter_dir)
-    assert (summary.weights_format, summary.hidden_size, summary.vocab_size,
-            summary.draft_vocab_size) == ("safetensors", 16, 64, 32)
+    assert (summary.weights_format, summary.config.hidden_size, summary.config.vocab_size,
+            summary.config.draft_vocab_size) == ("safetensors", 16, 64, 32)
     assert summary.tensors["fc.weight"] == (16, 48)
     check_against_target(summary, write_target_config(tmp_path / "target"))
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.http.errors import rate_limited, to_response
+from gateway.errors import rate_limited, to_response
 from gateway.http.keys import KeySet
 from gateway.http.ratelimit import RateLimit, TokenBucket, default_burst
 

@@ -73,9 +73,9 @@ from drafter_registry.schemas import (
     DrafterPublic,
     DrafterUpdate,
 )
+from gateway.errors import APIError
 from gateway.http.auth import require_admin_key
 from gateway.http.deps import RegistryServiceDep, RunnerDep
-from gateway.http.errors import APIError
 from gateway.pool.model_free import ModelFreeError, full_params
 from gateway.pool.registry import RegistryService
 from gateway.runner import EngineRunner

@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
+from gateway.errors import APIError, to_response
 from gateway.http.deps import MetricsDep, RegistryLinkDep, RunnerDep
-from gateway.http.errors import APIError, to_response
-from gateway.http.metrics import CONTENT_TYPE
+from gateway.metrics import CONTENT_TYPE
 
 router = APIRouter(tags=["health"])
 

@@ -17,6 +17,7 @@ from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
 from gateway.config import Settings
+from gateway.errors import invalid_request
 from gateway.http.auth import key_scope, require_api_key
 from gateway.http.deps import (
     ChatServingDep,
@@ -24,7 +25,6 @@ from gateway.http.deps import (
     ModelsServingDep,
     ResponsesServingDep,
 )
-from gateway.http.errors import invalid_request
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.openai.protocol_responses import ResponsesRequest
 from gateway.openai.response_store import response_not_found

