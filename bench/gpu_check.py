@@ -188,8 +188,7 @@ def batching_streams(shape: dict[str, int], device: torch.device, dtype: torch.d
 
     model, target, drafter = random_models(shape, device, dtype)
     cfg = EngineConfig(tree=TreeConfig(top_k=4, depth=4, total_tokens=20), device=str(device),
-                       selector=SelectorConfig(policy="normalhedge"), max_running=16,
-                       aux_layers=target.aux_layers)
+                       selector=SelectorConfig(policy="normalhedge"), max_running=16)
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(1, shape["vocab_size"], (prompt_len,), generator=gen).tolist()
                for _ in range(16)]

@@ -114,11 +114,11 @@ def _estimator_lines(r: dict[str, Any]) -> list[str]:
              "absolute error; slope of realised on ÂL, 1 = calibrated). Ranking: Spearman "
              "correlation between each drafter's mean ÂL in the run and its MAT when it runs alone "
              "on the same prompts. Saturated: share of windows at ÂL = K+1.", "",
-             "| variant | estimator | loss | feedback | MAT | x oracle | mean abs(ÂL - realised) | "
+             "| variant | estimator | loss | MAT | x oracle | mean abs(ÂL - realised) | "
              "slope | rank corr | saturated | windows |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, e in r["estimators"].items():
-        lines.append(f"| {name} | {e['estimator']} | {e['loss']} | {e['feedback']} | "
+        lines.append(f"| {name} | {e['estimator']} | {e['loss']} | "
                      f"{e['mat']:.2f} | {e['mat_vs_oracle']:.2f} | {e['mae']:.2f} | "
                      f"{e['slope']:.2f} | {e['rank_corr']:.2f} | {e['saturated_share']:.0%} | "
                      f"{e['windows']} |")

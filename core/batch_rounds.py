@@ -89,7 +89,7 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     measurement (core/arm_costs.py)."""
     work = [_Row(state, slot) for state, slot in rows]
     t0 = clock()
-    _each(work, lambda r: _select(r, cache, config, speculate, len(work)))
+    _each(work, lambda r: _select(r, cache, speculate, len(work)))
     if costs is not None:
         _check_step(_live(work), costs)
     drafting = _draft(_live(work), config, clock)
@@ -138,8 +138,7 @@ def _measure(costs: StepCosts, work: list[_Row], drafting: _Drafting,
             costs.record_drafted(r.state.snapshot.ids[r.chosen], tree.num_drafted)
 
 
-def _select(r: _Row, cache: SlotCache, config: EngineConfig, speculate: bool,
-            requests: int) -> None:
+def _select(r: _Row, cache: SlotCache, speculate: bool, requests: int) -> None:
     r.n = len(r.state.token_ids) - 1
     if cache.lengths[r.slot] != r.n:
         raise RuntimeError(f"slot {r.slot} holds {cache.lengths[r.slot]} entries, "
@@ -147,7 +146,7 @@ def _select(r: _Row, cache: SlotCache, config: EngineConfig, speculate: bool,
     r.weights = r.state.weights()
     r.state.step_requests = requests
     if speculate or _reproducible(r.state):
-        r.chosen = r.state.select(argmax=config.selector.select == "argmax")
+        r.chosen = r.state.select()
 
 
 def _check_step(rows: list[_Row], costs: StepCosts) -> None:

@@ -29,8 +29,6 @@ LossName = Literal["length", "prob", "time"]
 # Counterfactual candidate sets (core/counterfactual.py): the unpruned top_k ("topk", the
 # paper's estimator as usually read) or the children the drafter's own tree would keep.
 EstimatorName = Literal["topk", "tree"]
-# One feedback window per round start, or per verified token position (the paper's indexing).
-FeedbackName = Literal["round", "position"]
 
 
 @dataclass(frozen=True)
@@ -43,12 +41,14 @@ class TreeConfig:
     counts the levels after the first, and its `total_token` counts the root (`cnets.py` keeps
     `total_tokens - 1` drafted nodes). EAGLE-3's GPU defaults top_k 10, depth 7, total_token 60
     are therefore top_k=10, depth=8, total_tokens=59 here.
-    These field defaults are what an accelerator serves; a CPU serves CPU_TREE (served_tree).
+    These field defaults are what an accelerator serves (HedgeSpec 1.39x plain on the demo
+    pool with them, bench/results/gpu_check.md); a CPU serves CPU_TREE (served_tree). Operators
+    set each field with HEDGESPEC_TREE_TOP_K / _DEPTH / _TOTAL_TOKENS (gateway/config.py).
     """
 
-    top_k: int = 4
-    depth: int = 5
-    total_tokens: int = 20
+    top_k: int = 4  # candidates kept per expanded node
+    depth: int = 5  # K
+    total_tokens: int = 20  # drafted nodes verified per round, root not counted
 
     def __post_init__(self) -> None:
         if self.top_k < 1 or self.depth < 1 or self.total_tokens < 1:
@@ -68,12 +68,12 @@ def candidate_pool_size(top_k: int, depth: int) -> int:
 @dataclass(frozen=True)
 class Penalties:
     """Logits adjustments of one request (applied in core/penalties.py); the defaults change
-    nothing."""
+    nothing. Set from the request body (gateway/openai/protocol.SamplingFields.penalties)."""
 
-    presence: float = 0.0
-    frequency: float = 0.0
-    repetition: float = 1.0
-    logit_bias: tuple[tuple[int, float], ...] = ()  # (target token id, bias)
+    presence: float = 0.0  # OpenAI `presence_penalty`
+    frequency: float = 0.0  # OpenAI `frequency_penalty`
+    repetition: float = 1.0  # vLLM's `repetition_penalty` (1 = off)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # OpenAI `logit_bias`: (token id, bias)
 
     @property
     def active(self) -> bool:
@@ -87,29 +87,37 @@ GrammarKind = Literal["json_schema", "regex", "lark"]
 class GrammarSpec:
     """A constraint on the output (core/grammar.py): a JSON schema (as JSON text), a regular
     expression or a Lark grammar. The target distribution is masked to what it allows at every
-    position, so the output always matches it and losslessness holds for the constrained target."""
+    position, so the output always matches it and losslessness holds for the constrained target.
+    Set by the gateway from `response_format` (a JSON schema or object) and from `tools` with
+    `tool_choice` (a Lark grammar of the calls, gateway/openai/tools/grammar.py)."""
 
     kind: GrammarKind
-    source: str
+    source: str  # the schema's JSON text, the expression or the grammar
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request decoding parameters. temperature == 0 means greedy."""
+    """Per-request decoding parameters. temperature == 0 means greedy.
 
-    max_new_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop_token_ids: tuple[int, ...] = ()
-    ignore_eos: bool = False
-    # None: no logprobs; 0: logprob of the chosen token only; n > 0: also the n most likely.
+    Every field is an OpenAI request parameter (or vLLM's extension of it) that the gateway
+    sets per choice (gateway/openai/serving.py, `_add_choice`); a request that leaves
+    temperature / top_p / top_k out gets the served model's defaults (core/sampling_defaults.py),
+    not these. Stop strings are matched on the text by the gateway (gateway/openai/text.py).
+    """
+
+    max_new_tokens: int = 64  # `max_tokens` / `max_completion_tokens`; else the context's room
+    temperature: float = 0.0  # `temperature`
+    top_p: float = 1.0  # `top_p`
+    top_k: int = 0  # vLLM's `top_k`; 0 = off
+    seed: int | None = None  # `seed` (+ the choice index); None: a fresh one
+    ignore_eos: bool = False  # vLLM's `ignore_eos` (benchmarks that need exact lengths)
+    # `logprobs` / `top_logprobs`. None: no logprobs; 0: logprob of the chosen token only;
+    # n > 0: also the n most likely.
     logprobs: int | None = None
     # The same for every prompt token but the first (completions `echo`), from the prefill.
     prompt_logprobs: int | None = None
     penalties: Penalties = field(default_factory=Penalties)
-    grammar: GrammarSpec | None = None
+    grammar: GrammarSpec | None = None  # `response_format` / forced `tools`
 
     @property
     def greedy(self) -> bool:
@@ -121,19 +129,26 @@ class SamplingParams:
 class SelectorConfig:
     """How drafters are chosen per round.
 
-    policy: "auto" (use the server default), "none" (plain decoding), "fixed:<drafter id>",
-    or a learner name from LEARNER_NAMES.
+    The served selector is `served_selector(device)`; operators set its fields through
+    gateway/config.Settings (`--policy`, `--loss`, `--eval-every`, `--prompt-windows`,
+    `--max-sessions`).
     """
 
+    # What `hedgespec.policy: auto` means: "none" (plain decoding), "fixed:<drafter id>", a
+    # learner name from LEARNER_NAMES or ROUTER_PRIOR (the operator's `--policy`). NormalHedge
+    # by DESIGN §3 step 7 (parameter-free); MAT 1.83 against UCBSpec's 1.56 and EXP3Spec's 1.54
+    # on the demo pool, AdaNormalHedge level at 1.84 (bench/results/hedgespec.md).
     policy: str = "normalhedge"
+    # The operator's `--loss` (LossName above). "length" (served with the speculation gate)
+    # by measurement: "time" ran at 0.85-0.99x the gate's tokens/s at 2-16 streams, 1.12x at
+    # one, on the held-out workload (bench/results/time_loss_held_out.md). "prob" is the
+    # paper's other named loss (DESIGN §3.1).
     loss: LossName = "length"
-    # "tree" by measurement on the SmolLM2 pool (bench/results/hedgespec.md): mean |ÂL - realised|
-    # 0.09 vs 0.25 for "topk", slope 0.84 vs 0.59, rank correlation with each drafter's realised
-    # MAT 0.86 vs 0.31, HedgeSpec MAT equal (1.70). "topk" stays as the named paper option.
+    # "tree" by measurement on the demo pool (bench/results/hedgespec.md, estimator variants):
+    # mean |ÂL - realised| 0.15 vs 0.25 for "topk", slope of realised on ÂL 0.85 vs 0.69,
+    # saturated windows 5% vs 11%, HedgeSpec MAT 1.83 vs 1.81. Set only by that benchmark's
+    # variants, which re-measure the choice; "topk" is the paper's estimator as usually read.
     estimator: EstimatorName = "tree"
-    feedback: FeedbackName = "round"
-    select: Literal["sample", "argmax"] = "sample"
-    hedge_eta: float = 2.0
     # Counterfactual evaluation every n-th round: between evaluations only the chosen drafter
     # catches up (in its draft copy, to draft); the n-th round's stacked pass runs every
     # drafter over all the pairs since the last one, so every position is still scored and its
@@ -141,17 +156,23 @@ class SelectorConfig:
     # where a catch-up costs the drafters' weight reads rather than their arithmetic (a CPU;
     # one pair or ten cost about the same), this divides the evaluation cost by about n. The
     # rounds still deferred when a request ends go unscored, as a request's last round always
-    # does.
+    # does. Served: default_eval_every(device) (the operator's `--eval-every`).
     eval_every: int = 1
-    # Sessions whose learner is kept between requests (core/learner_sessions.py); LRU beyond.
+    # Sessions whose learner is kept between requests (`hedgespec.session`,
+    # core/learner_sessions.py); least recently used forgotten beyond, 0: off. A session's
+    # learner reached MAT 1.837 against 1.797 for a fresh one per request
+    # (bench/results/sessions.md).
     max_sessions: int = 4096
     # The prompt's last positions scored as feedback windows before the first round
     # (core/prompt_feedback.py; counterfactual learners only). 0: the learner starts uniform.
+    # Served: PROMPT_WINDOWS (the operator's `--prompt-windows`).
     prompt_windows: int = 0
     # How that evidence reaches the learner: "prior" (NormalHedge's starting weights, regrets
     # left at zero) or "losses" (full-weight losses, the form before issue 40, which let a
     # prompt whose domain differs from the answer's lock the answer's best drafter out).
-    # Measured side by side in bench/results/prompt_windows.md.
+    # Set only by bench/prompt_windows.py, which measures both side by side
+    # (bench/results/prompt_windows.md: MAT 0.958x / 0.976x the oracle's held out, 0.946x /
+    # 0.927x when the answer's domain differs from the prompt's): the trade behind "prior".
     prompt_evidence: Literal["prior", "losses"] = "prior"
 
     def __post_init__(self) -> None:
@@ -205,38 +226,67 @@ def served_selector(device: str) -> SelectorConfig:
     return SelectorConfig(eval_every=default_eval_every(device), prompt_windows=PROMPT_WINDOWS)
 
 
+# What `hedgespec serve` sets `EngineConfig.speculation` to unless told otherwise: through the
+# HTTP server at 8 and 16 streams "auto" ran at 0.86x / 0.77x plain decoding's tokens/s against
+# 0.53x / 0.41x for "always" (bench/results/speculation_gate_gateway.md, a two-core CPU).
+# EngineConfig keeps "always", so that the benchmarks comparing drafters and policies measure
+# speculation rather than the gate.
+SERVED_SPECULATION = "auto"
+
+
 @dataclass(frozen=True)
 class EngineConfig:
-    device: str = "cpu"
+    """One engine's configuration. `hedgespec serve` builds it from gateway/config.Settings,
+    which sets every field but evaluate_all and mask_drafts (operator settings, `--<name>` /
+    HEDGESPEC_<NAME>); benchmarks and tests build their own. A field Settings leaves unset
+    keeps the default here or the served one above (served_tree, served_selector,
+    SERVED_SPECULATION)."""
+
+    device: str = "cpu"  # torch device of target and drafters (`--device`)
+    # Weights' precision (`--dtype`); the server's "auto" picks bf16 where the device computes
+    # it natively (core/precision.auto_dtype). float32 here: greedy output is token-identical
+    # to plain decoding in float32 only, which the tests and benchmarks compare against.
     dtype: str = "float32"
     # "auto" spreads a target that does not fit one GPU over the box's GPUs (accelerate's
     # layer placement: capacity, not speed); drafters then live on the first layer's device.
+    # `--device-map`.
     device_map: str | None = None
-    # torch.compile the target's forward (Target.compile_model): 2.2-3x faster target passes
-    # at 8B on a GPU, at the price of about a minute of compilation per shape at start.
+    # torch.compile the target's forward (Target.compile_model, `--compile`): 2.2-3x faster
+    # target passes at 8B on a GPU, at the price of about a minute of compilation per shape at
+    # start (bench/results/gpu_check.md).
     compile: bool = False
     tree: TreeConfig = field(default_factory=TreeConfig)
     selector: SelectorConfig = field(default_factory=SelectorConfig)
+    # Prompt + max_new_tokens a request may ask for (`--max-context`; capped by the target's
+    # positions); a request past it is refused with a 400 naming both (ContextLengthError).
     max_context: int = 2048
-    # Low/mid/high capture layers (input of decoder layer idx). None = EAGLE-3 default
-    # (2, L//2, L-3) made distinct, or the drafters' eagle_config when they carry one.
-    aux_layers: tuple[int, int, int] | None = None
     # Evaluate every drafter each round even under policies that learn nothing from it (a fixed
-    # drafter, UCBSpec, EXP3Spec), for their regret statistics. Off: those pay only the chosen
-    # drafter's catch-up, as in a plain EAGLE engine, and report no ÂL or regret.
+    # drafter, UCBSpec, EXP3Spec), for their ÂL and regret statistics. Off in the server: those
+    # policies pay only the chosen drafter's catch-up, as in a plain EAGLE engine (honest
+    # baselines). Set by the tests that hold the estimator to realised lengths under a fixed
+    # drafter (tests/core/test_model_free_engine.py, test_deferred_evaluation.py, ...): a
+    # fixed drafter makes the trajectory independent of the learner.
     evaluate_all: bool = False
-    # With a grammar, draft only tokens it allows (core/drafting.grow_tree). Off only to
-    # measure what the masking buys (bench/grammar_bench.py): output is the same either way.
+    # With a grammar, draft only tokens it allows (core/drafting.grow_tree): the generalist's
+    # MAT 2.03 masked against 1.50 unmasked on a JSON schema (bench/results/grammar.md). Off
+    # only in that benchmark, to measure what the masking buys; in float32 the output is the
+    # same either way.
     mask_drafts: bool = True
     # Batched steps (core/scheduler.py): a step runs one round for each of up to `max_running`
     # requests, every tree verified in one target pass. False: the round-robin engine, one
-    # request's round per step (kept to measure what batching buys, bench/batching.py).
+    # request's round per step (`--no-batching`, kept to measure what batching buys: batched
+    # 2.32x round-robin's aggregate tokens/s at 8 streams, bench/results/batching.md).
     batching: bool = True
+    # Requests in one batched step (`--max-running`; more wait in the gateway's queue). The
+    # aggregate tokens/s still grew from 8 to 16 streams (45.2 to 57.2 in-process, 52.4 to
+    # 54.3 through the gateway, bench/results/batching.md) while each stream's inter-token
+    # latency about doubled.
     max_running: int = 16
     # Tokens a step runs through the target: the trees of the round (so at most
     # max_step_tokens // (total_tokens + 1) rows), then prompt chunks with what is left, at
     # least a quarter of it. It bounds a step's latency: a long prompt is prefilled over
-    # several steps instead of freezing the running streams.
+    # several steps instead of freezing the running streams (`--max-step-tokens`; 512 fits
+    # max_running's 16 trees of either served tree, 21 or 13 tokens each, beside a prompt chunk).
     max_step_tokens: int = 512
     # Target logits of a verified tree: "visited" runs the LM head on the root up front and on
     # each further node the acceptance walk reaches (about MAT one-row calls), "all" on every
@@ -244,16 +294,18 @@ class EngineConfig:
     # launch and a sync). "auto": "all" on an accelerator; on a CPU, where the cheaper one
     # depends on the CPU (bench/results/verify_logits.md), both are measured in place and the
     # faster kept (core/head_rows.py). The committed tokens are the same either way.
+    # `--verify-logits` pins one (bench/verify_logits.py measures both).
     verify_logits: str = "auto"
     # "always": every round drafts. "auto": per batch size, speculate or decode plain,
     # whichever commits more tokens per second, measured in place (core/spec_gate.py): under
     # load a verified tree's rows cost more than the tokens they add. Lossless either way.
-    # Batched steps only: the round-robin engine always drafts.
+    # Batched steps only: the round-robin engine always drafts. Served: SERVED_SPECULATION
+    # (`--speculation`).
     speculation: str = "always"
     # Hybrid trees: the id of a model-free member whose tree is grafted onto the root of every
     # EAGLE-3 tree the learner chooses, when it has a guess (core/tree.merge_trees). The
-    # learner still scores each member on its own tree. None: off (measured against the
-    # single-kind arms in bench/results/model_free.md).
+    # learner still scores each member on its own tree (`--hybrid`). None: off (measured
+    # against the single-kind arms in bench/results/model_free.md).
     hybrid: str | None = None
 
     def __post_init__(self) -> None:

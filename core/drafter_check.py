@@ -4,7 +4,9 @@ the format's (core/eagle3_format/), which the engine's pool admission applies to
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,46 +35,54 @@ def read_target_config(target_dir: str | Path) -> dict[str, Any]:
     return raw
 
 
+@dataclass(frozen=True)
+class DrafterInspection:
+    """What `inspect_drafter` found. The facts are None where the check stopped before reading
+    them; `to_json()` is what `hedgespec drafter inspect` prints and the registry stores."""
+
+    compatible: bool
+    reason: str | None  # why not compatible
+    readable: bool = True  # False: the files could not be read (CLI exit 2)
+    architecture: str | None = None
+    hidden_size: int | None = None
+    draft_vocab_size: int | None = None
+    target_vocab_size: int | None = None
+    num_parameters: int | None = None
+    format: str | None = None  # a `WEIGHT_FORMATS` value
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 def inspect_drafter(
     drafter_dir: str | Path,
     target_dir: str | Path,
     subfolder: str | None = None,
     aux_layers: AuxLayers | None = None,
-) -> dict[str, Any]:
-    """Never raises. `readable` False means the files could not be read (CLI exit 2)."""
-    report: dict[str, Any] = {
-        "compatible": False,
-        "reason": None,
-        "readable": True,
-        "architecture": None,
-        "hidden_size": None,
-        "draft_vocab_size": None,
-        "target_vocab_size": None,
-        "num_parameters": None,
-        "format": None,
-    }
+) -> DrafterInspection:
+    """Never raises."""
+    # The facts read so far, kept when a later step fails (the report names what it saw).
+    found = DrafterInspection(compatible=False, reason=None)
     try:
         root = resolve_dir(drafter_dir, subfolder)
         target_cfg = read_target_config(target_dir)
-        report["target_vocab_size"] = int(target_cfg["vocab_size"])
+        found = dataclasses.replace(found, target_vocab_size=int(target_cfg["vocab_size"]))
         cfg = read_config(root)
-        report.update(
+        found = dataclasses.replace(
+            found,
             architecture=(cfg.architectures or ["unknown"])[0],
             hidden_size=cfg.hidden_size,
             draft_vocab_size=cfg.draft_vocab_size,
         )
-        file = weight_file(root)
-        report["format"] = WEIGHT_FORMATS[file.name]
+        found = dataclasses.replace(found, format=WEIGHT_FORMATS[weight_file(root).name])
         sd = read_weights(root)
-        report["num_parameters"] = int(sum(t.numel() for k, t in sd.items()
-                                           if k not in ("d2t", "t2d")))
+        found = dataclasses.replace(found, num_parameters=int(
+            sum(t.numel() for k, t in sd.items() if k not in ("d2t", "t2d"))))
         check_state_dict(cfg, sd)
         try:
             check_fits_target(cfg, target_cfg, aux_layers)
         except DrafterConfigError as exc:
             raise DrafterLoadError(str(exc)) from exc
-        report["compatible"] = True
     except DrafterLoadError as exc:
-        report["reason"] = str(exc)
-        report["readable"] = exc.readable
-    return report
+        return dataclasses.replace(found, reason=str(exc), readable=exc.readable)
+    return dataclasses.replace(found, compatible=True)

@@ -113,7 +113,7 @@ class SpecEngine:
     @classmethod
     def from_dirs(cls, target_dir: Path, drafters: list[tuple[str, Path]], config: EngineConfig,
                   model_name: str | None = None) -> SpecEngine:
-        aux = config.aux_layers or _aux_from_drafters([p for _, p in drafters])
+        aux = _aux_from_drafters([p for _, p in drafters])
         target = Target.load(target_dir, device=config.device, dtype=config.dtype, aux_layers=aux,
                              device_map=config.device_map, compile_model=config.compile)
         engine = cls(target, {}, config, model_name or Path(target_dir).name)

@@ -7,12 +7,13 @@ the drafter it already plays (HedgeSpec §4, "censoring"), so each window waits 
 queue until its loss is known, and losses are handed to the learner in order (Joulani et al.
 2013, the stochastic-setting queue; reference notes 2.3 and 2.5).
 
-Windows. One window is opened per round start ("round" feedback), or one per verified
-position ("position" feedback: the paper's loss is indexed by token position, every position
-being a potential round start; the extra windows feed the learner only, the statistics keep
-one window per real round). What is stored per position is the `Evidence` of the catch-up,
-so that a window's γ can depend on the window (the "tree" estimator ranks candidates by
-their cumulative score from the window's root).
+Windows. One window is opened per round start. (The paper indexes its loss by token position,
+every position a potential round start; a window per verified position measured the same MAT,
+1.83, with a learner update per position instead of per round, bench/results/hedgespec.md, and
+was dropped.) Windows without a round (the prompt windows of core/prompt_feedback.py) feed the
+learner only; the statistics keep one window per real round. What is stored per position is
+the `Evidence` of the catch-up, so that a window's γ can depend on the window (the "tree"
+estimator ranks candidates by their cumulative score from the window's root).
 
 Completion. A window is complete when its K positions are known, or earlier when its
 unknown positions can no longer change ÂL or either loss. Under "topk" (γ per position,

@@ -71,14 +71,10 @@ class Learner(ABC):
     def distribution(self) -> FloatArray:
         """Probabilities over experts ([N], sums to 1) for the next round."""
 
-    def select(self, rng: np.random.Generator, argmax: bool = False,
-               awake: BoolArray | None = None) -> int:
+    def select(self, rng: np.random.Generator, awake: BoolArray | None = None) -> int:
         """Sample an expert from `distribution()` (restricted to the `awake` experts when
-        given; at least one must be), or take its mode (ties broken by rng)."""
+        given; at least one must be)."""
         p = self.distribution() if awake is None else self.awake_distribution(awake)
-        if argmax:
-            best = np.flatnonzero(p >= p.max())
-            return int(best[0] if best.size == 1 else rng.choice(best))
         return sample_index(p, rng)
 
     def awake_distribution(self, awake: BoolArray) -> FloatArray:
@@ -446,7 +442,7 @@ class UCBSpec(BanditLearner):
     with μ̂_i the mean accepted length (tokens, bonus included) of arm i's n_i pulls, t the
     number of rounds played and L = max_len - 1 the width of the reward range (sub-Gaussian
     σ = L/2). The grouping under the root is reconstructed (reference notes 2.8). Selection
-    is deterministic; `select`'s rng and argmax are unused.
+    is deterministic; `select`'s rng is unused.
     """
 
     _expert_state = ("_pulls", "_sums")
@@ -479,8 +475,7 @@ class UCBSpec(BanditLearner):
         p[self._next_arm()] = 1.0
         return p
 
-    def select(self, rng: np.random.Generator, argmax: bool = False,
-               awake: BoolArray | None = None) -> int:
+    def select(self, rng: np.random.Generator, awake: BoolArray | None = None) -> int:
         if awake is None:
             return self._next_arm()
         return int(np.argmax(np.where(awake, self.upper_bounds(), -np.inf)))
@@ -512,8 +507,8 @@ class EXP3Spec(BanditLearner):
 
         Ẑ_{i,t} = 1{i = I_t} · (max_len - Y_t) / ((max_len - 1) · p_{t,i}),
 
-    i.e. BanditSpec's (L + 1 - Y)/(L p) with L = max_len - 1. The estimate is unbiased only if
-    the arm is drawn from p, so `select` always samples (its argmax flag is ignored).
+    i.e. BanditSpec's (L + 1 - Y)/(L p) with L = max_len - 1. The estimate is unbiased only
+    because `select` draws the arm from p.
     """
 
     _expert_state = ("_estimates",)
@@ -537,8 +532,7 @@ class EXP3Spec(BanditLearner):
     def distribution(self) -> FloatArray:
         return softmax_log(-self.rate() * self._estimates)
 
-    def select(self, rng: np.random.Generator, argmax: bool = False,
-               awake: BoolArray | None = None) -> int:
+    def select(self, rng: np.random.Generator, awake: BoolArray | None = None) -> int:
         p = self.distribution() if awake is None else self.awake_distribution(awake)
         self._played = p  # the importance weight needs the distribution the arm came from
         return sample_index(p, rng)
@@ -585,8 +579,7 @@ class Fixed(Learner):
         p[self.index] = 1.0
         return p
 
-    def select(self, rng: np.random.Generator, argmax: bool = False,
-               awake: BoolArray | None = None) -> int:
+    def select(self, rng: np.random.Generator, awake: BoolArray | None = None) -> int:
         return self.index  # asleep or not: the round then drafts nothing (a plain step)
 
     def update(self, losses: npt.ArrayLike) -> None:
@@ -610,7 +603,7 @@ class Fixed(Learner):
             self.index -= 1
 
 
-def make_learner(name: str, num_experts: int, *, hedge_eta: float = 2.0, max_len: int = 8,
+def make_learner(name: str, num_experts: int, *, max_len: int = 8,
                  fixed_index: int | None = None, prior: Sequence[float] | None = None) -> Learner:
     """Build a learner by name (one of LEARNER_KINDS).
 
@@ -625,7 +618,7 @@ def make_learner(name: str, num_experts: int, *, hedge_eta: float = 2.0, max_len
     if name == "adanormalhedge":
         return AdaNormalHedge(num_experts)
     if name == "hedge":
-        return Hedge(num_experts, eta=hedge_eta)
+        return Hedge(num_experts)
     if name == "ucbspec":
         return UCBSpec(num_experts, max_len=max_len)
     if name == "exp3spec":

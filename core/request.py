@@ -158,12 +158,10 @@ class RequestState:
         learner = feedback = None
         plain = uses_plain_arm(policy, config, params)
         if policy.kind != "none" and n:
-            sel = config.selector
             fixed = snapshot.index(policy.name) if policy.kind == "fixed" else None
             name = "fixed" if policy.kind == "fixed" else policy.name
-            learner = make_learner(name, n + plain, hedge_eta=sel.hedge_eta,
-                                   max_len=max_len(snapshot, config), fixed_index=fixed,
-                                   prior=arm_prior(policy.prior, plain))
+            learner = make_learner(name, n + plain, max_len=max_len(snapshot, config),
+                                   fixed_index=fixed, prior=arm_prior(policy.prior, plain))
             if learner.counterfactual or config.evaluate_all:
                 feedback = _feedback_queue(snapshot, config)
         stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
@@ -196,7 +194,7 @@ class RequestState:
     def generated(self) -> int:
         return len(self.token_ids) - self.prompt_len
 
-    def select(self, argmax: bool) -> int | None:
+    def select(self) -> int | None:
         """The round's drafter, among those awake (a model-free member with no guess at the
         root sleeps); None when the request drafts nothing or every member sleeps."""
         if self.learner is None:
@@ -207,7 +205,7 @@ class RequestState:
                               True)
         if awake is not None and not awake.any():
             return None
-        arm = self.learner.select(self.rng, argmax=argmax, awake=awake)
+        arm = self.learner.select(self.rng, awake=awake)
         return None if arm == len(self.snapshot) else arm
 
     def awake(self) -> npt.NDArray[np.bool_] | None:
@@ -226,10 +224,9 @@ class RequestState:
                 for d, w in zip(self.snapshot.ids, self.learner.distribution(), strict=False)}
 
     def commit(self, tokens: list[int], logprobs: list[TokenLogprob] | None = None) -> list[int]:
-        """Append tokens up to the first stop token (excluded) or the token budget."""
+        """Append tokens up to the first EOS token (excluded) or the token budget."""
         out: list[int] = []
-        stops = set(self.params.stop_token_ids) | (set() if self.params.ignore_eos
-                                                   else set(self.eos_ids))
+        stops = frozenset() if self.params.ignore_eos else self.eos_ids
         for j, tok in enumerate(tokens):
             if tok in stops:
                 self.finished, self.finish_reason = True, "stop"

@@ -102,7 +102,7 @@ def speculative_round(target: Target, state: RequestState, config: EngineConfig,
     (SpecEngine.clock)."""
     t0 = clock()
     weights = state.weights()
-    chosen = state.select(argmax=config.selector.select == "argmax")
+    chosen = state.select()
     n = len(state.token_ids) - 1  # committed tokens in the target KV cache; the root is next
     tree = _draft(state, chosen, n, config)
     t1 = clock()
@@ -199,7 +199,7 @@ def learn_from(state: RequestState, v: Verified, chosen: int | None, n: int, con
     and the learner update. Bandits and fixed drafters only need the chosen drafter's realised
     length: their drafters catch up lazily when they draft."""
     if state.evaluate:
-        _counterfactual(state, v, chosen, n, config, cur)
+        _counterfactual(state, v, chosen, n, cur)
     if state.learner is not None and not state.learner.full_information and chosen is not None:
         state.learner.update_bandit(chosen, float(len(v.new)), max_len(state.snapshot, config))
 
@@ -269,7 +269,7 @@ def draft_row(state: RequestState, chosen: int, n: int, config: EngineConfig) ->
 
 
 def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int,
-                    config: EngineConfig, cur: Candidates | None) -> None:
+                    cur: Candidates | None) -> None:
     """The round's windows open now; its evidence (each drafter's top-k at m = n..n+L against
     the target's p̃_m and the realised x_{m+1}) is scored when every drafter has caught up:
     this round (`cur`, the drafters' top-k over every pair since the last evaluation), or a
@@ -281,9 +281,6 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
     # is a round of the plain arm under the time loss, else it has no acceptance to report.
     plain_round = chosen is None and state.plain_arm
     state.feedback.open_window(n, chosen, steps if chosen is not None or plain_round else None)
-    if config.selector.feedback == "position":
-        for m in range(n + 1, n + steps):
-            state.feedback.open_window(m, None, None)
     state.deferred.append(_target_side(v, n))
     if cur is None and state.snapshot.neural:
         return

@@ -44,7 +44,8 @@ logger = logging.getLogger(__name__)
 
 Validator = Callable[[Path], Mapping[str, Any]]
 """Full check of a drafter directory against the served target. Returns a report with at least
-`compatible: bool` and `reason: str | None` (the shape of `core.drafter_check.inspect_drafter`)."""
+`compatible: bool` and `reason: str | None` (the JSON form of `core.drafter_check`'s
+`DrafterInspection`, which the registry stores with the drafter)."""
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,13 @@ def recent_requests(session: Session, *, limit: int = 100) -> list[RequestLog]:
     return list(session.scalars(query))
 
 
+def plain_step_indices(log: RequestLog) -> list[Any]:
+    """The step indices of a logged request's plain steps (the record's `plain_step_indices`,
+    kept in `extra`, where the gateway's request log writes them); empty when none were."""
+    indices = (log.extra or {}).get("plain_step_indices")
+    return list(indices) if isinstance(indices, list) else []
+
+
 @dataclass
 class _Flush:
     done: threading.Event = field(default_factory=threading.Event)

@@ -142,14 +142,15 @@ def _runner(
     settings: Settings, engine: Engine | None, metrics: GatewayMetrics, events: EventBus
 ) -> EngineRunner:
     loader = (lambda: engine) if engine is not None else partial(load_engine, settings)
+    config = settings.engine_config()
     return EngineRunner(
         loader,
-        max_running=settings.max_running,
+        max_running=config.max_running,
         max_queue=settings.max_queue,
         request_timeout_s=settings.request_timeout_s,
         metrics=metrics,
         events=events,
-        config_repr=repr(settings.engine_config()),
+        config_repr=repr(config),
         warmup=settings.warmup,
     )
 

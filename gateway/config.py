@@ -2,7 +2,9 @@
 
 Every knob comes from, in order of precedence: keyword arguments (the CLI passes its flags
 this way), `HEDGESPEC_*` environment variables, a `.env` file in the working directory, and the
-defaults below. Nothing is read at import time: `create_app` builds `Settings()` once.
+defaults below; an engine knob left None takes core.config's default, so each engine default
+(and the measurement behind it) lives there only. Nothing is read at import time: `create_app`
+builds `Settings()` once.
 
 List settings (`HEDGESPEC_API_KEYS`, `HEDGESPEC_CORS_ORIGINS`, `HEDGESPEC_DRAFTERS`) accept
 either a JSON list or a comma-separated string, because `k1,k2` is what operators type.
@@ -11,6 +13,7 @@ either a JSON list or a comma-separated string, because `k1,k2` is what operator
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,12 +22,10 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.config import (
     LEARNER_NAMES,
-    PROMPT_WINDOWS,
     ROUTER_PRIOR,
+    SERVED_SPECULATION,
     EngineConfig,
-    SelectorConfig,
-    TreeConfig,
-    default_eval_every,
+    served_selector,
     served_tree,
 )
 from core.precision import auto_dtype
@@ -61,15 +62,22 @@ class Settings(BaseSettings):
     )
 
     # --- HTTP -------------------------------------------------------------------------------
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)
-    log_level: str = "info"
+    host: str = "127.0.0.1"  # loopback unless the operator exposes the server
+    port: int = Field(default=8000, ge=0, le=65535)  # vLLM's port; 0 picks a free one
+    log_level: str = "info"  # the server's logging level (uvicorn's and the gateway's)
+    # Browser origins allowed to call the API (CORS); none by default: SDKs and curl need none.
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Request bodies past this are refused with 413 before they are parsed: a bound on the
+    # memory one request takes (1 MiB is far more text than any served context admits).
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
-    sse_ping_s: float = Field(default=15.0, ge=0.0)  # keep-alive comment frames; 0 disables
+    # Keep-alive comment frames on idle SSE streams, so proxies do not cut a stream waiting in
+    # the queue or prefilling; 0 disables.
+    sse_ping_s: float = Field(default=15.0, ge=0.0)
 
     # --- security (SecretStr keeps keys out of reprs and logs) -----------------------------
+    # Keys accepted on /v1/* (DESIGN §4); none: /v1/* is open, as a local vLLM is.
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    # The separate key of /admin/* (DESIGN §4); none: the admin page and API answer 403.
     admin_key: SecretStr | None = None
     # Per-client token bucket for /v1/* (gateway/http/ratelimit.py): sustained requests per second
     # per API key (per client address without one); None = no limit. Burst default: ceil(rps).
@@ -81,6 +89,8 @@ class Settings(BaseSettings):
     target: Path | None = None  # a target directory, served with `drafters`
     drafters: Annotated[list[str], NoDecode] = Field(default_factory=list)  # "id=path"
     model_name: str | None = None  # served model id; default: the engine's name
+    # The drafter registry and request logs (SQLAlchemy URL; SQLite under var/ by default,
+    # Postgres for several replicas).
     database_url: str = DEFAULT_DATABASE_URL
 
     # --- drafter registry (see gateway/pool/registry.py) ------------------------------------
@@ -102,42 +112,48 @@ class Settings(BaseSettings):
     responses_retention_days: float = Field(default=30.0, ge=0)
 
     # --- engine ------------------------------------------------------------------------------
-    device: str = "cpu"
+    # Each knob below maps onto one field of core.config (named in its comment), where its
+    # default and the measurement behind it live: None (the default here) keeps the core's
+    # default, the served one for the device where core has one (served_tree,
+    # served_selector, SERVED_SPECULATION). `engine_config` applies them.
+    device: str | None = None  # EngineConfig.device: the torch device
     # "auto": bf16 where the device computes it natively (a CPU with AVX512-BF16/AMX, a GPU),
     # else fp32 (core/precision.py; measured in bench/results/cpu_defaults.md). Greedy output
-    # is token-identical to plain decoding in float32 only.
+    # is token-identical to plain decoding in float32 only (EngineConfig.dtype's default).
     dtype: str = "auto"
     device_map: str | None = None  # "auto": spread a target too big for one GPU over all GPUs
-    compile: bool = False  # torch.compile the target (GPU; see bench/results/gpu_check.md)
-    max_context: int | None = Field(default=None, ge=16)
+    compile: bool | None = None  # EngineConfig.compile: torch.compile the target (a GPU)
+    max_context: int | None = Field(default=None, ge=16)  # EngineConfig.max_context
+    # The draft tree (core.config.TreeConfig; None: served_tree(device), measured there).
     tree_top_k: int | None = Field(default=None, ge=1)
     tree_depth: int | None = Field(default=None, ge=1)
-    # Drafted nodes, root not counted: EAGLE's total_token - 1 (core.config.TreeConfig).
+    # Drafted nodes, root not counted: EAGLE's total_token - 1.
     tree_total_tokens: int | None = Field(default=None, ge=1)
-    default_policy: str = "normalhedge"  # what `hedgespec.policy: auto` means
-    # Counterfactual evaluation every n-th round (core.config.SelectorConfig.eval_every);
-    # None: 4 on a CPU, 1 elsewhere (core.config.default_eval_every).
+    # What `hedgespec.policy: auto` means (SelectorConfig.policy): a learner name,
+    # normalhedge_router, none or fixed:<id>.
+    default_policy: str | None = None
+    # Counterfactual evaluation every n-th round (SelectorConfig.eval_every; None:
+    # core.config.default_eval_every(device)).
     eval_every: int | None = Field(default=None, ge=1, le=64)
     # The prompt's last positions scored as learner feedback before the first round
-    # (core.config.SelectorConfig.prompt_windows); None: core.config.PROMPT_WINDOWS, 0: off.
+    # (SelectorConfig.prompt_windows; None: core.config.PROMPT_WINDOWS, 0: off).
     prompt_windows: int | None = Field(default=None, ge=0, le=4096)
-    # What a counterfactual learner minimises (core.config.SelectorConfig.loss): the paper's
-    # acceptance losses "length" (default) / "prob", or "time", each arm's measured cost per
-    # committed token with plain decoding as an arm (core/arm_costs.py; slower than "length"
-    # on the demo pool at 1-2 streams, bench/results/time_loss_held_out.md).
-    loss: Literal["length", "prob", "time"] = "length"
-    # Hybrid trees (core.config.EngineConfig.hybrid): the id of a model-free member of the pool
-    # whose tree is grafted at the root of every EAGLE-3 tree the learner chooses (on the demo
-    # pool, "lookup": bench/results/model_free.md). None: off.
+    # What a counterfactual learner minimises (SelectorConfig.loss): the paper's acceptance
+    # losses "length" / "prob", or "time", each arm's measured cost per committed token with
+    # plain decoding as an arm (core/arm_costs.py).
+    loss: Literal["length", "prob", "time"] | None = None
+    # Hybrid trees (EngineConfig.hybrid): the id of a model-free member of the pool whose tree
+    # is grafted at the root of every EAGLE-3 tree the learner chooses (on the demo pool,
+    # "lookup": bench/results/model_free.md). None: off.
     hybrid: str | None = Field(default=None, min_length=1)
-    # Rows of a verified tree the LM head computes up front (core.config.EngineConfig
-    # .verify_logits): "auto" measures both on a CPU and keeps the faster (core/head_rows.py),
-    # "visited" or "all" pins one (reproducible benchmarks).
-    verify_logits: Literal["auto", "visited", "all"] = "auto"
-    # Whether batched steps draft (core.config.EngineConfig.speculation): "auto" measures, per
-    # batch size, speculative against plain steps and keeps the faster (core/spec_gate.py);
-    # "always" drafts every step (benchmarks that compare policies).
-    speculation: Literal["auto", "always"] = "auto"
+    # Rows of a verified tree the LM head computes up front (EngineConfig.verify_logits):
+    # "auto" measures both on a CPU and keeps the faster (core/head_rows.py), "visited" or
+    # "all" pins one (reproducible benchmarks).
+    verify_logits: Literal["auto", "visited", "all"] | None = None
+    # Whether batched steps draft (EngineConfig.speculation; None: SERVED_SPECULATION): "auto"
+    # measures, per batch size, speculative against plain steps and keeps the faster
+    # (core/spec_gate.py); "always" drafts every step (benchmarks that compare policies).
+    speculation: Literal["auto", "always"] | None = None
     # What a request that leaves temperature / top_p / top_k out samples with: "auto" takes the
     # model's defaults (its generation_config.json, then the pool file's "generation_config"),
     # as vLLM does; "openai" the OpenAI API's (temperature 1, no top_p or top_k cut).
@@ -146,23 +162,37 @@ class Settings(BaseSettings):
     # --override-generation-config); keys temperature, top_p, top_k.
     override_generation_config: dict[str, float] = Field(default_factory=dict)
     # Learner sessions (`hedgespec.session`) kept between requests, least recently used
-    # forgotten first; 0 turns sessions off (every request starts a fresh learner).
-    max_sessions: int = Field(default=4096, ge=0, le=1_000_000)
+    # forgotten first (SelectorConfig.max_sessions); 0 turns sessions off (every request
+    # starts a fresh learner).
+    max_sessions: int | None = Field(default=None, ge=0, le=1_000_000)
     # Intra-op threads for torch; None keeps torch's default (all cores). On a shared CPU box,
     # oversubscribed BLAS threads can make every round ~100x slower: set 1-2 there.
     torch_threads: int | None = Field(default=None, ge=1)
 
     # --- scheduling ----------------------------------------------------------------------------
-    max_running: int = Field(default=16, ge=1)  # requests in the engine at once (one batched step)
+    # Requests in the engine at once, one batched step (EngineConfig.max_running).
+    max_running: int | None = Field(default=None, ge=1)
     # Tokens one engine step runs through the target: the round's trees, then prompt chunks
-    # (core/scheduler.py); bounds a step's latency, so a long prompt never freezes the streams.
-    max_step_tokens: int = Field(default=512, ge=16)
-    # Off: the round-robin engine (one request's round per step), to compare (bench/batching.py).
-    batching: bool = True
-    max_queue: int = Field(default=64, ge=0)  # admitted requests waiting for a running slot
+    # (EngineConfig.max_step_tokens); bounds a step's latency, so a long prompt never freezes
+    # the streams.
+    max_step_tokens: int | None = Field(default=None, ge=16)
+    # False: the round-robin engine (one request's round per step), to compare
+    # (EngineConfig.batching, bench/batching.py).
+    batching: bool | None = None
+    # Admitted requests waiting for a running slot; one more is answered 429 (DESIGN §4's
+    # bounded queue: back-pressure instead of unbounded latency).
+    max_queue: int = Field(default=64, ge=0)
+    # The most choices one request may ask for (OpenAI `n`; prompts x `n` for completions):
+    # each choice is a request of its own in the engine, so this caps what one client's
+    # request can take of the running slots and the queue.
     max_n: int = Field(default=16, ge=1)
+    # A request's deadline from admission (DESIGN §4: deadlines are enforced); past it the
+    # engine aborts the request at its next round and the client gets a timeout error.
     request_timeout_s: float = Field(default=600.0, gt=0)
+    # On shutdown, running requests get this long to finish before they are aborted.
     drain_timeout_s: float = Field(default=30.0, ge=0)
+    # A short speculative and a short plain request before the server reports ready, so the
+    # first client pays neither lazy setup nor (with `compile`) compilation (`--no-warmup`).
     warmup: bool = True
 
     @field_validator("api_keys", "cors_origins", "drafters", mode="before")
@@ -192,9 +222,9 @@ class Settings(BaseSettings):
 
     @field_validator("default_policy")
     @classmethod
-    def _check_policy(cls, value: str) -> str:
+    def _check_policy(cls, value: str | None) -> str | None:
         named = (*LEARNER_NAMES, ROUTER_PRIOR, "none")
-        if value not in named and not value.startswith("fixed:"):
+        if value is not None and value not in named and not value.startswith("fixed:"):
             raise ValueError(f"default_policy must be one of {named} or fixed:<id>")
         return value
 
@@ -209,33 +239,27 @@ class Settings(BaseSettings):
         return pairs
 
     def engine_config(self) -> EngineConfig:
-        """Frozen engine configuration; unset knobs keep the core's measured defaults."""
-        tree_defaults = served_tree(self.device)
-        tree = TreeConfig(
-            top_k=self.tree_top_k or tree_defaults.top_k,
-            depth=self.tree_depth or tree_defaults.depth,
-            total_tokens=self.tree_total_tokens or tree_defaults.total_tokens,
-        )
-        extra: dict[str, Any] = {}
-        if self.max_context is not None:
-            extra["max_context"] = self.max_context
-        if self.device_map is not None:
-            extra["device_map"] = self.device_map
+        """Frozen engine configuration: the knobs given here over the core's defaults (the
+        served tree and selector for the device, then EngineConfig's own)."""
+        device = self.device or EngineConfig.device
+        tree = replace(served_tree(device), **_given(
+            top_k=self.tree_top_k, depth=self.tree_depth, total_tokens=self.tree_total_tokens))
+        selector = replace(served_selector(device), **_given(
+            policy=self.default_policy, loss=self.loss, eval_every=self.eval_every,
+            prompt_windows=self.prompt_windows, max_sessions=self.max_sessions))
         return EngineConfig(
-            compile=self.compile,
-            device=self.device,
-            dtype=auto_dtype(self.device) if self.dtype == "auto" else self.dtype,
+            device=device,
+            dtype=auto_dtype(device) if self.dtype == "auto" else self.dtype,
             tree=tree,
-            selector=SelectorConfig(policy=self.default_policy, max_sessions=self.max_sessions,
-                                    eval_every=self.eval_every
-                                    or default_eval_every(self.device),
-                                    prompt_windows=PROMPT_WINDOWS if self.prompt_windows is None
-                                    else self.prompt_windows, loss=self.loss),
-            batching=self.batching,
-            max_running=self.max_running,
-            max_step_tokens=self.max_step_tokens,
-            verify_logits=self.verify_logits,
-            speculation=self.speculation,
-            hybrid=self.hybrid,
-            **extra,
+            selector=selector,
+            speculation=self.speculation or SERVED_SPECULATION,
+            **_given(device_map=self.device_map, compile=self.compile,
+                     max_context=self.max_context, batching=self.batching,
+                     max_running=self.max_running, max_step_tokens=self.max_step_tokens,
+                     verify_logits=self.verify_logits, hybrid=self.hybrid),
         )
+
+
+def _given(**knobs: Any) -> dict[str, Any]:
+    """The knobs an operator set; a None one keeps the core's default."""
+    return {name: value for name, value in knobs.items() if value is not None}

@@ -106,7 +106,7 @@ def make_engine(target: CausalLM, drafters: dict[str, Eagle3Drafter], tree: Tree
                 policy: str = "normalhedge", aux: tuple[int, int, int] = AUX,
                 selector: SelectorConfig | None = None) -> SpecEngine:
     cfg = EngineConfig(tree=tree, selector=selector or SelectorConfig(policy=policy),
-                       max_context=480, aux_layers=aux)
+                       max_context=480)
     return SpecEngine(Target(target, None, aux), drafters, cfg)
 
 

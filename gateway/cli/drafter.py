@@ -42,7 +42,7 @@ def inspect(args: argparse.Namespace) -> int:
     except DrafterLoadError as exc:
         print(json.dumps({"compatible": False, "readable": False, "reason": str(exc)}))
         return 2
-    print(json.dumps(report, default=str))
-    if not report.get("readable", True):
+    print(json.dumps(report.to_json(), default=str))
+    if not report.readable:
         return 2
-    return 0 if report.get("compatible") else 1
+    return 0 if report.compatible else 1

@@ -53,6 +53,16 @@ SERVE_FLAGS: dict[str, str] = {
 
 
 def register(sub: Any) -> None:
+    # The engine defaults the help states are read from core.config, where they live with the
+    # measurements behind them (core.config imports nothing heavy).
+    from core.config import (
+        CPU_EVAL_EVERY,
+        PROMPT_WINDOWS,
+        SERVED_SPECULATION,
+        EngineConfig,
+        SelectorConfig,
+    )
+
     p = sub.add_parser("serve", help="start the OpenAI-compatible server")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
@@ -67,37 +77,40 @@ def register(sub: Any) -> None:
     p.add_argument("--cors-origin", action="append", help="allowed CORS origin (repeatable)")
     p.add_argument("--policy", help="what `auto` means: a learner name, normalhedge_router "
                    "(NormalHedge with the pool's prompt router as its prior; plain "
-                   "normalhedge on a pool without a router), none or fixed:<id>")
+                   "normalhedge on a pool without a router), none or fixed:<id> "
+                   f"(default {SelectorConfig.policy})")
     p.add_argument("--max-sessions", type=int,
-                   help="learner sessions kept between requests (default 4096; 0: off)")
+                   help="learner sessions kept between requests "
+                        f"(default {SelectorConfig.max_sessions}; 0: off)")
     p.add_argument("--responses-retention-days", type=float,
                    help="days a stored /v1/responses response is kept (default 30; 0: forever)")
     p.add_argument("--eval-every", type=int,
                    help="score every drafter every n-th round (delayed feedback, cheaper "
-                        "rounds; default 4 on a CPU, else 1)")
+                        f"rounds; default {CPU_EVAL_EVERY} on a CPU, else 1)")
     p.add_argument("--prompt-windows", type=int,
                    help="the prompt's last positions scored as learner feedback before the "
-                        "first round (default 48; 0: the learner starts uniform)")
+                        f"first round (default {PROMPT_WINDOWS}; 0: the learner starts uniform)")
     p.add_argument("--loss", choices=("time", "length", "prob"),
-                   help="what the learner minimises: length (default) or prob (the paper's "
-                        "acceptance losses), or time (measured time per token, plain decoding "
-                        "one of its arms)")
+                   help="what the learner minimises: length or prob (the paper's acceptance "
+                        "losses), or time (measured time per token, plain decoding one of its "
+                        f"arms); default {SelectorConfig.loss}")
     p.add_argument("--hybrid", metavar="ID",
                    help="graft this model-free member's tree (e.g. lookup) at the root of every "
                         "EAGLE-3 tree the learner chooses (default: off)")
     p.add_argument("--verify-logits", choices=("auto", "visited", "all"),
-                   help="LM-head rows of a verified tree: auto (default; a CPU measures both "
-                        "and keeps the faster), visited or all")
+                   help="LM-head rows of a verified tree: auto (a CPU measures both and keeps "
+                        "the faster), visited or all; default "
+                        f"{EngineConfig.verify_logits}")
     p.add_argument("--speculation", choices=("auto", "always"),
-                   help="auto (default): per batch size, draft or decode plain, whichever "
-                        "measures faster; always: draft every step")
+                   help="auto: per batch size, draft or decode plain, whichever measures "
+                        f"faster; always: draft every step; default {SERVED_SPECULATION}")
     p.add_argument("--generation-config", choices=("auto", "openai"),
                    help="sampling of a request that leaves temperature/top_p/top_k out: auto "
                         "(default): the model's (generation_config.json, the pool file's "
                         "generation_config); openai: temperature 1, no top_p/top_k")
     p.add_argument("--override-generation-config", metavar="JSON",
                    help="sampling defaults over either, e.g. '{\"temperature\": 0.7}'")
-    p.add_argument("--device", help="torch device (default cpu)")
+    p.add_argument("--device", help=f"torch device (default {EngineConfig.device})")
     p.add_argument("--dtype", help="auto (default: bf16 where native, else fp32), float32, "
                                    "bfloat16 or float16")
     p.add_argument("--device-map", help="'auto' spreads a large target over every GPU")
@@ -105,11 +118,14 @@ def register(sub: Any) -> None:
                    help="torch.compile the target (GPU: 2-3x faster passes; minutes of warm-up)")
     p.add_argument("--seed-pool", type=Path,
                    help="seed pool JSON imported into the registry on start")
-    p.add_argument("--max-context", type=int, help="context window cap in tokens")
+    p.add_argument("--max-context", type=int,
+                   help=f"context window cap in tokens (default {EngineConfig.max_context})")
     p.add_argument("--max-running", type=int,
-                   help="requests in the engine at once, one batched step for all (default 16)")
+                   help="requests in the engine at once, one batched step for all "
+                        f"(default {EngineConfig.max_running})")
     p.add_argument("--max-step-tokens", type=int,
-                   help="tokens one step may verify or prefill (default 512; prompt chunks)")
+                   help="tokens one step may verify or prefill "
+                        f"(default {EngineConfig.max_step_tokens}; prompt chunks)")
     p.add_argument("--no-batching", action="store_true",
                    help="one request's round per step, round-robin (for comparison)")
     p.add_argument("--max-queue", type=int, help="requests waiting before 429")

@@ -1,7 +1,7 @@
 """Live state of the admin page: `LiveAggregator` folds the event bus into bounded state.
 
-The aggregator is the event bus's one long-lived subscriber. It folds the per-round events
-(see `gateway.live.events`) into bounded state (active request traces, a history ring of finished
+The aggregator is the event bus's one long-lived subscriber. It folds the typed events (see
+`gateway.live.event_types`) into bounded state (active request traces, a history ring of finished
 requests, 2-second time buckets) and re-publishes every event to the page streams it serves
 (each an `EventBuffer`, drained in batches). Because a page stream registers and takes its
 snapshot in one synchronous step on the event loop, a page sees every event after its snapshot
@@ -25,6 +25,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.live.event_types import (
+    EventsDropped,
+    FeedEvent,
+    RequestFinished,
+    RequestStarted,
+    RoundCompleted,
+)
 from gateway.live.events import EventBuffer, EventBus, Subscription
 from gateway.live.traces import RequestTrace
 
@@ -116,7 +123,7 @@ class LiveAggregator:
         self.tokens = 0
         self.events_dropped = 0
         self.per_drafter: dict[str, _Usage] = {}
-        self.listeners: set[EventBuffer] = set()
+        self.listeners: set[EventBuffer[FeedEvent]] = set()
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle
@@ -153,54 +160,41 @@ class LiveAggregator:
 
     # -- folding events
 
-    def apply(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        if kind == "round":
+    def apply(self, event: FeedEvent) -> None:
+        if isinstance(event, RoundCompleted):
             self._on_round(event)
-        elif kind == "request_started":
-            self._trace(event)
-        elif kind == "request_finished":
+        elif isinstance(event, RequestStarted):
+            self._trace(event.request_id, event.ts).apply_started(event)
+        elif isinstance(event, RequestFinished):
             self._on_finished(event)
-        elif kind == "dropped":
-            self.events_dropped += int(event.get("count") or 0)
-        else:
-            return
+        elif isinstance(event, EventsDropped):
+            self.events_dropped += event.count
         for listener in self.listeners:
             listener.offer(event)
 
-    def _trace(self, event: dict[str, Any]) -> RequestTrace:
-        request_id = str(event.get("request_id"))
+    def _trace(self, request_id: str, ts: float | None) -> RequestTrace:
+        """The running request's trace, started at `ts` if this is its first event."""
         trace = self.active.get(request_id)
-        now = float(event.get("ts") or self._clock())
+        now = ts or self._clock()
         if trace is None:
             trace = RequestTrace(request_id, started_at=now)
             self.active[request_id] = trace
             self.totals["requests_started"] += 1
             while len(self.active) > MAX_ACTIVE:
                 self.active.popitem(last=False)
-        if event.get("type") == "request_started":
-            trace.policy = event.get("policy")
-            trace.drafters = [str(d) for d in event.get("drafters") or []]
-            trace.prompt_tokens = event.get("prompt_tokens")
-            trace.max_tokens = event.get("max_tokens")
-            trace.temperature = event.get("temperature")
-            trace.top_p = event.get("top_p")
-            trace.top_k = event.get("top_k")
-            trace.warm_start_requests = event.get("warm_start_requests")
         trace.updated_at = now
         return trace
 
-    def _on_round(self, event: dict[str, Any]) -> None:
-        trace = self._trace(event)
+    def _on_round(self, event: RoundCompleted) -> None:
+        trace = self._trace(event.request_id, event.ts)
         before = trace.last_round
         trace.apply_round(event)
         if trace.last_round == before:
             return
-        accepted = int(event.get("accepted") or 0)
-        committed = int(event.get("committed") or 0)
+        accepted, committed = event.accepted, event.committed
         self.tokens += committed
         self.current.tokens += committed
-        if event.get("gated"):
+        if event.gated:
             self.plain_steps += 1
             self.current.plain_steps += 1
             return
@@ -208,17 +202,16 @@ class LiveAggregator:
         self.round_tokens += committed
         self.current.rounds += 1
         self.current.round_tokens += committed
-        drafter = event.get("drafter")
-        if drafter is not None:
-            name = str(drafter)
+        name = event.drafter
+        if name is not None:
             self.per_drafter.setdefault(name, _Usage()).add(accepted, committed)
             self.current.per_drafter.setdefault(name, _Usage()).add(accepted, committed)
 
-    def _on_finished(self, event: dict[str, Any]) -> None:
-        request_id = str(event.get("request_id"))
+    def _on_finished(self, event: RequestFinished) -> None:
+        request_id = event.request_id
         trace = self.active.pop(request_id, None)
         if trace is None:  # ended before its first round (queued, aborted, rejected)
-            trace = RequestTrace(request_id, started_at=float(event.get("ts") or self._clock()))
+            trace = RequestTrace(request_id, started_at=event.ts or self._clock())
             self.totals["requests_started"] += 1
         trace.apply_finished(event)
         trace.updated_at = trace.finished_at or self._clock()
@@ -242,12 +235,12 @@ class LiveAggregator:
 
     # -- page streams
 
-    def listen(self) -> EventBuffer:
-        listener = EventBuffer(LISTENER_BUFFER)
+    def listen(self) -> EventBuffer[FeedEvent]:
+        listener: EventBuffer[FeedEvent] = EventBuffer(LISTENER_BUFFER)
         self.listeners.add(listener)
         return listener
 
-    def unlisten(self, listener: EventBuffer) -> None:
+    def unlisten(self, listener: EventBuffer[FeedEvent]) -> None:
         listener.close()
         self.listeners.discard(listener)
 

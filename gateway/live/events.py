@@ -2,19 +2,14 @@
 
 The engine worker publishes from its own thread; each subscriber owns an `EventBuffer` that
 drops its oldest events when full, so a slow browser can never block or slow the worker. A
-subscriber that lost events first receives `{"type": "dropped", "count": k}`.
+subscriber that lost events first receives `EventsDropped(count=k)`.
 
 `EventBuffer` is the one bounded buffer of the live data path: the bus's subscriptions use it,
 and so do the aggregator's page streams (`gateway.live.aggregator`), which drain it in batches.
 
-Event types (all carry `type`, `seq` and `ts` (unix seconds)):
-  request_started   request_id, policy, drafters, prompt_tokens, max_tokens, temperature,
-                    top_p, top_k
-  round             request_id, round, policy, drafter, drafted, accepted, committed,
-                    completion_tokens, mean_acceptance_length, tokens_per_s, weights,
-                    regret_tokens (latest point of the regret curve), feedback_windows
-  request_finished  request_id, finish_reason, error, elapsed_s, stats (the request's full
-                    statistics incl. regret_curve; null when it was aborted)
+Events are the frozen dataclasses of `gateway.live.event_types` (their fields and wire forms are
+listed there); the bus stamps each with `seq` and `ts` (unix seconds). The builders at the end
+of this module make them from the engine's statistics snapshots, on the worker thread.
 """
 
 from __future__ import annotations
@@ -22,19 +17,31 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Generic, TypeVar
 
 from core.config import SamplingParams
 from core.stats import RoundStats, StatsSnapshot
+from gateway.live.event_types import (
+    EventsDropped,
+    FeedEvent,
+    FinalStats,
+    PublishedEvent,
+    RequestFinished,
+    RequestStarted,
+    RoundCompleted,
+)
 
 DEFAULT_BUFFER = 2048
 
+E = TypeVar("E")
 
-class EventBuffer:
+
+class EventBuffer(Generic[E]):
     """One consumer's bounded FIFO of events, used from the event loop only.
 
     `offer` never blocks: when full it drops the oldest event and counts it in `lost`, so the
@@ -43,12 +50,12 @@ class EventBuffer:
     """
 
     def __init__(self, maxsize: int) -> None:
-        self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=maxsize)
+        self._events: collections.deque[E] = collections.deque(maxlen=maxsize)
         self._ready = asyncio.Event()
         self.lost = 0
         self.closed = False
 
-    def offer(self, event: dict[str, Any]) -> None:
+    def offer(self, event: E) -> None:
         if len(self._events) == self._events.maxlen:
             self.lost += 1  # deque(maxlen) drops the oldest on append
         self._events.append(event)
@@ -60,7 +67,7 @@ class EventBuffer:
             self._ready.clear()
             await self._ready.wait()
 
-    def pop(self) -> dict[str, Any] | None:
+    def pop(self) -> E | None:
         """The oldest event, or None when empty."""
         return self._events.popleft() if self._events else None
 
@@ -69,7 +76,7 @@ class EventBuffer:
         lost, self.lost = self.lost, 0
         return lost
 
-    def drain(self) -> tuple[list[dict[str, Any]], int]:
+    def drain(self) -> tuple[list[E], int]:
         """Every buffered event and the count dropped before them; empties the buffer."""
         events = list(self._events)
         self._events.clear()
@@ -85,16 +92,16 @@ class Subscription:
 
     def __init__(self, bus: EventBus, maxsize: int) -> None:
         self._bus = bus
-        self.buffer = EventBuffer(maxsize)
+        self.buffer: EventBuffer[FeedEvent] = EventBuffer(maxsize)
 
     def __aiter__(self) -> Subscription:
         return self
 
-    async def __anext__(self) -> dict[str, Any]:
+    async def __anext__(self) -> FeedEvent:
         await self.buffer.wait()
         lost = self.buffer.take_lost()
         if lost:  # before the events that survived, so the consumer knows it missed some
-            return {"type": "dropped", "count": lost, "ts": time.time()}
+            return EventsDropped(count=lost, ts=time.time())
         event = self.buffer.pop()
         if event is None:  # closed and empty
             raise StopAsyncIteration
@@ -131,12 +138,12 @@ class EventBus:
         self._subscribers.add(sub)
         return sub
 
-    def publish(self, event: dict[str, Any]) -> None:
+    def publish(self, event: PublishedEvent) -> None:
         """Thread-safe and non-blocking; events published with no subscriber are discarded."""
         if not self._subscribers or self._loop is None:
             return
         with self._seq_lock:
-            stamped = {**event, "seq": next(self._seq), "ts": time.time()}
+            stamped = dataclasses.replace(event, seq=next(self._seq), ts=time.time())
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -147,7 +154,7 @@ class EventBus:
         with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
             self._loop.call_soon_threadsafe(self._deliver, stamped)
 
-    def _deliver(self, event: dict[str, Any]) -> None:
+    def _deliver(self, event: FeedEvent) -> None:
         for sub in list(self._subscribers):
             sub.buffer.offer(event)
 
@@ -155,50 +162,46 @@ class EventBus:
         self._subscribers.discard(sub)
 
 
-# ---- event payloads (built on the worker thread from the engine's statistics snapshots) -----
+# ---- event builders (on the worker thread, from the engine's statistics snapshots) ----------
 
 
 def started_event(request_id: str, stats: StatsSnapshot, params: SamplingParams,
-                  kinds: Mapping[str, str] | None = None) -> dict[str, Any]:
+                  kinds: Mapping[str, str] | None = None) -> RequestStarted:
     """`kinds`: drafter id -> kind (`eagle3`, `ngram`, ...); the page colours by kind."""
-    return {
-        "type": "request_started",
-        "request_id": request_id,
-        "policy": stats.policy,
-        "drafters": list(stats.drafter_ids),
-        "drafter_kinds": {i: (kinds or {}).get(i, "eagle3") for i in stats.drafter_ids},
-        "prompt_tokens": stats.prompt_tokens,
-        "max_tokens": params.max_new_tokens,
-        "temperature": params.temperature,  # what it samples with, the served defaults included
-        "top_p": params.top_p,
-        "top_k": params.top_k,
-        "warm_start_requests": stats.warm_start_requests,  # > 0: a session's learner continued
-    }
+    return RequestStarted(
+        request_id=request_id,
+        policy=stats.policy,
+        drafters=tuple(stats.drafter_ids),
+        drafter_kinds={i: (kinds or {}).get(i, "eagle3") for i in stats.drafter_ids},
+        prompt_tokens=stats.prompt_tokens,
+        max_tokens=params.max_new_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        warm_start_requests=stats.warm_start_requests,
+    )
 
 
 def round_event(
     request_id: str, rs: RoundStats, stats: StatsSnapshot, elapsed_s: float
-) -> dict[str, Any]:
-    return {
-        "type": "round",
-        "request_id": request_id,
-        "round": rs.round_index,
-        "policy": stats.policy,
-        "drafter": rs.drafter,
-        "drafted": rs.drafted,
-        "accepted": rs.accepted,
-        "committed": rs.committed,
-        "completion_tokens": stats.completion_tokens,
-        "mean_acceptance_length": stats.mean_acceptance_length,
-        "tokens_per_s": stats.completion_tokens / max(elapsed_s, 1e-9),
-        "weights": dict(rs.weights),
-        "batch_rows": rs.batch_rows,  # requests verified in the same target pass
-        "gated": rs.gated,  # the speculation gate ran this step plain (core/spec_gate.py)
-        # The latest point only: subscribers build the curve; the full one rides on
-        # request_finished, so a long request does not cost O(rounds²) to stream.
-        "regret_tokens": stats.regret_tokens,
-        "feedback_windows": len(stats.regret_curve),
-    }
+) -> RoundCompleted:
+    return RoundCompleted(
+        request_id=request_id,
+        round=rs.round_index,
+        policy=stats.policy,
+        drafter=rs.drafter,
+        drafted=rs.drafted,
+        accepted=rs.accepted,
+        committed=rs.committed,
+        completion_tokens=stats.completion_tokens,
+        mean_acceptance_length=stats.mean_acceptance_length,
+        tokens_per_s=stats.completion_tokens / max(elapsed_s, 1e-9),
+        weights=dict(rs.weights),
+        batch_rows=rs.batch_rows,
+        gated=rs.gated,
+        regret_tokens=stats.regret_tokens,
+        feedback_windows=len(stats.regret_curve),
+    )
 
 
 def finished_event(
@@ -209,44 +212,39 @@ def finished_event(
     elapsed_s: float,
     stats: StatsSnapshot | None,
     prompt: str | None = None,
-) -> dict[str, Any]:
-    event = {
-        "type": "request_finished",
-        "request_id": request_id,
-        "finish_reason": finish_reason,
-        "error": error,
-        "elapsed_s": elapsed_s,
-        "stats": stats_json(stats) if stats is not None else None,
-    }
-    if prompt is not None:  # set only with log_prompts on: the request log stores it
-        event["prompt"] = prompt
-    return event
+) -> RequestFinished:
+    return RequestFinished(
+        request_id=request_id,
+        finish_reason=finish_reason,
+        error=error,
+        elapsed_s=elapsed_s,
+        stats=final_stats(stats) if stats is not None else None,
+        prompt=prompt,
+    )
 
 
-def stats_json(s: StatsSnapshot) -> dict[str, Any]:
-    """A request's full statistics as `request_finished` carries them (the admin page and the
-    request log read these keys; `mean_acceptance_length` and `num_spec_steps` are vLLM's)."""
-    return {
-        "policy": s.policy,
-        "prompt_tokens": s.prompt_tokens,
-        "completion_tokens": s.completion_tokens,
-        "rounds": s.rounds,
-        "target_forwards": s.target_forwards,
-        "mean_acceptance_length": s.mean_acceptance_length,
-        "num_spec_steps": s.rounds,
-        "num_plain_steps": s.gated_rounds,
-        "plain_step_indices": list(s.gated_steps),  # interleave them with drafter_choices
-        "num_draft_tokens": s.num_draft_tokens,
-        "num_accepted_draft_tokens": s.num_accepted_draft_tokens,
-        "acceptance_by_position": list(s.accepted_by_position),
-        "accepted_per_round": list(s.accepted_per_round),
-        "drafter_choices": list(s.drafter_per_round),
-        "regret_tokens": s.regret_tokens,
-        "regret_curve": list(s.regret_curve),
-        "final_weights": dict(s.weights),
-        "warm_start_requests": s.warm_start_requests,
-        "time_draft_s": s.time_draft_s,
-        "time_verify_s": s.time_verify_s,
-        "time_evaluate_s": s.time_evaluate_s,
-        "time_bookkeeping_s": s.time_bookkeeping_s,
-    }
+def final_stats(s: StatsSnapshot) -> FinalStats:
+    """A request's full statistics as `request_finished` carries them."""
+    return FinalStats(
+        policy=s.policy,
+        prompt_tokens=s.prompt_tokens,
+        completion_tokens=s.completion_tokens,
+        rounds=s.rounds,
+        target_forwards=s.target_forwards,
+        mean_acceptance_length=s.mean_acceptance_length,
+        num_plain_steps=s.gated_rounds,
+        plain_step_indices=tuple(s.gated_steps),
+        num_draft_tokens=s.num_draft_tokens,
+        num_accepted_draft_tokens=s.num_accepted_draft_tokens,
+        acceptance_by_position=tuple(s.accepted_by_position),
+        accepted_per_round=tuple(s.accepted_per_round),
+        drafter_choices=tuple(s.drafter_per_round),
+        regret_tokens=s.regret_tokens,
+        regret_curve=tuple(s.regret_curve),
+        final_weights=dict(s.weights),
+        warm_start_requests=s.warm_start_requests,
+        time_draft_s=s.time_draft_s,
+        time_verify_s=s.time_verify_s,
+        time_evaluate_s=s.time_evaluate_s,
+        time_bookkeeping_s=s.time_bookkeeping_s,
+    )

@@ -1,7 +1,7 @@
 """What the admin page shows about one request (`RequestTrace`), folded from its events.
 
-A trace is built from `request_started`, `round` and `request_finished` events (see
-`gateway.live.events`): rounds append to bounded per-round lists (the newest `MAX_ROUNDS`), a
+A trace is built from `RequestStarted`, `RoundCompleted` and `RequestFinished` events (see
+`gateway.live.event_types`): rounds append to bounded per-round lists (the newest `MAX_ROUNDS`), a
 duplicate round re-delivered after a resync is ignored, and the final statistics of a finished
 request replace what the rounds built, since they hold every round and the full regret curve.
 
@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from gateway.live.event_types import FinalStats, RequestFinished, RequestStarted, RoundCompleted
 
 MAX_ROUNDS = 4096  # rounds kept per trace; older rounds are dropped from the front
 
@@ -56,32 +58,41 @@ class RequestTrace:
     elapsed_s: float | None = None
     finished_at: float | None = None
 
-    def apply_round(self, event: dict[str, Any]) -> None:
-        index = int(event.get("round", self.last_round + 1))
+    def apply_started(self, event: RequestStarted) -> None:
+        self.policy = event.policy
+        self.drafters = list(event.drafters)
+        self.prompt_tokens = event.prompt_tokens
+        self.max_tokens = event.max_tokens
+        self.temperature = event.temperature
+        self.top_p = event.top_p
+        self.top_k = event.top_k
+        self.warm_start_requests = event.warm_start_requests
+
+    def apply_round(self, event: RoundCompleted) -> None:
+        index = event.round
         if index <= self.last_round:
             return  # a duplicate (re-delivered after a resync)
         if not self.drafter_per_round:
             self.first_round = index
         self.last_round = index
-        self.drafter_per_round.append(event.get("drafter"))
-        self.accepted_per_round.append(int(event.get("accepted") or 0))
-        self.committed_per_round.append(int(event.get("committed") or 0))
-        gated = bool(event.get("gated"))
-        self.plain_per_round.append(gated)
-        self.plain_steps += gated
+        self.drafter_per_round.append(event.drafter)
+        self.accepted_per_round.append(event.accepted)
+        self.committed_per_round.append(event.committed)
+        self.plain_per_round.append(event.gated)
+        self.plain_steps += event.gated
         overflow = len(self.drafter_per_round) - MAX_ROUNDS
         if overflow > 0:
             for steps in self._per_step_lists():
                 del steps[:overflow]
             self.first_round += overflow
-        self.policy = event.get("policy", self.policy)
-        self.completion_tokens = int(event.get("completion_tokens") or 0)
-        self.mean_acceptance_length = event.get("mean_acceptance_length")
-        self.tokens_per_s = event.get("tokens_per_s")
-        self.weights = dict(event.get("weights") or {})
-        self.batch_rows = event.get("batch_rows", self.batch_rows)
-        windows = int(event.get("feedback_windows") or 0)
-        regret = event.get("regret_tokens")
+        self.policy = event.policy
+        self.completion_tokens = event.completion_tokens
+        self.mean_acceptance_length = event.mean_acceptance_length
+        self.tokens_per_s = event.tokens_per_s
+        self.weights = dict(event.weights)
+        self.batch_rows = event.batch_rows
+        windows = event.feedback_windows
+        regret = event.regret_tokens
         if (
             regret is not None
             and windows
@@ -91,36 +102,33 @@ class RequestTrace:
             del self.regret_curve[:-MAX_ROUNDS]
         self.regret_tokens = regret
 
-    def apply_finished(self, event: dict[str, Any]) -> None:
-        self.finish_reason = event.get("finish_reason")
-        self.error = event.get("error")
-        self.elapsed_s = event.get("elapsed_s")
-        self.finished_at = event.get("ts", time.time())
+    def apply_finished(self, event: RequestFinished) -> None:
+        self.finish_reason = event.finish_reason
+        self.error = event.error
+        self.elapsed_s = event.elapsed_s
+        self.finished_at = event.ts if event.ts is not None else time.time()
         if self.error:
             self.status = "failed"
         elif self.finish_reason is None:
             self.status = "aborted"  # client gone, or ended by a stop string
         else:
             self.status = "finished"
-        stats = event.get("stats")
-        if not isinstance(stats, dict):
+        stats = event.stats
+        if stats is None:
             return
-        # The final statistics (`gateway.live.events.stats_json`, the admin wire form) are
-        # authoritative: they hold every round and the full curve.
-        self.policy = stats.get("policy", self.policy)
-        self.completion_tokens = int(stats.get("completion_tokens") or self.completion_tokens)
-        self.prompt_tokens = stats.get("prompt_tokens", self.prompt_tokens)
-        self.warm_start_requests = stats.get("warm_start_requests", self.warm_start_requests)
-        self.mean_acceptance_length = stats.get("mean_acceptance_length",
-                                                self.mean_acceptance_length)
-        self.regret_tokens = stats.get("regret_tokens", self.regret_tokens)
-        self.weights = dict(stats.get("final_weights") or self.weights)
+        # The final statistics are authoritative: they hold every round and the full curve.
+        self.policy = stats.policy
+        self.completion_tokens = stats.completion_tokens or self.completion_tokens
+        self.prompt_tokens = stats.prompt_tokens
+        self.warm_start_requests = stats.warm_start_requests
+        self.mean_acceptance_length = stats.mean_acceptance_length
+        self.regret_tokens = stats.regret_tokens
+        self.weights = dict(stats.final_weights or self.weights)
         steps = _final_steps(stats)
         if steps is not None:
             self._replace_steps(steps)
-        curve = stats.get("regret_curve")
-        if isinstance(curve, list):
-            self.regret_curve = [[i + 1, float(v)] for i, v in enumerate(curve)][-MAX_ROUNDS:]
+        self.regret_curve = [[i + 1, float(v)]
+                             for i, v in enumerate(stats.regret_curve)][-MAX_ROUNDS:]
 
     def _per_step_lists(self) -> tuple[list[Any], ...]:
         return (self.drafter_per_round, self.accepted_per_round, self.committed_per_round,
@@ -178,16 +186,14 @@ class RequestTrace:
         }
 
 
-def _final_steps(stats: dict[str, Any]) -> list[tuple[str | None, int, bool]] | None:
+def _final_steps(stats: FinalStats) -> list[tuple[str | None, int, bool]] | None:
     """Every step of a finished request as (drafter, accepted, plain), in order. None when the
     statistics cannot be interleaved (then the rounds' lists stay)."""
-    choices = list(stats.get("drafter_choices") or [])
-    accepted = list(stats.get("accepted_per_round") or [])
-    order = step_order(len(choices), stats.get("plain_step_indices") or [])
+    choices, accepted = stats.drafter_choices, stats.accepted_per_round
+    order = step_order(len(choices), stats.plain_step_indices)
     if order is None or len(choices) != len(accepted):
         return None
-    return [(None, 0, True) if k is None else (choices[k], int(accepted[k]), False)
-            for k in order]
+    return [(None, 0, True) if k is None else (choices[k], accepted[k], False) for k in order]
 
 
 def step_order(rounds: int, plain_indices: Iterable[Any]) -> list[int | None] | None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -66,7 +67,8 @@ from drafter_registry.models import Drafter, DrafterSource, DrafterStatus
 from drafter_registry.request_log import RequestLogWriter
 from drafter_registry.seed import import_seed_pool, load_seed_pool
 from gateway.config import Settings
-from gateway.live.events import EventBus
+from gateway.live.event_types import RequestFinished
+from gateway.live.events import EventBus, Subscription
 from gateway.pool.database import RegistryLink
 from gateway.pool.model_free import EAGLE3, full_params, model_free_key
 from gateway.pool.sync import PoolSync, drafter_key, local_key
@@ -209,34 +211,36 @@ def _register_ready(session: Session, drafter: ServedDrafter, target_model: str 
                     inspection={"compatible": True, "reason": None, "origin": "served pool"})
 
 
-def request_log_record(event: Mapping[str, Any], *, model: str | None) -> dict[str, Any]:
-    """A `request_logs` record from a `request_finished` event."""
-    stats = event.get("stats") if isinstance(event.get("stats"), dict) else {}
-    assert isinstance(stats, dict)
-    elapsed = event.get("elapsed_s")
-    ts = event.get("ts")
+def request_log_record(event: RequestFinished, *, model: str | None) -> dict[str, Any]:
+    """A `request_logs` record (`RequestLogWriter.write`'s input) from a finished request.
+
+    Keys that are not columns land in the row's `extra` JSON. Without statistics (a request
+    that ended before its first round) the token counts are left to the writer's zeros."""
     record: dict[str, Any] = {
-        "request_id": event.get("request_id"),
+        "request_id": event.request_id,
         "model": model,
-        "status": "error" if event.get("error") else "ok",
-        "policy": stats.get("policy"),
-        "prompt_tokens": stats.get("prompt_tokens") or 0,
-        "completion_tokens": stats.get("completion_tokens") or 0,
-        "rounds": stats.get("rounds") or 0,
-        "mat": stats.get("mean_acceptance_length"),
-        "regret_tokens": stats.get("regret_tokens"),
-        "drafter_choices": stats.get("drafter_choices"),
-        "latency_ms": elapsed * 1000 if isinstance(elapsed, (int, float)) else None,
-        # Keys that are not columns land in the row's `extra` JSON.
-        "finish_reason": event.get("finish_reason"),
-        "error": event.get("error"),
-        "num_plain_steps": stats.get("num_plain_steps"),
-        "plain_step_indices": stats.get("plain_step_indices") or None,  # between the rounds
+        "status": "error" if event.error else "ok",
+        "latency_ms": event.elapsed_s * 1000,
+        "finish_reason": event.finish_reason,
+        "error": event.error,
     }
-    if isinstance(ts, (int, float)):
-        record["created_at"] = ts - (elapsed if isinstance(elapsed, (int, float)) else 0.0)
-    if event.get("prompt") is not None:
-        record["prompt"] = event["prompt"]  # dropped by the writer unless log_prompts is on
+    stats = event.stats
+    if stats is not None:
+        record.update(
+            policy=stats.policy,
+            prompt_tokens=stats.prompt_tokens,
+            completion_tokens=stats.completion_tokens,
+            rounds=stats.rounds,
+            mat=stats.mean_acceptance_length,
+            regret_tokens=stats.regret_tokens,
+            drafter_choices=list(stats.drafter_choices),
+            num_plain_steps=stats.num_plain_steps,
+            plain_step_indices=list(stats.plain_step_indices) or None,  # between the rounds
+        )
+    if event.ts is not None:
+        record["created_at"] = event.ts - event.elapsed_s
+    if event.prompt is not None:
+        record["prompt"] = event.prompt  # dropped by the writer unless log_prompts is on
     return {k: v for k, v in record.items() if v is not None}
 
 
@@ -399,16 +403,16 @@ class RegistryService:
         # Drafters resumed at start validate while the engine may still be loading: wait for
         # it, so that `ready` still means "served here" (this thread is a background one).
         self._wait_for_engine()
-        report = dict(inspect_drafter(path, self.target_dir, None, self._target_aux_layers()))
-        if not report.get("compatible") or self.pool_sync is None:
-            return report
+        report = inspect_drafter(path, self.target_dir, None, self._target_aux_layers())
+        if not report.compatible or self.pool_sync is None:
+            return report.to_json()
         entries = self._validating_here(path)
         try:
             self.pool_sync.preload(entries, path)
         except Exception as exc:
-            return {**report, "compatible": False,
-                    "reason": f"the engine could not load it: {type(exc).__name__}: {exc}"}
-        return report
+            reason = f"the engine could not load it: {type(exc).__name__}: {exc}"
+            return dataclasses.replace(report, compatible=False, reason=reason).to_json()
+        return report.to_json()
 
     def _wait_for_engine(self) -> None:
         """Until the engine is loaded; returns early if it failed to load or we shut down (then
@@ -481,10 +485,10 @@ class RegistryService:
                 self.submit_pending()
                 return
 
-    async def _log_requests(self, subscription: Any) -> None:
+    async def _log_requests(self, subscription: Subscription) -> None:
         try:
             async for event in subscription:
-                if event.get("type") == "request_finished" and self.request_log is not None:
+                if isinstance(event, RequestFinished) and self.request_log is not None:
                     info = self.runner.info
                     model = self.settings.model_name or (info.model_name if info else None)
                     self.request_log.write(request_log_record(event, model=model))

@@ -4,6 +4,7 @@ real `hedgespec serve` process."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
@@ -29,6 +30,13 @@ from gateway.live.aggregator import (
     MAX_ACTIVE,
     LiveAggregator,
     Load,
+)
+from gateway.live.event_types import (
+    EventsDropped,
+    FinalStats,
+    RequestFinished,
+    RequestStarted,
+    RoundCompleted,
 )
 from gateway.live.traces import MAX_ROUNDS
 from tests.admin_ui.conftest import (
@@ -64,29 +72,44 @@ def aggregator(in_flight: int = 0, clock: Clock | None = None) -> LiveAggregator
 
 
 def round_event(
-    rid: str, index: int, drafter: str | None, accepted: int, **extra: Any
-) -> dict[str, Any]:
-    return {
-        "type": "round", "request_id": rid, "round": index, "policy": "normalhedge",
-        "drafter": drafter, "drafted": 6, "accepted": accepted, "committed": accepted + 1,
-        "completion_tokens": 2 * (index + 1), "mean_acceptance_length": 1.5,
-        "tokens_per_s": 10.0, "weights": {"a": 0.75, "b": 0.25}, "regret_tokens": 0.1 * index,
-        "feedback_windows": index, "ts": 1_000.0, **extra,
+    rid: str, index: int, drafter: str | None, accepted: int, gated: bool = False
+) -> RoundCompleted:
+    return RoundCompleted(
+        request_id=rid, round=index, policy="normalhedge", drafter=drafter, drafted=6,
+        accepted=accepted, committed=accepted + 1, completion_tokens=2 * (index + 1),
+        mean_acceptance_length=1.5, tokens_per_s=10.0, weights={"a": 0.75, "b": 0.25},
+        batch_rows=1, gated=gated, regret_tokens=0.1 * index, feedback_windows=index,
+        ts=1_000.0,
+    )  # fmt: skip
+
+
+def started(rid: str, warm_start_requests: int = 0) -> RequestStarted:
+    return RequestStarted(
+        request_id=rid, policy="normalhedge", drafters=("a", "b"),
+        drafter_kinds={"a": "eagle3", "b": "eagle3"}, prompt_tokens=5, max_tokens=16,
+        temperature=0.2, top_p=0.9, top_k=0, warm_start_requests=warm_start_requests,
+        ts=1_000.0,
+    )  # fmt: skip
+
+
+def final_stats(**fields: Any) -> FinalStats:
+    """A finished request's statistics: `fields` over those of a request that ran no step."""
+    empty: dict[str, Any] = {
+        "policy": "normalhedge", "prompt_tokens": 0, "completion_tokens": 0, "rounds": 0,
+        "target_forwards": 0, "mean_acceptance_length": 0.0, "num_plain_steps": 0,
+        "plain_step_indices": (), "num_draft_tokens": 0, "num_accepted_draft_tokens": 0,
+        "acceptance_by_position": (), "accepted_per_round": (), "drafter_choices": (),
+        "regret_tokens": None, "regret_curve": (), "final_weights": {},
+        "warm_start_requests": 0, "time_draft_s": 0.0, "time_verify_s": 0.0,
+        "time_evaluate_s": 0.0, "time_bookkeeping_s": 0.0,
     }  # fmt: skip
+    return FinalStats(**{**empty, **fields})
 
 
-def started(rid: str) -> dict[str, Any]:
-    return {
-        "type": "request_started", "request_id": rid, "policy": "normalhedge",
-        "drafters": ["a", "b"], "prompt_tokens": 5, "max_tokens": 16, "temperature": 0.2,
-        "top_p": 0.9, "top_k": 0,
-        "ts": 1_000.0,
-    }  # fmt: skip
-
-
-def finished(rid: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "request_finished", "request_id": rid, "finish_reason": "length",
-            "error": None, "elapsed_s": 1.0, "stats": None, "ts": 1_001.0, **extra}  # fmt: skip
+def finished(rid: str, **fields: Any) -> RequestFinished:
+    event = RequestFinished(request_id=rid, finish_reason="length", error=None, elapsed_s=1.0,
+                            stats=None, ts=1_001.0)  # fmt: skip
+    return dataclasses.replace(event, **fields)
 
 
 def test_rounds_fold_into_a_trace_and_per_drafter_usage() -> None:
@@ -131,23 +154,24 @@ def test_a_snapshot_is_not_changed_by_rounds_that_arrive_after_it() -> None:
 
 def test_a_trace_says_whether_its_learner_continued_a_session() -> None:
     agg = aggregator()
-    agg.apply({**started("r1"), "warm_start_requests": 2})
-    agg.apply(started("r2"))  # an older server: no field
+    agg.apply(started("r1", warm_start_requests=2))
+    agg.apply(started("r2"))  # a cold start
     assert agg.active["r1"].public()["warm_start_requests"] == 2
-    assert agg.active["r2"].public()["warm_start_requests"] is None
-    agg.apply(finished("r2", stats={"warm_start_requests": 0}))
-    assert agg.history[0].public()["warm_start_requests"] == 0
+    assert agg.active["r2"].public()["warm_start_requests"] == 0
+    agg.apply(finished("r1", stats=final_stats(warm_start_requests=2)))
+    assert agg.history[0].public()["warm_start_requests"] == 2
+    agg.apply(finished("r3"))  # ended before it started: unknown, not cold
+    assert agg.history[0].public()["warm_start_requests"] is None
 
 
 def test_finished_stats_are_authoritative_and_history_is_newest_first() -> None:
     agg = aggregator()
     agg.apply(round_event("r1", 0, "a", 1))
-    stats = {
-        "policy": "normalhedge", "completion_tokens": 9, "prompt_tokens": 5, "rounds": 3,
-        "mean_acceptance_length": 2.0, "regret_tokens": 0.5, "final_weights": {"a": 1.0},
-        "drafter_choices": ["a", "b", "a"], "accepted_per_round": [1, 2, 3],
-        "regret_curve": [0.0, 0.5],
-    }  # fmt: skip
+    stats = final_stats(
+        policy="normalhedge", completion_tokens=9, prompt_tokens=5, rounds=3,
+        mean_acceptance_length=2.0, regret_tokens=0.5, final_weights={"a": 1.0},
+        drafter_choices=("a", "b", "a"), accepted_per_round=(1, 2, 3), regret_curve=(0.0, 0.5),
+    )  # fmt: skip
     agg.apply(finished("r1", stats=stats))
     agg.apply(finished("r2", finish_reason=None, error="The request exceeded the deadline."))
     agg.apply(finished("r3", finish_reason=None))
@@ -183,10 +207,10 @@ def test_plain_steps_sit_between_rounds_and_stay_out_of_mat() -> None:
     assert {d["id"]: d["rounds"] for d in view["per_drafter"]} == {"a": 1, "b": 1}
 
     # The final statistics list speculative rounds only; their plain steps go back in place.
-    stats = {
-        "rounds": 2, "num_plain_steps": 3, "plain_step_indices": [1, 2, 4],
-        "drafter_choices": ["a", "b"], "accepted_per_round": [2, 1],
-    }  # fmt: skip
+    stats = final_stats(
+        rounds=2, num_plain_steps=3, plain_step_indices=(1, 2, 4), drafter_choices=("a", "b"),
+        accepted_per_round=(2, 1),
+    )  # fmt: skip
     agg.apply(round_event("r1", 4, None, 0, gated=True))
     agg.apply(finished("r1", stats=stats))
     done = agg.history[0].public()
@@ -197,13 +221,13 @@ def test_plain_steps_sit_between_rounds_and_stay_out_of_mat() -> None:
     assert done["plain_steps"] == 3 and done["rounds"] == 5 and done["first_round"] == 0
 
     # A request whose round events were missed is rebuilt from its statistics alone.
-    agg.apply(finished("r2", stats={**stats, "plain_step_indices": [0, 1, 2]}))
+    agg.apply(finished("r2", stats=dataclasses.replace(stats, plain_step_indices=(0, 1, 2))))
     late = agg.history[0].public()
     assert late["plain_per_round"] == [True, True, True, False, False]
     assert late["drafter_per_round"] == [None, None, None, "a", "b"]
     # Indices that cannot be interleaved leave the rounds' lists as they were.
     agg.apply(round_event("r3", 0, "a", 1))
-    agg.apply(finished("r3", stats={**stats, "plain_step_indices": [1, 9]}))
+    agg.apply(finished("r3", stats=dataclasses.replace(stats, plain_step_indices=(1, 9))))
     assert agg.history[0].public()["drafter_per_round"] == ["a"]
 
 
@@ -250,9 +274,10 @@ def test_listeners_get_every_event_and_a_lost_count_when_they_fall_behind() -> N
     listener = agg.listen()
     agg.apply(started("r"))
     agg.apply(round_event("r", 0, "a", 1))
-    agg.apply({"type": "unknown"})  # not forwarded
+    agg.apply(EventsDropped(count=2, ts=1_000.0))  # the bus's: counted, and passed on
     events, lost = listener.drain()
-    assert [e["type"] for e in events] == ["request_started", "round"] and lost == 0
+    assert [e.to_json()["type"] for e in events] == ["request_started", "round", "dropped"]
+    assert lost == 0 and agg.overview()["totals"]["events_dropped"] == 2
     for i in range(LISTENER_BUFFER + 5):
         agg.apply(round_event("r", i + 1, "a", 1))
     events, lost = listener.drain()
@@ -361,9 +386,10 @@ def test_requests_come_from_the_database_when_request_logging_is_on(
         assert writer.flush()
         app.state.request_log = writer  # type: ignore[attr-defined]
         # steps 1 and 3 decoded plain by the speculation gate (the row's `extra` keeps them)
-        stats = {"rounds": 2, "drafter_choices": ["a", "b"], "num_plain_steps": 2,
-                 "plain_step_indices": [1, 3]}  # fmt: skip
-        writer.write(request_log_record({"request_id": "logged-2", "stats": stats}, model="m"))
+        stats = final_stats(rounds=2, drafter_choices=("a", "b"), num_plain_steps=2,
+                            plain_step_indices=(1, 3))  # fmt: skip
+        event = finished("logged-2", stats=stats, ts=None)  # not stamped: logged as of now
+        writer.write(request_log_record(event, model="m"))
         assert writer.flush()
         body = app_client.get("/admin/api/requests", headers=ADMIN).json()
     finally:

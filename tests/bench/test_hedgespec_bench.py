@@ -33,7 +33,7 @@ def test_bench_writes_tables_plots_and_json(tmp_path: Path,
 
     assert set(printed["estimators"]) == set(VARIANTS)
     for e in printed["estimators"].values():
-        assert set(e) >= {"estimator", "loss", "feedback", "mae", "slope", "rank_corr",
+        assert set(e) >= {"estimator", "loss", "mae", "slope", "rank_corr",
                           "mat_vs_oracle"}
         assert e["windows"] > 0 and e["mae"] >= 0
     assert "## Estimator variants" in (out / "hedgespec.md").read_text()

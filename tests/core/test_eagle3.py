@@ -174,10 +174,9 @@ def _target_dir(tmp_path: Path, hidden: int = H, vocab: int = V) -> Path:
 def test_inspect_reports_a_compatible_drafter(tmp_path: Path) -> None:
     official_checkpoint(tmp_path / "d")
     report = inspect_drafter(tmp_path / "d", _target_dir(tmp_path))
-    assert report["compatible"] and report["reason"] is None and report["format"] == "safetensors"
-    assert ((report["hidden_size"], report["draft_vocab_size"], report["target_vocab_size"])
-            == (H, VD, V))
-    assert report["architecture"] == "LlamaForCausalLM" and report["num_parameters"] > 0
+    assert report.compatible and report.reason is None and report.format == "safetensors"
+    assert (report.hidden_size, report.draft_vocab_size, report.target_vocab_size) == (H, VD, V)
+    assert report.architecture == "LlamaForCausalLM" and (report.num_parameters or 0) > 0
 
 
 @pytest.mark.parametrize(("mutate", "needle"), [
@@ -198,18 +197,18 @@ def test_broken_checkpoints_name_the_problem(tmp_path: Path, mutate, needle: str
 def test_incompatible_target_is_named(tmp_path: Path) -> None:
     official_checkpoint(tmp_path / "d")
     report = inspect_drafter(tmp_path / "d", _target_dir(tmp_path, hidden=48, vocab=80))
-    assert not report["compatible"] and report["readable"]
-    assert "hidden size 32 != target hidden size 48" in report["reason"]
-    assert "vocab size 64 != target vocab size 80" in report["reason"]
+    assert not report.compatible and report.readable
+    assert "hidden size 32 != target hidden size 48" in str(report.reason)
+    assert "vocab size 64 != target vocab size 80" in str(report.reason)
 
 
 def test_unreadable_files_are_reported_as_unreadable(tmp_path: Path) -> None:
     official_checkpoint(tmp_path / "d")
     (tmp_path / "d" / "model.safetensors").write_bytes(b"\x00garbage" * 10)
     report = inspect_drafter(tmp_path / "d", _target_dir(tmp_path))
-    assert (not report["compatible"] and not report["readable"]
-            and "cannot read weights" in report["reason"])
-    assert not inspect_drafter(tmp_path / "missing", tmp_path / "target")["readable"]
+    assert (not report.compatible and not report.readable
+            and "cannot read weights" in str(report.reason))
+    assert not inspect_drafter(tmp_path / "missing", tmp_path / "target").readable
     with pytest.raises(DrafterLoadError, match="invalid subfolder"):
         load_drafter(tmp_path / "d", subfolder="../d")
 
@@ -262,7 +261,7 @@ def test_sharded_safetensors_load_like_one_file(tmp_path: Path) -> None:
     back = load_drafter(tmp_path, embed_tokens=target.get_input_embeddings())
     for (name, a), (_, b) in zip(d.state_dict().items(), back.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
-    assert inspect_drafter(tmp_path, _target_dir(tmp_path))["format"] == "safetensors-sharded"
+    assert inspect_drafter(tmp_path, _target_dir(tmp_path)).format == "safetensors-sharded"
     (tmp_path / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(DrafterLoadError, match="missing"):
         load_drafter(tmp_path)

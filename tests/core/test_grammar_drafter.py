@@ -8,6 +8,7 @@ import json
 from collections import Counter
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -125,6 +126,27 @@ def test_the_estimate_is_the_realised_length_under_greedy(
                 checked += 1
                 long += w.realised >= 4
     assert checked >= 6 and long >= 2, (checked, long)
+
+
+def test_the_estimate_is_unbiased_when_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampling (the Monte Carlo check the other kinds have): over the rounds it drafted, the
+    mean ÂL of its windows matches the mean realised length within 3 standard errors."""
+    tok = char_tokenizer()
+    _, engine = grammar_engine(tok, policy="fixed:grammar")
+    engine.config = replace(engine.config, evaluate_all=True)
+    index = engine.snapshot.index("grammar")
+    est, real = [], []
+    for seed in range(12):
+        params = SamplingParams(max_new_tokens=60, temperature=0.8, seed=seed, grammar=JSON_SPEC)
+        for w in windows_of(engine, tok.encode("Give JSON"), params, "fixed:grammar",
+                            monkeypatch):
+            if w.is_round and not w.censored and w.chosen == index:
+                est.append(float(w.est_len[index]))
+                real.append(w.realised)
+    assert len(est) >= 40
+    gap = abs(np.mean(est) - np.mean(real))
+    noise = 3 * np.std(np.array(real) - np.array(est)) / np.sqrt(len(est))
+    assert gap <= noise, (np.mean(est), np.mean(real), noise)
 
 
 def test_on_structured_output_the_learner_drafts_with_it() -> None:

@@ -62,16 +62,19 @@ def test_copy_drafter_accepts_every_draft_token(tree: str) -> None:
         assert stats.target_forwards == stats.rounds + 1
 
 
-def test_stop_tokens_and_length() -> None:
+def test_eos_and_length() -> None:
     target, perm = bigram_target()
     engine = make_engine(target, {"copy": copy_drafter(target, perm)}, TREES["tree"],
                          policy="fixed:copy")
     ref = hf_greedy(target, [1, 2], 20)
     stop = ref[9]
-    outs = list(engine.generate([1, 2], SamplingParams(max_new_tokens=20, stop_token_ids=(stop,))))
+    target.config.eos_token_id = stop  # read by Target.eos_token_ids at each request
+    outs = list(engine.generate([1, 2], SamplingParams(max_new_tokens=20)))
     ids = [t for o in outs for t in o.token_ids]
     assert ids == ref[: ref.index(stop)] and outs[-1].finish_reason == "stop"
-    outs = list(engine.generate([1, 2], SamplingParams(max_new_tokens=7, ignore_eos=True)))
+    outs = list(engine.generate([1, 2], SamplingParams(max_new_tokens=20, ignore_eos=True)))
+    assert [t for o in outs for t in o.token_ids] == ref and outs[-1].finish_reason == "length"
+    outs = list(engine.generate([1, 2], SamplingParams(max_new_tokens=7)))
     assert [t for o in outs for t in o.token_ids] == ref[:7] and outs[-1].finish_reason == "length"
 
 

@@ -49,7 +49,7 @@ def hybrid_engine(target: torch.nn.Module, members: dict[str, object], policy: s
                   graft: str | None = "ngram", batching: bool = True,
                   tree: TreeConfig = TREE) -> SpecEngine:
     config = EngineConfig(tree=tree, selector=SelectorConfig(policy=policy), max_context=480,
-                          aux_layers=AUX, hybrid=graft, batching=batching)
+                          hybrid=graft, batching=batching)
     return SpecEngine(Target(target, None, AUX), members, config)  # type: ignore[arg-type]
 
 

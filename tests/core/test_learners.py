@@ -282,14 +282,6 @@ def test_sample_index_follows_the_distribution_and_skips_zero_mass() -> None:
     np.testing.assert_allclose(counts / 20_000, p, atol=0.015)
 
 
-def test_argmax_selection_breaks_ties_with_the_generator() -> None:
-    learner = NormalHedge(3)  # uniform: a three-way tie
-    rng = np.random.default_rng(9)
-    assert {learner.select(rng, argmax=True) for _ in range(100)} == {0, 1, 2}
-    learner.update(np.array([0.5, 0.0, 0.5]))
-    assert {learner.select(rng, argmax=True) for _ in range(20)} == {1}
-
-
 def test_normalhedge_pool_changes_keep_the_other_experts_regrets() -> None:
     learner = NormalHedge(3)
     learner.update(np.array([0.1, 0.6, 0.3]))

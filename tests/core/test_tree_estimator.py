@@ -271,10 +271,9 @@ def with_selector(engine, **selector):  # type: ignore[no-untyped-def]
     return SpecEngine(engine.target, dict(engine.snapshot.drafters), cfg)
 
 
-@pytest.mark.parametrize(("estimator", "feedback"),
-                         [("tree", "round"), ("tree", "position"), ("topk", "position")])
+@pytest.mark.parametrize("estimator", ["tree", "topk"])
 def test_engine_variants_stay_lossless_and_find_the_copying_drafter(
-        engine_setup, monkeypatch, estimator: str, feedback: str) -> None:  # type: ignore[no-untyped-def]
+        engine_setup, monkeypatch, estimator: str) -> None:  # type: ignore[no-untyped-def]
     from bench.harness.tiny_models import hf_greedy
     from core.config import SamplingParams
     from core.learners import NormalHedge
@@ -288,16 +287,12 @@ def test_engine_variants_stay_lossless_and_find_the_copying_drafter(
         return original(self, losses)
 
     monkeypatch.setattr(NormalHedge, "update", counted)
-    eng = with_selector(engine, estimator=estimator, feedback=feedback)
+    eng = with_selector(engine, estimator=estimator)
     ids, stats = eng.generate_ids([7], SamplingParams(max_new_tokens=100, ignore_eos=True),
                                   "normalhedge")
     assert ids == hf_greedy(target, [7], 100)
     assert stats.weights["copy"] > 0.9 and stats.mean_acceptance_length > 3
-    rounds_with_windows = len(stats.regret_curve)
-    if feedback == "position":  # one update per verified position, statistics per round
-        assert len(updates) > 2 * rounds_with_windows
-    else:
-        assert len(updates) <= rounds_with_windows
+    assert len(updates) <= len(stats.regret_curve)  # one window, one update, per round
     sampled, _ = eng.generate_ids([7], SamplingParams(max_new_tokens=30, temperature=1.0, seed=3,
                                                       ignore_eos=True), "normalhedge")
     assert len(sampled) == 30

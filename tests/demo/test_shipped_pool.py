@@ -62,7 +62,7 @@ def test_every_drafter_loads_and_is_compatible(pool: dict, smollm2_dir: Path) ->
     for entry in eagle(pool):
         path = POOL_DIR / entry["path"]
         result = inspect_drafter(path, smollm2_dir)
-        assert result["compatible"], result
+        assert result.compatible, result
         drafter = load_drafter(path)
         assert drafter.cfg.draft_vocab_size < drafter.cfg.vocab_size == 49152
         aux.add(drafter.cfg.aux_layers)

@@ -102,8 +102,23 @@ def test_compile_flag_is_unset_unless_given(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("HEDGESPEC_COMPILE", "true")
     assert serve_settings(build_parser().parse_args(["serve"])).compile is True  # env kept
     monkeypatch.delenv("HEDGESPEC_COMPILE")
-    assert serve_settings(build_parser().parse_args(["serve"])).compile is False
+    assert serve_settings(build_parser().parse_args(["serve"])).compile is None
+    assert serve_settings(build_parser().parse_args(["serve"])).engine_config().compile is False
     assert serve_settings(build_parser().parse_args(["serve", "--compile"])).compile is True
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_unset_engine_knobs_are_the_cores_served_defaults(
+        monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    """Settings states no engine default of its own: left unset, every knob is core.config's
+    (the served tree, selector and speculation for the device, else EngineConfig's)."""
+    from core.config import SERVED_SPECULATION, EngineConfig, served_selector, served_tree
+
+    monkeypatch.delenv("HEDGESPEC_SPECULATION", raising=False)
+    cfg = Settings(device=device, dtype="float32").engine_config()
+    assert cfg == EngineConfig(device=device, tree=served_tree(device),
+                               selector=served_selector(device), speculation=SERVED_SPECULATION)
+    assert Settings(dtype="float32").engine_config().device == EngineConfig.device
 
 
 def test_eval_every_defaults_by_device_and_the_flag_wins() -> None:

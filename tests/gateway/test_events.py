@@ -7,46 +7,60 @@ import asyncio
 import threading
 
 from gateway.live.aggregator import LiveAggregator, Load
+from gateway.live.event_types import EventsDropped, FeedEvent, RoundCompleted
 from gateway.live.events import EventBuffer, EventBus
 
 
+def step(i: int) -> RoundCompleted:
+    return RoundCompleted(
+        request_id="r", round=i, policy="normalhedge", drafter="a", drafted=6, accepted=1,
+        committed=2, completion_tokens=2 * (i + 1), mean_acceptance_length=2.0,
+        tokens_per_s=10.0, weights={"a": 1.0}, batch_rows=1, gated=False, regret_tokens=None,
+        feedback_windows=0,
+    )  # fmt: skip
+
+
+def rounds(events: list[FeedEvent]) -> list[int]:
+    return [e.round for e in events if isinstance(e, RoundCompleted)]
+
+
 def test_events_published_from_another_thread_arrive_in_order() -> None:
-    async def main() -> list[int]:
+    async def main() -> list[FeedEvent]:
         bus = EventBus()
         sub = bus.subscribe()
-        worker = threading.Thread(
-            target=lambda: [bus.publish({"type": "round", "i": i}) for i in range(5)]
-        )
+        worker = threading.Thread(target=lambda: [bus.publish(step(i)) for i in range(5)])
         worker.start()
         worker.join()
-        got = [(await asyncio.wait_for(sub.__anext__(), 2))["i"] for _ in range(5)]
+        got = [await asyncio.wait_for(sub.__anext__(), 2) for _ in range(5)]
         await sub.aclose()
         return got
 
-    assert asyncio.run(main()) == [0, 1, 2, 3, 4]
+    assert rounds(asyncio.run(main())) == [0, 1, 2, 3, 4]
 
 
 def test_a_slow_subscriber_loses_the_oldest_and_is_told() -> None:
-    async def main() -> list[dict[str, object]]:
+    async def main() -> list[FeedEvent]:
         bus = EventBus()
         sub = bus.subscribe(buffer_size=3)
         for i in range(10):
-            bus.publish({"type": "round", "i": i})
+            bus.publish(step(i))
         out = [await sub.__anext__() for _ in range(4)]
         await sub.aclose()
         return out
 
     first, *rest = asyncio.run(main())
-    assert first["type"] == "dropped" and first["count"] == 7
-    assert [e["i"] for e in rest] == [7, 8, 9]
-    assert [e["seq"] for e in rest] == [8, 9, 10]
+    assert isinstance(first, EventsDropped) and first.count == 7
+    assert rounds(rest) == [7, 8, 9]
+    assert [e.seq for e in rest if isinstance(e, RoundCompleted)] == [8, 9, 10]
+    # The stamp reaches the wire after the event's own fields, as the page reads it.
+    assert list(rest[0].to_json())[-2:] == ["seq", "ts"]
 
 
 def test_no_subscriber_means_no_work_and_closing_ends_iteration() -> None:
-    async def main() -> list[dict[str, object]]:
+    async def main() -> list[FeedEvent]:
         bus = EventBus()
         bus.bind(asyncio.get_running_loop())
-        bus.publish({"type": "round"})  # nobody listens: dropped
+        bus.publish(step(0))  # nobody listens: dropped
         assert not bus.has_subscribers
         sub = bus.subscribe()
         assert bus.has_subscribers

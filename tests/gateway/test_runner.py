@@ -315,7 +315,7 @@ def test_rounds_feed_metrics_and_events() -> None:
         await drain(sink, 1)
         kinds = []
         while not kinds or kinds[-1] != "request_finished":
-            kinds.append((await asyncio.wait_for(sub.__anext__(), 5))["type"])
+            kinds.append((await asyncio.wait_for(sub.__anext__(), 5)).to_json()["type"])
         await sub.aclose()
         text = metrics.render().decode()
         d1 = '{drafter="d1",kind="eagle3"}'  # a double without drafter_kind: eagle3

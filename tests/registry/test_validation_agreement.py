@@ -126,10 +126,10 @@ def test_registry_and_core_give_the_same_verdict(tmp_path: Path, case: str, fmt:
     drafter = write_checkpoint(tmp_path / "drafter", config, tensors, fmt)
     target = write_target_config(tmp_path / "target")
     core = inspect_drafter(drafter, target)
-    assert core["compatible"] is accepted, core["reason"]
+    assert core.compatible is accepted, core.reason
     if fmt == "bin" and tensor_rule:
-        assert registry_reason(drafter, target) is None or not core["compatible"]
+        assert registry_reason(drafter, target) is None or not core.compatible
     else:
-        assert registry_reason(drafter, target) == core["reason"]
+        assert registry_reason(drafter, target) == core.reason
     if accepted:
-        assert core["format"] == fmt
+        assert core.format == fmt

@@ -166,7 +166,7 @@ async def live(
                     snapshot = _snapshot(aggregator, runner)
                     yield ServerSentEvent(dumps(snapshot), event="snapshot")
                 elif events:
-                    yield ServerSentEvent(dumps(events), event="events")
+                    yield ServerSentEvent(dumps([e.to_json() for e in events]), event="events")
         finally:
             aggregator.unlisten(listener)
 
@@ -209,6 +209,7 @@ async def recent_requests(
 def _logged_requests(engine: Any, limit: int) -> list[dict[str, Any]] | None:
     """Rows of `request_logs` in the page's request shape; None when the database fails."""
     from drafter_registry.db import make_session_factory
+    from drafter_registry.request_log import plain_step_indices
     from drafter_registry.request_log import recent_requests as read_recent
 
     try:
@@ -219,8 +220,8 @@ def _logged_requests(engine: Any, limit: int) -> list[dict[str, Any]] | None:
     out = []
     for log in logs:
         choices = list(log.drafter_choices or [])
-        # Plain steps the speculation gate ran, put back between the rounds (`extra` holds them).
-        order = step_order(len(choices), (log.extra or {}).get("plain_step_indices") or [])
+        # Plain steps the speculation gate ran, put back between the rounds.
+        order = step_order(len(choices), plain_step_indices(log))
         if order is None:  # no step, or indices that do not fit: the rounds alone
             order = list(range(len(choices)))
         plain = sum(k is None for k in order)

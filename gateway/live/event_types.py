@@ -1,0 +1,214 @@
+"""The live feed's vocabulary: one frozen dataclass per event type, read by attribute.
+
+The engine worker builds these from the engine's statistics snapshots (`gateway.live.events`),
+the bus stamps `seq` and `ts`, and every consumer (the aggregator, request traces, the request
+log) reads typed fields, so a renamed or missing field fails mypy instead of reading as None.
+`to_json()` is the wire form the admin page's script reads from `/admin/api/live`; it keeps the
+keys, their order and their values of the dicts the feed carried before it was typed.
+
+Wire forms (`seq` and `ts` appear once the bus has stamped an event):
+
+  request_started   type, request_id, policy, drafters, drafter_kinds, prompt_tokens,
+                    max_tokens, temperature, top_p, top_k, warm_start_requests, seq, ts
+  round             type, request_id, round, policy, drafter, drafted, accepted, committed,
+                    completion_tokens, mean_acceptance_length, tokens_per_s, weights,
+                    batch_rows, gated, regret_tokens, feedback_windows, seq, ts
+  request_finished  type, request_id, finish_reason, error, elapsed_s, stats (`FinalStats`, or
+                    null when the request was aborted), prompt (only with log_prompts), seq, ts
+  dropped           type, count, ts (a subscriber lost `count` events before the next one)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def _stamp(seq: int | None, ts: float | None) -> dict[str, Any]:
+    """The bus's stamp as the wire carries it: absent until the event was published."""
+    out: dict[str, Any] = {}
+    if seq is not None:
+        out["seq"] = seq
+    if ts is not None:
+        out["ts"] = ts
+    return out
+
+
+@dataclass(frozen=True)
+class RequestStarted:
+    """Published before a request's first round."""
+
+    request_id: str
+    policy: str
+    drafters: tuple[str, ...]
+    drafter_kinds: Mapping[str, str]  # drafter id -> kind (`eagle3`, `ngram`, ...)
+    prompt_tokens: int
+    max_tokens: int
+    temperature: float  # what it samples with, the served defaults included
+    top_p: float
+    top_k: int
+    warm_start_requests: int  # > 0: the learner continued a session's earlier requests
+    seq: int | None = None
+    ts: float | None = None  # unix seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "request_started",
+            "request_id": self.request_id,
+            "policy": self.policy,
+            "drafters": list(self.drafters),
+            "drafter_kinds": dict(self.drafter_kinds),
+            "prompt_tokens": self.prompt_tokens,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "warm_start_requests": self.warm_start_requests,
+            **_stamp(self.seq, self.ts),
+        }
+
+
+@dataclass(frozen=True)
+class RoundCompleted:
+    """One step of one request: a speculative round, or a plain step the gate ran (`gated`)."""
+
+    request_id: str
+    round: int  # the step's index among the request's steps, plain ones included
+    policy: str
+    drafter: str | None  # None for a plain step
+    drafted: int
+    accepted: int
+    committed: int
+    completion_tokens: int
+    mean_acceptance_length: float
+    tokens_per_s: float
+    weights: Mapping[str, float]
+    batch_rows: int  # requests verified in the same target pass
+    gated: bool  # the speculation gate ran this step plain (core/spec_gate.py)
+    # The latest point of the regret curve only: subscribers build the curve, and the full one
+    # rides on request_finished, so a long request does not cost O(rounds²) to stream.
+    regret_tokens: float | None
+    feedback_windows: int
+    seq: int | None = None
+    ts: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "round",
+            "request_id": self.request_id,
+            "round": self.round,
+            "policy": self.policy,
+            "drafter": self.drafter,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "committed": self.committed,
+            "completion_tokens": self.completion_tokens,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "tokens_per_s": self.tokens_per_s,
+            "weights": dict(self.weights),
+            "batch_rows": self.batch_rows,
+            "gated": self.gated,
+            "regret_tokens": self.regret_tokens,
+            "feedback_windows": self.feedback_windows,
+            **_stamp(self.seq, self.ts),
+        }
+
+
+@dataclass(frozen=True)
+class FinalStats:
+    """A finished request's full statistics, as `request_finished` carries them (the admin page
+    and the request log read these; `mean_acceptance_length` and `num_spec_steps` are vLLM's
+    names). Speculative rounds and plain steps are listed apart: `plain_step_indices` are the
+    step indices of the plain ones, to interleave with `drafter_choices`."""
+
+    policy: str
+    prompt_tokens: int
+    completion_tokens: int
+    rounds: int  # speculative rounds (`num_spec_steps` on the wire too)
+    target_forwards: int
+    mean_acceptance_length: float
+    num_plain_steps: int
+    plain_step_indices: tuple[int, ...]
+    num_draft_tokens: int
+    num_accepted_draft_tokens: int
+    acceptance_by_position: tuple[int, ...]
+    accepted_per_round: tuple[int, ...]
+    drafter_choices: tuple[str | None, ...]
+    regret_tokens: float | None
+    regret_curve: tuple[float, ...]
+    final_weights: Mapping[str, float]
+    warm_start_requests: int
+    time_draft_s: float
+    time_verify_s: float
+    time_evaluate_s: float
+    time_bookkeeping_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "rounds": self.rounds,
+            "target_forwards": self.target_forwards,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "num_spec_steps": self.rounds,
+            "num_plain_steps": self.num_plain_steps,
+            "plain_step_indices": list(self.plain_step_indices),
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_draft_tokens": self.num_accepted_draft_tokens,
+            "acceptance_by_position": list(self.acceptance_by_position),
+            "accepted_per_round": list(self.accepted_per_round),
+            "drafter_choices": list(self.drafter_choices),
+            "regret_tokens": self.regret_tokens,
+            "regret_curve": list(self.regret_curve),
+            "final_weights": dict(self.final_weights),
+            "warm_start_requests": self.warm_start_requests,
+            "time_draft_s": self.time_draft_s,
+            "time_verify_s": self.time_verify_s,
+            "time_evaluate_s": self.time_evaluate_s,
+            "time_bookkeeping_s": self.time_bookkeeping_s,
+        }
+
+
+@dataclass(frozen=True)
+class RequestFinished:
+    """Published once per request, however it ended (finished, aborted, failed)."""
+
+    request_id: str
+    finish_reason: str | None  # None: aborted (client gone, deadline, stop string)
+    error: str | None
+    elapsed_s: float
+    stats: FinalStats | None  # None when it ended before its first round
+    prompt: str | None = None  # set only with log_prompts on: the request log stores it
+    seq: int | None = None
+    ts: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": "request_finished",
+            "request_id": self.request_id,
+            "finish_reason": self.finish_reason,
+            "error": self.error,
+            "elapsed_s": self.elapsed_s,
+            "stats": self.stats.to_json() if self.stats is not None else None,
+        }
+        if self.prompt is not None:
+            out["prompt"] = self.prompt
+        return {**out, **_stamp(self.seq, self.ts)}
+
+
+@dataclass(frozen=True)
+class EventsDropped:
+    """Told to a subscriber that fell behind, before the events that survived."""
+
+    count: int
+    ts: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "dropped", "count": self.count, "ts": self.ts}
+
+
+# What the engine worker publishes, and what a subscriber receives (the bus adds the drops).
+PublishedEvent = RequestStarted | RoundCompleted | RequestFinished
+FeedEvent = RequestStarted | RoundCompleted | RequestFinished | EventsDropped
