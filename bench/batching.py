@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from core.config import EngineConfig, served_selector, served_tree
+    from core.engine import SpecEngine
     from core.precision import auto_dtype
-    from demo.pool_target import open_pool_engine
 
     torch.set_num_threads(args.threads)
     levels = args.levels or (QUICK_LEVELS if args.quick else LEVELS)
@@ -222,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = resolve_pool(args.pool, Path(tmp))
         load = os.getloadavg()
         dtype = auto_dtype() if args.dtype == "auto" else args.dtype
-        base = open_pool_engine(pool, EngineConfig(dtype=dtype, tree=served_tree("cpu"),
-                                                   selector=served_selector("cpu")))
+        base = SpecEngine.from_pool_file(pool, EngineConfig(dtype=dtype, tree=served_tree("cpu"),
+                                                            selector=served_selector("cpu")))
         prompts = [list(base.tokenizer(p)["input_ids"]) for p in PROMPTS]
         cells = []
         if not args.no_gateway:  # first: the servers then share the box with an idle client

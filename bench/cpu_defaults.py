@@ -33,7 +33,6 @@ from bench.machine import describe_machine
 from core.config import EngineConfig, SamplingParams, TreeConfig, served_selector, served_tree
 from core.engine import SpecEngine
 from core.precision import auto_dtype, cpu_has_native_bf16
-from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TREES = ((2, 4, 8), (3, 4, 12), (4, 4, 16), (4, 5, 20), (4, 6, 24), (6, 5, 30), (6, 6, 40),
@@ -100,7 +99,7 @@ def measure(jobs: list[tuple[Any, Setting]], prompts: list[Prompt], max_new: int
 def open_engine(pool: Path, dtype: str, tree: tuple[int, int, int]) -> Any:
     config = EngineConfig(dtype=dtype, tree=tree_config(tree), max_context=4096,
                           selector=served_selector("cpu"))
-    return open_pool_engine(pool, config)
+    return SpecEngine.from_pool_file(pool, config)
 
 
 def tree_config(tree: tuple[int, int, int]) -> TreeConfig:
@@ -240,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.quick:
         args.max_new, args.repeats = 8, 1
-    probe = open_pool_engine(args.pool, EngineConfig(max_context=4096))
+    probe = SpecEngine.from_pool_file(args.pool, EngineConfig(max_context=4096))
     prompts = load_prompts(args.pool, probe.tokenizer, args.per_domain, 200)
     del probe
     first = [] if args.trees_only else precision_sweep(args, prompts)

@@ -39,9 +39,9 @@ from core.config import (
     served_tree,
 )
 from core.counterfactual import estimate_length
+from core.engine import SpecEngine
 from core.feedback import Window
 from core.request import RequestState
-from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -87,8 +87,8 @@ def summary(samples: list[Sample]) -> dict[str, float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     tree = served_tree("cpu")
     selector = SelectorConfig(eval_every=default_eval_every("cpu"), estimator="tree")
-    engine = open_pool_engine(args.pool, EngineConfig(tree=tree, max_context=4096,
-                                                      dtype="float32", selector=selector))
+    config = EngineConfig(tree=tree, max_context=4096, dtype="float32", selector=selector)
+    engine = SpecEngine.from_pool_file(args.pool, config)
     prompts = load_prompts(args.pool, engine.tokenizer, args.per_domain, 160)
     samples: list[Sample] = []
     for temperature in args.temperatures:

@@ -34,9 +34,9 @@ import torch.nn.functional as F
 from bench.hedgespec_bench import DEFAULT_POOL, load_prompts
 from bench.machine import describe_machine
 from core.config import EngineConfig, served_tree
+from core.engine import SpecEngine
 from core.precision import cpu_has_native_bf16
 from core.target import Target, compact_cache
-from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (1, 2, 4, 8, 12, 16, 21, 32)
@@ -159,7 +159,7 @@ def context_ids(pool: Path, tokenizer: Any, length: int) -> torch.Tensor:
 def measure(pool: Path, dtype: str, context: int, repeats: int,
             ) -> tuple[Any, tuple[list[PassCost], list[GemmCost]]]:
     config = EngineConfig(max_context=4096, dtype=dtype, tree=served_tree("cpu"))
-    engine = open_pool_engine(pool, config)
+    engine = SpecEngine.from_pool_file(pool, config)
     target = engine.target
     passes = pass_costs(target, context_ids(pool, engine.tokenizer, context), SIZES, repeats)
     gemms = gemm_costs(target.decoder_layers[0].mlp.up_proj.weight, GEMM_ROWS, 20 * repeats)

@@ -443,8 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from core.config import EngineConfig, served_selector, served_tree
+    from core.engine import SpecEngine
     from core.precision import auto_dtype
-    from demo.pool_target import open_pool_engine
 
     torch.set_num_threads(args.threads)
     sizes = (4, 2, 32) if args.quick else (8, 3, 64)
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         dtype = auto_dtype() if args.dtype == "auto" else args.dtype  # the same on both sides
         config = EngineConfig(dtype=dtype, tree=served_tree("cpu"),  # as the server
                               selector=served_selector("cpu"))
-        engine = open_pool_engine(pool, config)
+        engine = SpecEngine.from_pool_file(pool, config)
         tok = engine.tokenizer
         prompt_ids = [list(tok(p)["input_ids"]) for p in PROMPTS[:n_prompts]]
         proc, url = start_server(pool, workdir, args.threads, dtype)

@@ -111,7 +111,7 @@ def demo_engine(device: torch.device) -> None:
     so both modes produce the same token count), after a warm-up that pays the compilation."""
     from bench.hedgespec_bench import load_prompts
     from core.config import EngineConfig, SamplingParams
-    from demo.pool_target import open_pool_engine
+    from core.engine import SpecEngine
 
     pool = ROOT / "demo" / "pool" / "pool.json"
     if not pool.exists():
@@ -121,8 +121,8 @@ def demo_engine(device: torch.device) -> None:
     outputs: dict[bool, list[list[int]]] = {}
     for compiled in (False, True):
         tag = "compiled" if compiled else "eager"
-        engine = open_pool_engine(pool, EngineConfig(device=str(device), compile=compiled,
-                                                     max_context=4096))
+        config = EngineConfig(device=str(device), compile=compiled, max_context=4096)
+        engine = SpecEngine.from_pool_file(pool, config)
         prompts = load_prompts(pool, engine.tokenizer, 1, 160)
         t0 = time.perf_counter()
         for policy in ("none", "normalhedge"):  # prefill, 1-token and tree shapes all traced

@@ -30,7 +30,6 @@ from core.engine import SpecEngine
 from core.model_free.forced import GrammarDrafter
 from core.model_free.kinds import make_model_free
 from core.precision import auto_dtype
-from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCHEMA = {
@@ -120,7 +119,7 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     config = EngineConfig(max_context=4096, dtype=dtype, tree=served_tree("cpu"))
-    engine = open_pool_engine(args.pool, config)
+    engine = SpecEngine.from_pool_file(args.pool, config)
     unmasked = SpecEngine(engine.target, dict(engine.snapshot.members),
                           replace(engine.config, mask_drafts=False), engine.model_name)
     gen = generalist_id(args.pool, engine.drafter_ids())

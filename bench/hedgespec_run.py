@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from core.config import (
     served_tree,
 )
 from core.engine import SpecEngine
-from demo.pool_target import open_pool_engine
+from core.pool_file import load_pool_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LEARNED = {"ucbspec": "ucbspec", "exp3spec": "exp3spec", "hedgespec": "normalhedge",
@@ -105,14 +104,15 @@ def build_engine(args: argparse.Namespace) -> SpecEngine:
                               else args.prompt_windows)
     config = EngineConfig(tree=tree, max_context=4096, device=args.device, dtype=args.dtype,
                           selector=selector)
-    return open_pool_engine(args.pool, config)
+    return SpecEngine.from_pool_file(args.pool, config)
 
 
 def generalist_id(pool_json: Path, ids: list[str]) -> str:
-    spec = json.loads(pool_json.read_text())
-    for d in spec.get("drafters", []):
-        if d.get("domain") in ("general", "generalist", "all") or d["id"] == "generalist":
-            return str(d["id"])
+    """The pool file's first drafter labelled general (its domain, or the id `generalist`),
+    else the first of `ids`."""
+    for d in load_pool_file(pool_json).drafters:
+        if d.domain in ("general", "generalist", "all") or d.id == "generalist":
+            return d.id
     return ids[0]
 
 

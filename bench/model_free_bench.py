@@ -69,7 +69,6 @@ from core.engine import SpecEngine
 from core.model_free.base import ModelFreeDrafter
 from core.model_free.kinds import make_model_free
 from core.precision import auto_dtype
-from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COPY_HEAVY = Path(__file__).resolve().parent / "data" / "copy_heavy.jsonl"
@@ -410,7 +409,7 @@ def run_all(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     config = EngineConfig(max_context=4096, device=args.device, dtype=dtype,
                           tree=served_tree(args.device), selector=served_selector(args.device))
-    base = open_pool_engine(args.pool, config)
+    base = SpecEngine.from_pool_file(args.pool, config)
     eng = build_engines(base)
     longest = max(args.max_new_tokens, args.copy_max_new_tokens, args.stream_tokens)
     prompts = {

@@ -48,7 +48,6 @@ from core import prompt_feedback
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
 from core.precision import auto_dtype, cpu_has_native_bf16
-from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The mismatched workload: each domain's text under an instruction whose answer is of another
@@ -81,7 +80,7 @@ def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     config = EngineConfig(max_context=4096, dtype=args.dtype, tree=served_tree("cpu"),
                           selector=served_selector("cpu"))
-    engine = open_pool_engine(args.pool, config)
+    engine = SpecEngine.from_pool_file(args.pool, config)
     held_out = load_prompts(args.pool, engine.tokenizer, args.per_domain, 160)
     engine.generate_ids(held_out[0].ids, SamplingParams(max_new_tokens=8))  # warm-up
     workloads = {"held-out": held_out,

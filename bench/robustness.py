@@ -40,7 +40,6 @@ from bench.hedgespec_run import generalist_id
 from core.config import ROUTER_PRIOR, EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
 from core.precision import auto_dtype
-from demo.pool_target import open_pool_engine
 from demo.records import load_records
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -103,9 +102,9 @@ def routed(engine: SpecEngine, prompts: list[Prompt]) -> list[str]:
 def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     args.dtype = auto_dtype() if args.dtype == "auto" else args.dtype
-    engine = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=args.dtype,
-                                                      tree=served_tree("cpu"),
-                                                      selector=served_selector("cpu")))
+    config = EngineConfig(max_context=4096, dtype=args.dtype, tree=served_tree("cpu"),
+                          selector=served_selector("cpu"))
+    engine = SpecEngine.from_pool_file(args.pool, config)
     if engine.router is None:
         raise SystemExit(f"{args.pool} names no router: run `python -m demo.router --pool "
                          f"{args.pool}`")

@@ -27,7 +27,6 @@ from bench.served_sampling_report import METHODS, Cell, plot, render
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
 from core.precision import auto_dtype
-from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     config = EngineConfig(max_context=4096, dtype=dtype, tree=served_tree("cpu"),
                           selector=served_selector("cpu"))
-    engine = open_pool_engine(args.pool, config)
+    engine = SpecEngine.from_pool_file(args.pool, config)
     prompts = load_prompts(args.pool, engine.tokenizer, args.per_domain, 200)
     engine.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=4))  # warm-up
     cells = measure(engine, prompts, args.max_new, args.repeats)

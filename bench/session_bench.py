@@ -30,7 +30,6 @@ from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
 from core.precision import auto_dtype
-from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("per-request", "session", "specialist")
@@ -154,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     started = time.monotonic()
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
-    engine = open_pool_engine(args.pool, EngineConfig(max_context=4096, dtype=dtype,
-                                                      tree=served_tree("cpu"),
-                                                      selector=served_selector("cpu")))
+    config = EngineConfig(max_context=4096, dtype=dtype, tree=served_tree("cpu"),
+                          selector=served_selector("cpu"))
+    engine = SpecEngine.from_pool_file(args.pool, config)
     prompts = load_prompts(args.pool, engine.tokenizer, per_domain, 160)
     prompts = [p for p in prompts if p.domain in engine.drafter_ids()]
     summary = summarize(run_all(engine, prompts, args.max_new_tokens), per_domain)

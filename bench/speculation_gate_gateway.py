@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     import os
     import platform
 
+    from core.pool_file import load_pool_file
     from core.precision import auto_dtype, cpu_has_native_bf16
-    from demo.pool_target import read_pool, target_dir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pool", type=Path, default=DEFAULT_POOL)
@@ -115,9 +115,11 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoTokenizer
 
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
-    tokenizer = AutoTokenizer.from_pretrained(target_dir(args.pool))
+    pool = load_pool_file(args.pool)
+    target = pool.target.directory()  # a provisioned target converted first, as the server does
+    tokenizer = AutoTokenizer.from_pretrained(target)
     prompts = [p.ids for p in load_prompts(args.pool, tokenizer, 3, 200)]
-    model = read_pool(args.pool).get("model_name") or target_dir(args.pool).name
+    model = pool.model_name or target.name  # the id the server serves (SpecEngine.from_pool)
     with tempfile.TemporaryDirectory() as tmp:
         procs, urls = [], {}
         try:

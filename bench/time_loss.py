@@ -49,7 +49,6 @@ from core.config import (
 )
 from core.engine import SpecEngine
 from core.precision import auto_dtype
-from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICY = "normalhedge"
@@ -259,7 +258,7 @@ def run_all(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     config = EngineConfig(max_context=4096, dtype=dtype, tree=served_tree("cpu"),
                           selector=served_selector("cpu"), max_running=16)
-    base = open_pool_engine(args.pool, config)
+    base = SpecEngine.from_pool_file(args.pool, config)
     prompts = load_workload(args, base, log)
     base.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=4))  # warm-up
     specs = [FreeSpec(did, d.kind, dict(d.params)) for did, d in base.snapshot.free.items()]

@@ -31,7 +31,6 @@ from bench.machine import describe_machine
 from core.config import EngineConfig, SamplingParams, served_tree
 from core.engine import SpecEngine
 from core.precision import auto_dtype
-from demo.pool_target import open_pool_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("all", "visited", "auto")
@@ -201,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     config = EngineConfig(max_context=4096, dtype=dtype, tree=served_tree("cpu"))
-    base = open_pool_engine(args.pool, config)
+    base = SpecEngine.from_pool_file(args.pool, config)
     engines = {mode: SpecEngine(base.target, dict(base.snapshot.drafters),
                                 replace(base.config, verify_logits=mode), base.model_name)
                for mode in MODES}
