@@ -62,6 +62,7 @@ RUN groupadd --system --gid 10001 hedgespec \
 # Source last. Root owns it, so the server cannot rewrite its own code.
 COPY README.md alembic.ini ./
 COPY core ./core
+COPY eagle3_format ./eagle3_format
 COPY gateway ./gateway
 COPY drafter_registry ./drafter_registry
 COPY migrations ./migrations
@@ -72,7 +73,7 @@ COPY deploy/entrypoint.sh deploy/healthcheck.py ./deploy/
 # Editable, so gateway.config.REPO_ROOT is /app: relative paths in pool files and the default
 # var/ resolve against the checkout exactly as they do for `make serve`.
 RUN pip install --no-cache-dir --no-deps --no-build-isolation -e . \
- && python -m compileall -q core gateway drafter_registry migrations
+ && python -m compileall -q core eagle3_format gateway drafter_registry migrations
 
 # Models and drafters are downloaded here at run time; mount a volume so they survive restarts
 # and are not written into the container layer. Nothing secret is baked in: keys and HF_TOKEN

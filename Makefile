@@ -23,13 +23,13 @@ serve: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy core gateway drafter_registry bench demo
+	$(BIN)/mypy core eagle3_format gateway drafter_registry bench demo
 
 # One pytest worker per core, whole files to a worker (module-scoped servers and models are
 # built once): on two cores the suite takes about half its serial time.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy core gateway drafter_registry bench demo
+	$(BIN)/mypy core eagle3_format gateway drafter_registry bench demo
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # The suite as the slowest CPU it may meet would run it (AVX2 only, one core; HOG=1 adds a busy

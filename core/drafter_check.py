@@ -1,6 +1,6 @@
 """The full check of an EAGLE-3 drafter against a target, tensors loaded: what `hedgespec drafter
 inspect` prints and what the gateway runs after the registry's torch-free checks. Its rules are
-the format's (core/eagle3_format/), which the engine's pool admission applies too."""
+the format's (eagle3_format/), which the engine's pool admission applies too."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from core.eagle3 import (
     resolve_dir,
     weight_file,
 )
-from core.eagle3_format.aux_layers import AuxLayers
-from core.eagle3_format.errors import DrafterConfigError
-from core.eagle3_format.target_fit import check_fits_target
-from core.eagle3_format.weights import CONFIG_FILE, WEIGHT_FORMATS
+from eagle3_format.aux_layers import AuxLayers
+from eagle3_format.errors import DrafterConfigError
+from eagle3_format.target_fit import check_fits_target
+from eagle3_format.weights import CONFIG_FILE, WEIGHT_FORMATS
 
 
 def read_target_config(target_dir: str | Path) -> dict[str, Any]:

@@ -1,12 +1,12 @@
 """The EAGLE-3 drafter: module, and load/save of the official checkpoint format.
 
 The format (files, config.json, tensor names and shapes, d2t/t2d) is stated, torch-free, in
-core/eagle3_format/; this module is its torch side: the drafter module, reading and writing the
+eagle3_format/; this module is its torch side: the drafter module, reading and writing the
 tensors, and applying those rules to what it reads.
 
 Aux layer convention: inside `core` an aux layer index `idx` means "the input of decoder layer
 idx" (= Hugging Face `output_hidden_states[idx]`); config.json carries the layers in each
-engine's own convention (core/eagle3_format/aux_layers.py).
+engine's own convention (eagle3_format/aux_layers.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.eagle3_format.config import Eagle3Config
-from core.eagle3_format.errors import DrafterConfigError
-from core.eagle3_format.weights import (
+from core.rope import rope_cos_sin
+from eagle3_format.config import Eagle3Config
+from eagle3_format.errors import DrafterConfigError
+from eagle3_format.weights import (
     CONFIG_FILE,
     SAFETENSORS_INDEX_FILE,
     WEIGHT_FILES,
@@ -30,7 +31,6 @@ from core.eagle3_format.weights import (
     check_vocab_mapping,
     shard_names,
 )
-from core.rope import rope_cos_sin
 
 
 class DrafterLoadError(ValueError):
@@ -350,7 +350,7 @@ def _read_sharded(root: Path, index_file: Path) -> dict[str, Tensor]:
 
 def check_state_dict(cfg: Eagle3Config, sd: dict[str, Tensor]) -> None:
     """Raise one DrafterLoadError naming what breaks the format's tensor rules
-    (core/eagle3_format/weights.py)."""
+    (eagle3_format/weights.py)."""
     try:
         check_tensors(cfg, {k: tuple(t.shape) for k, t in sd.items()})
         if "d2t" in sd:  # with t2d, and both of the right shapes (check_tensors)

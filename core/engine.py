@@ -29,7 +29,6 @@ from core.arm_costs import StepCosts
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.drafter_pool import Member, PoolSnapshot
 from core.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
-from core.eagle3_format.target_fit import compatibility_problems
 from core.errors import ContextLengthError, PolicyError, RequestError
 from core.grammar import GrammarCompiler, GrammarTrail
 from core.head_rows import HeadRows
@@ -45,6 +44,7 @@ from core.scheduler import BatchScheduler
 from core.spec_gate import SpecGate
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
 from core.target import Target
+from eagle3_format.target_fit import compatibility_problems
 
 # Share of the router's probabilities in the prior of policy normalhedge_router; the rest is
 # uniform. Half keeps every drafter at 1/(2N) or more while a confident route still starts the

@@ -1,5 +1,5 @@
 """Rotary position embedding of the EAGLE-3 drafter: the cos/sin tables of a `RopeConfig` (which
-RoPE a config.json asks for, and the types refused: core/eagle3_format/rope_config.py).
+RoPE a config.json asks for, and the types refused: eagle3_format/rope_config.py).
 
 Types: default, linear, dynamic (NTK), yarn, llama3, computed as `transformers.modeling_rope_utils`
 does (tests compare against it). `dynamic` depends on the sequence length: here it is a function of
@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor
 
-from core.eagle3_format.rope_config import RopeConfig
+from eagle3_format.rope_config import RopeConfig
 
 
 def inverse_frequencies(rope: RopeConfig, head_dim: int, seq_len: int,

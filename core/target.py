@@ -27,9 +27,9 @@ import torch
 from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from core.eagle3_format.aux_layers import AuxLayers, default_aux_layers
 from core.kv_cache import SlotCache
 from core.sampling_defaults import read_generation_config
+from eagle3_format.aux_layers import AuxLayers, default_aux_layers
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

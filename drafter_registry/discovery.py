@@ -41,9 +41,6 @@ from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.hf_api import RepoFile
 from sqlalchemy.orm import Session
 
-from core.eagle3_format.config import check_architectures
-from core.eagle3_format.errors import DrafterConfigError
-from core.eagle3_format.weights import CONFIG_FILE, WEIGHT_FILES
 from drafter_registry import crud
 from drafter_registry.errors import DrafterConflict, HubError, InvalidIdentifier, NothingDiscovered
 from drafter_registry.hub import _hub_errors
@@ -55,6 +52,9 @@ from drafter_registry.identifiers import (
 )
 from drafter_registry.models import Drafter
 from drafter_registry.schemas import DiscoverSpec, DrafterCreate
+from eagle3_format.config import check_architectures
+from eagle3_format.errors import DrafterConfigError
+from eagle3_format.weights import CONFIG_FILE, WEIGHT_FILES
 
 MAX_CONFIG_BYTES = 1 << 20  # a drafter's config.json is a few KB
 CONFIG_FETCH_THREADS = 8

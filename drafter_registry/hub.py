@@ -52,15 +52,15 @@ from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from core.eagle3_format.weights import (
+from drafter_registry.errors import HubError, HubNotFound, InvalidIdentifier
+from drafter_registry.identifiers import validate_repo_id, validate_revision, validate_subfolder
+from eagle3_format.weights import (
     CONFIG_FILE,
     SAFETENSORS_FILE,
     SAFETENSORS_INDEX_FILE,
     TORCH_BIN_FILE,
     shard_names,
 )
-from drafter_registry.errors import HubError, HubNotFound, InvalidIdentifier
-from drafter_registry.identifiers import validate_repo_id, validate_revision, validate_subfolder
 
 ProgressCallback = Callable[[int, int], None]
 """`progress(bytes_done, bytes_total)`; may raise (e.g. `DownloadCancelled`) to stop the

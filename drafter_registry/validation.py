@@ -6,7 +6,7 @@ the served target), in milliseconds and without reading the weights (only d2t an
 hundred kilobytes, are read from safetensors files). The authoritative check that loads the
 tensors is `core.drafter_check.inspect_drafter`, which the gateway runs next.
 
-One set of rules: the format's, stated once in `core.eagle3_format` (torch-free, the one part of
+One set of rules: the format's, stated once in `eagle3_format` (torch-free, the one part of
 `core` this package may import: tests/test_architecture.py). This module reads the files without
 torch and hands the format what it saw. For `pytorch_model.bin` the tensors cannot be seen
 without torch, so the tensor rules are left to the core check (never the other way round: what
@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.eagle3_format.config import Eagle3Config
-from core.eagle3_format.errors import DrafterConfigError
-from core.eagle3_format.target_fit import check_fits_target
-from core.eagle3_format.weights import (
+from drafter_registry.errors import CheckpointError
+from eagle3_format.config import Eagle3Config
+from eagle3_format.errors import DrafterConfigError
+from eagle3_format.target_fit import check_fits_target
+from eagle3_format.weights import (
     CONFIG_FILE,
     SAFETENSORS_FILE,
     SAFETENSORS_INDEX_FILE,
@@ -43,7 +44,6 @@ from core.eagle3_format.weights import (
     check_vocab_mapping,
     shard_names,
 )
-from drafter_registry.errors import CheckpointError
 
 INT_DTYPES = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B", "BOOL": "?"}
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own limit

@@ -1,6 +1,6 @@
 """Tiny EAGLE-3-shaped checkpoints (config.json + model.safetensors) built with numpy.
 
-Shapes follow the official format (core/eagle3_format/weights.py `expected_shapes`), so the
+Shapes follow the official format (eagle3_format/weights.py `expected_shapes`), so the
 same files pass the registry's cheap checks and the full `inspect_drafter`; values are random
 (seeded) and useless.
 """

@@ -14,9 +14,9 @@ import torch
 
 from bench.harness.tiny_models import random_drafter, tiny_target
 from core.eagle3 import read_config, save_drafter
-from core.eagle3_format.config import Eagle3Config
-from core.eagle3_format.errors import DrafterConfigError
-from core.eagle3_format.target_fit import compatibility_problems
+from eagle3_format.config import Eagle3Config
+from eagle3_format.errors import DrafterConfigError
+from eagle3_format.target_fit import compatibility_problems
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 

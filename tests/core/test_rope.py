@@ -15,9 +15,9 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from bench.harness.tiny_models import random_drafter, tiny_target
 from core.eagle3 import DrafterLoadError, read_config, save_drafter
-from core.eagle3_format.config import Eagle3Config
-from core.eagle3_format.rope_config import RopeConfig, RopeConfigError
 from core.rope import rope_cos_sin
+from eagle3_format.config import Eagle3Config
+from eagle3_format.rope_config import RopeConfig, RopeConfigError
 
 HD = 16
 BASE = {"hidden_size": 64, "num_attention_heads": 4, "head_dim": HD, "max_position_embeddings": 64}

@@ -20,7 +20,7 @@ import pytest
 
 from tests.deploy.conftest import DOCKERFILE, DOCKERIGNORE, ENTRYPOINT, REPO_ROOT
 
-SOURCE_PACKAGES = ("core", "gateway", "drafter_registry", "migrations")
+SOURCE_PACKAGES = ("core", "eagle3_format", "gateway", "drafter_registry", "migrations")
 _SECRETISH = re.compile(r"PASSWORD|TOKEN|SECRET|API_KEY|ADMIN_KEY|CREDENTIAL", re.IGNORECASE)
 
 

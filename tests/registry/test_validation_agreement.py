@@ -1,5 +1,5 @@
 """One set of rules: the registry's torch-free checks (drafter_registry.validation) and the core's
-full check (core.drafter_check.inspect_drafter) apply the format's rules (core.eagle3_format) to
+full check (core.drafter_check.inspect_drafter) apply the format's rules (eagle3_format) to
 what each reads, and give the same verdict for the same reason on the same checkpoints, in every
 weight format. For pytorch_model.bin the registry cannot see tensors without torch: there the
 tensor rules belong to the core alone, and the registry must never refuse what the core

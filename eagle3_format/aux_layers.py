@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.eagle3_format.errors import DrafterConfigError
+from eagle3_format.errors import DrafterConfigError
 
 AuxLayers = tuple[int, int, int]
 TOP_LEVEL_IDS = "eagle_aux_hidden_state_layer_ids"

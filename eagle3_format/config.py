@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.eagle3_format.aux_layers import AuxLayers, aux_layers_from_config, aux_layers_to_config
-from core.eagle3_format.errors import DrafterConfigError
-from core.eagle3_format.rope_config import RopeConfig
+from eagle3_format.aux_layers import AuxLayers, aux_layers_from_config, aux_layers_to_config
+from eagle3_format.errors import DrafterConfigError
+from eagle3_format.rope_config import RopeConfig
 
 ARCHITECTURES = ("LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.eagle3_format.config import Eagle3Config
-from core.eagle3_format.errors import DrafterConfigError
+from eagle3_format.config import Eagle3Config
+from eagle3_format.errors import DrafterConfigError
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"

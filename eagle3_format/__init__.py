@@ -13,8 +13,8 @@ and it fits a target when sizes and feature layers agree                    (tar
 
 Two readers apply these rules: `core.eagle3` when it loads a drafter, and
 `drafter_registry.validation` when it checks a download before that load. The registry must not
-depend on torch or on the engine, so it imports nothing of `core` (DESIGN.md section 1) except this
-subpackage, which is the format and not the engine: its modules import only the standard library
-and each other. tests/test_architecture.py enforces both halves; every rule raises
+depend on torch or on the engine, so it imports nothing of `core` (DESIGN.md section 1); this
+package, the format and not the engine, stands beside both, and its modules import only the
+standard library and each other. tests/test_architecture.py enforces both halves; every rule raises
 `DrafterConfigError` and each reader turns that into its own error type, message unchanged.
 """

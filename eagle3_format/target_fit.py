@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.eagle3_format.aux_layers import AuxLayers, default_aux_layers
-from core.eagle3_format.config import Eagle3Config, positive_int
-from core.eagle3_format.errors import DrafterConfigError
+from eagle3_format.aux_layers import AuxLayers, default_aux_layers
+from eagle3_format.config import Eagle3Config, positive_int
+from eagle3_format.errors import DrafterConfigError
 
 TARGET_CONFIG = "the target's config.json"
 

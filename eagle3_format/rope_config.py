@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core.eagle3_format.errors import DrafterConfigError
+from eagle3_format.errors import DrafterConfigError
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 DEFAULT_THETA = 10000.0

@@ -1,4 +1,4 @@
-"""Rules of the checkpoint format (core/eagle3_format) that no reader's test pins already.
+"""Rules of the checkpoint format (eagle3_format) that no reader's test pins already.
 
 The others are pinned where a reader meets them: sizes, architectures, the refused variants and
 the d2t/t2d mapping in tests/registry/test_validation_agreement.py (both readers, same reason)
@@ -17,12 +17,14 @@ from typing import Any
 import pytest
 
 from core.eagle3 import weight_file
-from core.eagle3_format.aux_layers import TOP_LEVEL_IDS
-from core.eagle3_format.config import Eagle3Config
-from core.eagle3_format.errors import DrafterConfigError
-from core.eagle3_format.rope_config import RopeConfig
-from core.eagle3_format.target_fit import compatibility_problems
-from core.eagle3_format.weights import (
+from drafter_registry.errors import CheckpointError
+from drafter_registry.validation import check_checkpoint
+from eagle3_format.aux_layers import TOP_LEVEL_IDS
+from eagle3_format.config import Eagle3Config
+from eagle3_format.errors import DrafterConfigError
+from eagle3_format.rope_config import RopeConfig
+from eagle3_format.target_fit import compatibility_problems
+from eagle3_format.weights import (
     REQUIRED_TENSORS,
     WEIGHT_FILES,
     check_tensors,
@@ -30,8 +32,6 @@ from core.eagle3_format.weights import (
     expected_shapes,
     shard_names,
 )
-from drafter_registry.errors import CheckpointError
-from drafter_registry.validation import check_checkpoint
 
 BASE: dict[str, Any] = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
                         "vocab_size": 64}
