@@ -15,9 +15,9 @@ const NONE_COLOR = "#9ca3af";
 export const KIND_COLORS = { ngram: "#111827", suffix: "#7c2d12", grammar: "#14532d" };
 const OTHER_KIND_COLOR = "#475569"; // a model-free kind this page does not know
 const kinds = new Map(); // drafter id -> kind, from the server ("eagle3" when absent)
-// A step the speculation gate decoded plain: no drafter, and not a drafter's id (a registry id
+// A plain round (nothing drafted): no drafter, and not a drafter's id (a registry id
 // could be any string, so the marker is a symbol no id can equal).
-export const PLAIN_STEP = Symbol("plain step");
+export const PLAIN_ROUND = Symbol("plain round");
 const PLAIN_COLOR = "#d6dae1";
 const assigned = new Map();
 const taken = new Set();
@@ -57,7 +57,7 @@ export function assignColors(ids) {
 
 export function colorFor(id) {
   if (id == null) return NONE_COLOR;
-  if (id === PLAIN_STEP) return PLAIN_COLOR;
+  if (id === PLAIN_ROUND) return PLAIN_COLOR;
   const key = String(id);
   if (isModelFree(key)) return kindColor(kindOf(key));
   const known = assigned.get(key);

@@ -7,7 +7,7 @@
 
 import { LiveModel } from "./model.js";
 import {
-  PLAIN_STEP, assignColors, colorFor, lineChart, roundBars, setDrafterKinds, sparkBars, strip,
+  PLAIN_ROUND, assignColors, colorFor, lineChart, roundBars, setDrafterKinds, sparkBars, strip,
 } from "./charts.js";
 import { $, clear, fmt, fmtClock, fmtDuration, fmtInt, h, setText } from "./dom.js";
 
@@ -175,14 +175,14 @@ export class LiveView {
   renderLegend() {
     const legend = $("#legend", this.root);
     const ids = this.model.knownDrafters().sort();
-    const key = JSON.stringify([ids, this.model.sawPlainSteps]);
+    const key = JSON.stringify([ids, this.model.sawPlainRounds]);
     if (legend.dataset.key === key) return;
     legend.dataset.key = key;
     clear(legend);
     if (ids.length === 0) return;
     legend.append(h("span", { class: "legend-title", text: "Drafters" }));
     for (const id of ids) legend.append(legendChip(id, "chip", id));
-    if (this.model.sawPlainSteps) legend.append(legendChip(PLAIN_STEP, "chip plain-step", PLAIN_TITLE));
+    if (this.model.sawPlainRounds) legend.append(legendChip(PLAIN_ROUND, "chip plain-round", PLAIN_TITLE));
   }
 
   renderDetail() {
@@ -197,7 +197,7 @@ export class LiveView {
       ["Policy", rec.policy ?? "—"],
       ["Learner", learnerStart(rec.warm_start_requests)],
       ["Started", fmtClock(rec.started_at)],
-      ["Steps", stepsText(rec)],
+      ["Rounds", roundsText(rec)],
       ["Prompt tokens", fmtInt(rec.prompt_tokens)],
       ["Completion tokens", fmtInt(rec.completion_tokens)],
       ["Max tokens", fmtInt(rec.max_tokens)],
@@ -289,7 +289,7 @@ function setBadge(el, status) {
   el.className = `badge status-${status}`;
 }
 
-const PLAIN_TITLE = "Steps the speculation gate decoded without drafting (plain decoding was faster at that batch size)";
+const PLAIN_TITLE = "Rounds decoded without drafting (the speculation gate or the learner chose plain decoding, or no drafter had a guess)";
 
 function legendChip(name, cls, title) {
   const swatch = h("span", { class: "swatch" });
@@ -297,13 +297,13 @@ function legendChip(name, cls, title) {
   return h("span", { class: cls, title }, swatch, h("span", { text: labelOf(name) }));
 }
 
-// The drafter of each step, or PLAIN_STEP for a step the speculation gate ran plain.
+// The drafter of each round, or PLAIN_ROUND for a plain round.
 function stepLabels(rec) {
-  return rec.drafter_per_round.map((d, i) => (rec.plain_per_round[i] ? PLAIN_STEP : d));
+  return rec.drafter_per_round.map((d, i) => (rec.plain_per_round[i] ? PLAIN_ROUND : d));
 }
 
 function labelOf(name) {
-  if (name === PLAIN_STEP) return "plain step";
+  if (name === PLAIN_ROUND) return "plain round";
   return name ?? "none";
 }
 
@@ -318,10 +318,10 @@ function samplingText(rec) {
 }
 
 // All target passes after prefill; split when the gate ran some of them plain.
-function stepsText(rec) {
-  if (!rec.plain_steps) return fmtInt(rec.rounds);
-  const spec = rec.rounds - rec.plain_steps;
-  return `${fmtInt(rec.rounds)} (${fmtInt(spec)} speculative, ${fmtInt(rec.plain_steps)} plain)`;
+function roundsText(rec) {
+  if (!rec.plain_rounds) return fmtInt(rec.rounds);
+  const spec = rec.rounds - rec.plain_rounds;
+  return `${fmtInt(rec.rounds)} (${fmtInt(spec)} speculative, ${fmtInt(rec.plain_rounds)} plain)`;
 }
 
 function countChoices(choices) {
@@ -343,7 +343,7 @@ function updateRow(row, rec, labels) {
   const summary = countChoices(labels)
     .map(([name, n]) => `${labelOf(name)} ×${n}`)
     .join(", ");
-  c.strip.title = summary ? `Drafter per step: ${summary}` : "No steps yet";
+  c.strip.title = summary ? `Drafter per round: ${summary}` : "No rounds yet";
   c.strip.dataset.choices = summary;
   c.spark.title = `Accepted draft tokens per round (last: ${rec.accepted_per_round.at(-1) ?? "—"})`;
 }

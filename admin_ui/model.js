@@ -4,7 +4,7 @@
 // so a snapshot is loaded as is and later events are folded in the same way the server folds
 // them. Nothing here touches the DOM: changed ids are collected in `dirty` for the renderer.
 //
-// The per-round lists are per step: a step the speculation gate decoded plain has no drafter,
+// The per-round lists hold plain rounds too: a plain round has no drafter,
 // no accepted token and `plain_per_round` true (gateway/live/traces.py folds them the same way).
 
 export const MAX_ROUNDS = 4096;
@@ -20,7 +20,7 @@ export class LiveModel {
     this.eventsSeen = 0;
     this.seenDrafters = new Set(); // kept up to date here, so the legend never scans rounds
     this.lastBatchRows = null; // requests in the latest round's target pass (batched steps)
-    this.sawPlainSteps = false; // the speculation gate ran some step plain (legend entry)
+    this.sawPlainRounds = false; // some request ran a plain round (legend entry)
   }
 
   loadSnapshot(snapshot) {
@@ -32,7 +32,7 @@ export class LiveModel {
       this.records.set(rec.request_id, rec);
       this.noteDrafters(rec.drafters);
       this.noteDrafters(rec.drafter_per_round);
-      if (rec.plain_steps > 0) this.sawPlainSteps = true;
+      if (rec.plain_rounds > 0) this.sawPlainRounds = true;
     }
     this.enforceLimit();
     this.structureDirty = true;
@@ -64,7 +64,7 @@ export class LiveModel {
         applyRound(this.ensure(event.request_id, event.ts), event);
         if (Number.isInteger(event.batch_rows)) this.lastBatchRows = event.batch_rows;
         if (event.drafter != null) this.seenDrafters.add(String(event.drafter));
-        if (event.gated) this.sawPlainSteps = true;
+        if (event.plain) this.sawPlainRounds = true;
         break;
       case "request_finished":
         applyFinished(this.ensure(event.request_id, event.ts), event);
@@ -144,7 +144,7 @@ function normalise(rec) {
     accepted_per_round: rec.accepted_per_round || [],
     committed_per_round: rec.committed_per_round || [],
     plain_per_round: rec.plain_per_round || [],
-    plain_steps: rec.plain_steps ?? 0,
+    plain_rounds: rec.plain_rounds ?? 0,
     completion_tokens: rec.completion_tokens ?? 0,
     mean_acceptance_length: rec.mean_acceptance_length ?? null,
     tokens_per_s: rec.tokens_per_s ?? null,
@@ -166,8 +166,8 @@ export function applyRound(rec, event) {
   rec.drafter_per_round.push(event.drafter == null ? null : String(event.drafter));
   rec.accepted_per_round.push(Number(event.accepted) || 0);
   rec.committed_per_round.push(Number(event.committed) || 0);
-  rec.plain_per_round.push(Boolean(event.gated));
-  if (event.gated) rec.plain_steps += 1;
+  rec.plain_per_round.push(Boolean(event.plain));
+  if (event.plain) rec.plain_rounds += 1;
   const overflow = rec.drafter_per_round.length - MAX_ROUNDS;
   if (overflow > 0) {
     for (const steps of perStepLists(rec)) steps.splice(0, overflow);
@@ -220,7 +220,7 @@ function perStepLists(rec) {
 }
 
 // Every step of a finished request as [drafter, accepted, plain], in order: the speculative
-// rounds of `drafter_choices` with the plain steps of `plain_step_indices` put back between
+// rounds of `drafter_choices` with the plain rounds of `plain_step_indices` put back between
 // them. null when the statistics cannot be interleaved (the rounds' lists then stay).
 export function finalSteps(stats) {
   const choices = stats.drafter_choices || [];
@@ -256,5 +256,5 @@ function replaceSteps(rec, steps) {
   rec.drafter_per_round = kept.map(([d]) => d);
   rec.accepted_per_round = kept.map(([, a]) => a);
   rec.plain_per_round = kept.map(([, , p]) => p);
-  rec.plain_steps = steps.filter(([, , p]) => p).length;
+  rec.plain_rounds = steps.filter(([, , p]) => p).length;
 }

@@ -8,12 +8,12 @@ function relative(x) {
   return Math.abs(x) < 0.5 ? "now" : `${Math.round(x)} s`;
 }
 
-// MAT counts speculative rounds only; say how many steps the speculation gate ran plain.
+// MAT counts speculative rounds only; say how many rounds were plain.
 function plainShare(recent) {
-  const plain = recent.plain_steps || 0;
+  const plain = recent.plain_rounds || 0;
   if (!plain) return "";
   const share = (100 * plain) / (plain + (recent.rounds || 0));
-  return ` · ${fmt(share, 0)} % of steps plain`;
+  return ` · ${fmt(share, 0)} % of rounds plain`;
 }
 
 export class OverviewView {

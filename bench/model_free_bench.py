@@ -273,8 +273,8 @@ def run_group(engine: SpecEngine, prompts: list[Prompt], policy: str,
             last[out.request_id] = out.stats
     wall = time.perf_counter() - t0
     rounds = sum(s.rounds for s in last.values())
-    gated = sum(s.gated_rounds for s in last.values())
-    spec = sum(s.completion_tokens - s.prefill_tokens - s.gated_tokens for s in last.values())
+    gated = sum(s.plain_rounds for s in last.values())
+    spec = sum(s.completion_tokens - s.prefill_tokens - s.plain_tokens for s in last.values())
     return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall if wall else 0.0,
             "mat": spec / rounds if rounds else 0.0,
             "plain_step_share": gated / (rounds + gated) if rounds + gated else 0.0}

@@ -47,7 +47,7 @@ def one_pass(engine: SpecEngine, prompts: list[Prompt], setting: str,
                                 top_k=int(sampling.get("top_k", 0)))
         ids, st = engine.generate_ids(p.ids, params, METHODS[method])
         tokens += len(ids)
-        spec_tokens += st.completion_tokens - st.prefill_tokens - st.gated_tokens
+        spec_tokens += st.completion_tokens - st.prefill_tokens - st.plain_tokens
         rounds += st.rounds
     return Cell(setting, method, tokens, spec_tokens, rounds, time.perf_counter() - t0)
 

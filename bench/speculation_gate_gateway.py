@@ -46,7 +46,7 @@ def burst(url: str, prompts: list[list[int]], max_tokens: int, policy: str,
 def plain_steps(url: str) -> float:
     text = httpx.get(f"{url}/metrics").text
     return sum(float(line.split()[1]) for line in text.splitlines()
-               if line.startswith("hedgespec_plain_steps_total "))
+               if line.startswith("hedgespec_plain_rounds_total "))
 
 
 def measure(urls: dict[str, str], prompts: list[list[int]], levels: list[int],

@@ -132,14 +132,14 @@ def run_group(engine: SpecEngine, prompts: list[Prompt], policy: str, max_new: i
 
 def count_steps(policy: str, stats: list[Any], tally: Tally) -> None:
     """Plain decoding's steps are all plain (its `rounds` draft nothing); a learner's plain
-    steps are its gated_rounds (the gate's, or the time learner's plain arm)."""
+    steps are its plain_rounds (the gate's, or the time learner's plain arm)."""
     if policy == "none":
         tally.plain_steps += sum(s.rounds for s in stats)
         return
     tally.spec_steps += sum(s.rounds for s in stats)
-    tally.spec_tokens += sum(s.completion_tokens - s.prefill_tokens - s.gated_tokens
+    tally.spec_tokens += sum(s.completion_tokens - s.prefill_tokens - s.plain_tokens
                              for s in stats)
-    tally.plain_steps += sum(s.gated_rounds for s in stats)
+    tally.plain_steps += sum(s.plain_rounds for s in stats)
 
 
 def one_pass(mode: Mode, groups: list[list[Prompt]], max_new: int,

@@ -28,7 +28,7 @@ class Cell:
     wall_s: float
     spec_steps: int  # request-steps that drafted
     spec_tokens: int  # tokens those steps committed
-    plain_steps: int  # request-steps run plain (plain mode: all; a learner's: gated_rounds)
+    plain_steps: int  # request-steps run plain (plain mode: all; a learner's: plain_rounds)
     full_tokens: int  # committed in steps whose round held every stream of the group
     full_s: float  # those steps' wall time
     passes: tuple[float, ...]

@@ -26,7 +26,7 @@ by its bounds over ÂL in [1, K + 1]; NormalHedge's guarantee holds for any loss
 so the regret against the best arm is O(sqrt(T ln N)) in these units, at most
 max_t (max c - min c + λ·K)_t times as many net seconds over the T windows.
 
-Measurement. Each step's phases (core/batch_rounds.py, the round-robin engine's rounds) are
+Measurement. Each step's phases (core/batch_rounds.py) are
 recorded per batch-size bucket (core/head_rows.bucket); α_b and β_b by least squares of the
 verification time on R over the bucket's last WINDOW steps (steps over three times their fit
 refit without), the other terms as ratios of sums over them. β needs steps of different sizes:

@@ -252,7 +252,7 @@ def _evaluate(rows: list[_Row], config: EngineConfig) -> None:
                 feeding.append(r)
         except Exception as exc:
             _fail(r, exc)
-    due = [r for r in feeding if r.state.evaluation_due(gated=r.chosen is None)]
+    due = [r for r in feeding if r.state.evaluation_due(plain=r.chosen is None)]
     _batched(due, lambda rs: _sync_all(rs, config))
     _each(_live(feeding), lambda r: _learn(r, config))
 
@@ -279,7 +279,7 @@ def _result(r: _Row, times: tuple[float, float, float], head_s: float,
 
 def with_bookkeeping(result: RowResult, wall_s: float) -> RowResult:
     """The step's wall time not spent drafting, verifying or evaluating, as the round's
-    bookkeeping (as the round-robin engine reports it)."""
+    bookkeeping."""
     rs = result.round
     if rs is None:
         return result

@@ -273,8 +273,8 @@ class EngineConfig:
     # same either way.
     mask_drafts: bool = True
     # Batched steps (core/scheduler.py): a step runs one round for each of up to `max_running`
-    # requests, every tree verified in one target pass. False: the round-robin engine, one
-    # request's round per step (`--no-batching`, kept to measure what batching buys: batched
+    # requests, every tree verified in one target pass. False: a step holds one request, in
+    # round-robin order, through the same code (`--no-batching`, kept to measure what batching buys: batched
     # 2.32x round-robin's aggregate tokens/s at 8 streams, bench/results/batching.md).
     batching: bool = True
     # Requests in one batched step (`--max-running`; more wait in the gateway's queue). The
@@ -299,7 +299,7 @@ class EngineConfig:
     # "always": every round drafts. "auto": per batch size, speculate or decode plain,
     # whichever commits more tokens per second, measured in place (core/spec_gate.py): under
     # load a verified tree's rows cost more than the tokens they add. Lossless either way.
-    # Batched steps only: the round-robin engine always drafts. Served: SERVED_SPECULATION
+    # With batching off it decides for steps of one request. Served: SERVED_SPECULATION
     # (`--speculation`).
     speculation: str = "always"
     # Hybrid trees: the id of a model-free member whose tree is grafted onto the root of every

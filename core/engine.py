@@ -10,11 +10,12 @@
      UCBSpec or EXP3Spec the chosen drafter alone catches up, lazily, when it drafts
      (`EngineConfig.evaluate_all` restores full evaluation for their regret statistics).
 
-`step()` runs one batched round (EngineConfig.batching, core/scheduler.py): every running
-request (up to `max_running`) gets a round, their trees verified in one target pass, while
-prompts are prefilled in chunks beside them. With batching off, requests interleave round by
-round instead (one round of the next request per step). Either way every stream makes
-progress. The engine is not thread-safe: one worker thread owns it.
+`step()` runs one step (core/scheduler.py; round, step and pass are defined in
+core/__init__.py): every running request (up to `max_running`) gets a round, their trees
+verified in one target pass, while prompts are prefilled in chunks beside them. With batching
+off (EngineConfig.batching) a step holds the next request alone, in round-robin order, through
+the same code. Either way every stream makes progress. The engine is not thread-safe: one
+worker thread owns it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from core.model_free.base import ModelFreeDrafter
 from core.model_free.kinds import make_model_free
 from core.pool_file import PoolFile, load_pool_file
 from core.request import Policy, RequestState, arm_prior, parse_policy
-from core.rounds import prefill, record_round_cost, speculative_round
 from core.router import PromptRouter
 from core.scheduler import BatchScheduler
 from core.spec_gate import SpecGate
@@ -97,8 +97,7 @@ class SpecEngine:
         self._next = 0
         # Which LM-head rows a verified tree gets up front (measured in place on a CPU).
         self.head_rows = HeadRows(config.verify_logits, config.device)
-        # Whether a batched step drafts at all, per batch size (measured in place under "auto";
-        # the round-robin engine, kept to measure batching, always drafts).
+        # Whether a step drafts at all, per batch size (measured in place under "auto").
         self.gate = SpecGate(config.speculation, config.selector.eval_every)
         # What rounds cost per arm and batch size, measured in place (the "time" loss).
         self.costs = StepCosts()
@@ -236,8 +235,8 @@ class SpecEngine:
         if resolved.router_prior:
             resolved = replace(resolved, prior=self._router_prior(prompt_ids))
         state = RequestState.create(request_id, list(prompt_ids), params, resolved, self.snapshot,
-                                    self.config, cache=self.target.new_cache(),
-                                    eos_ids=self.target.eos_token_ids, costs=self.costs)
+                                    self.config, eos_ids=self.target.eos_token_ids,
+                                    costs=self.costs)
         if session is not None and resolved.kind == "learner" and state.learner is not None:
             state.session = session
             warm = self.sessions.take(session, resolved.name, state.arm_ids)
@@ -294,27 +293,20 @@ class SpecEngine:
         return len(self._requests)
 
     def step(self) -> list[RoundOutput]:
-        """One batched step over the running requests (the first `max_running` by arrival), or
-        with batching off one round of the next request in round-robin order."""
+        """One step: the running requests' rounds (the first `max_running` by arrival) verified
+        in one target pass beside prompt chunks; with batching off, a step of the next request
+        alone, in round-robin order (what bench/batching.py compares batching with)."""
         if self.config.batching:
             return self._step_batched([self._requests[rid]
                                        for rid in self._order[: self.config.max_running]])
         if not self._order:
             return []
         self._next %= len(self._order)
-        rid = self._order[self._next]
-        state = self._requests[rid]
-        try:
-            out = self._run_round(state)
-        except Exception as exc:  # one request's failure must not take the others down
-            log.exception("round of request %s failed", rid)
-            out = RoundOutput(rid, [], None, True, "error", None, state.stats.snapshot(),
-                              f"{type(exc).__name__}: {exc}")
-        if out.finished:
-            self._finish(state, out)
-        else:
-            self._next += 1
-        return [out]
+        state = self._requests[self._order[self._next]]
+        outs = self._step_batched([state])
+        if not any(o.finished for o in outs):
+            self._next += 1  # a finished request left the order: the next one moved up
+        return outs
 
     def _step_batched(self, states: list[RequestState]) -> list[RoundOutput]:
         outs = []
@@ -341,23 +333,6 @@ class SpecEngine:
             self.sessions.put(state.session, state.policy.name, state.arm_ids, state.learner,
                               state.stats.warm_start_requests + 1)
 
-    def _run_round(self, state: RequestState) -> RoundOutput:
-        t0 = self.clock()
-        if not state.prefilled:
-            tokens, rstats = prefill(self.target, state, self.config), None
-        else:
-            visited = self.head_rows.visited()
-            tokens, rstats = speculative_round(self.target, state, self.config, visited,
-                                              self.clock)
-            if rstats.drafted > 0:
-                self.head_rows.record(visited, rstats.head_s, 1)
-            # bookkeeping = the round's wall time not spent drafting, verifying or evaluating
-            rest = self.clock() - t0 - rstats.draft_s - rstats.verify_s - rstats.evaluate_s
-            rstats = replace(rstats, bookkeeping_s=max(rest, 0.0))
-            state.stats.time_bookkeeping_s += rstats.bookkeeping_s
-            record_round_cost(self.costs, state, rstats)
-        return self._round_output(state, tokens, rstats)
-
     def _round_output(self, state: RequestState, tokens: list[int],
                       rstats: RoundStats | None) -> RoundOutput:
         logprobs = state.take_logprobs()
@@ -373,13 +348,8 @@ class SpecEngine:
         rid = request_id or f"gen-{time.monotonic_ns()}"
         self.add_request(rid, prompt_ids, params, policy, session)
         state = self._requests[rid]
-        while True:
-            if self.config.batching:  # a step of this request alone (a prompt chunk yields nothing)
-                outs = self._step_batched([state])
-            else:
-                outs = [self._run_round(state)]
-                if outs[0].finished:
-                    self._finish(state, outs[0])
+        while True:  # steps of this request alone (a prompt chunk that leaves more yields nothing)
+            outs = self._step_batched([state])
             yield from outs
             if any(o.finished for o in outs):
                 return

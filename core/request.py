@@ -1,10 +1,10 @@
-"""Per-request state: committed tokens, target KV cache, drafter caches, learner, feedback
-queue, statistics, RNGs, and the stop rules that decide what a round may commit."""
+"""Per-request state: committed tokens, drafter caches, learner, feedback queue, statistics,
+RNGs, and the stop rules that decide what a round may commit. Its target KV cache is a slot of
+the scheduler's (core/scheduler.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +25,7 @@ from core.feedback import FeedbackQueue, Window, WindowLoss
 from core.grammar import GrammarTrail, TokenMatcher
 from core.learners import Learner, make_learner
 from core.model_free.evidence import RequestLookups
-from core.spec_gate import GATED_EVAL_STRETCH
+from core.spec_gate import PLAIN_EVAL_STRETCH
 from core.stats import RequestStats, TokenLogprob
 
 ROUTER = "router"
@@ -107,7 +107,6 @@ class RequestState:
     snapshot: PoolSnapshot
     token_ids: list[int]
     prompt_len: int
-    cache: Any
     stats: RequestStats
     generator: torch.Generator
     rng: np.random.Generator
@@ -150,7 +149,7 @@ class RequestState:
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
-               snapshot: PoolSnapshot, config: EngineConfig, cache: Any = None,
+               snapshot: PoolSnapshot, config: EngineConfig,
                eos_ids: tuple[int, ...] = (), costs: StepCosts | None = None) -> RequestState:
         seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
         gen = torch.Generator().manual_seed(seed)
@@ -166,7 +165,7 @@ class RequestState:
                 feedback = _feedback_queue(snapshot, config)
         stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
                              prompt_tokens=len(prompt))
-        return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt), cache,
+        return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt),
                             stats, gen, np.random.default_rng(seed + 1), frozenset(eos_ids),
                             learner, feedback, evaluate=feedback is not None,
                             eval_every=config.selector.eval_every,
@@ -180,14 +179,14 @@ class RequestState:
         """The learner's arms by id, in its order: the pool's members, then plain decoding."""
         return arm_ids(self.snapshot.ids, self.plain_arm)
 
-    def evaluation_due(self, gated: bool = False) -> bool:
+    def evaluation_due(self, plain: bool = False) -> bool:
         """This round's catch-up evaluates every drafter: every eval_every-th round, or every
-        GATED_EVAL_STRETCH times as many in a round the speculation gate ran plain. Not for a
+        PLAIN_EVAL_STRETCH times as many in a round the speculation gate ran plain. Not for a
         request with the plain arm: its learner must see its drafters' losses as often when it
         decodes plain (with the stretch, plain rounds looked cheaper and scored the drafters
         less often, and the learner kept decoding plain: 26-50% of one- and two-stream rounds
         against 3-30% without, bench/results/time_loss_held_out.md)."""
-        period = self.eval_every * (GATED_EVAL_STRETCH if gated and not self.plain_arm else 1)
+        period = self.eval_every * (PLAIN_EVAL_STRETCH if plain and not self.plain_arm else 1)
         return self.evaluate and len(self.deferred) + 1 >= period
 
     @property

@@ -2,53 +2,25 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from core.arm_costs import StepCosts, StepSample
 from core.config import EngineConfig
 from core.drafter_pool import Candidates, DrafterState
-from core.drafting import DraftRow, grow_trees, tree_scratch
+from core.drafting import DraftRow, tree_scratch
 from core.model_free.base import OutputGrammar
 from core.model_free.evidence import RequestLookups, propose
 from core.node_logits import NodeLogits, penalise
 from core.pool_evidence import TargetSide, with_model_free
-from core.prompt_feedback import learn_from_prompt, prompt_tail
 from core.request import DeferredRound, RequestState, max_len
 from core.sampling import log_probs, process_logits
 from core.stats import RoundStats, TokenLogprob
-from core.target import Target, TargetOutput, compact_cache
+from core.target import TargetOutput
 from core.tree import DraftTree, chain_tree, merge_trees
 from core.verify import verify_greedy, verify_sampling
-
-
-def prefill(target: Target, state: RequestState, config: EngineConfig) -> list[int]:
-    """Prompt forward (counted as the prefill pass), first token, drafters' first catch-up."""
-    ids = torch.tensor(state.token_ids, dtype=torch.long)
-    want_prompt = state.params.prompt_logprobs is not None
-    out = target.forward(state.cache, ids, torch.arange(ids.numel()),
-                         last_logits_only=not want_prompt, tail=prompt_tail(config))
-    state.stats.target_forwards += 1
-    if want_prompt:
-        state.prompt_logprobs = prompt_logprobs(out.logits, state.token_ids,
-                                                state.params.prompt_logprobs or 0)
-    last = out.rows([len(out) - 1])
-    tok = first_token(state, last)
-    committed = commit_first(state, tok, last)
-    if state.learner is not None and not state.finished:
-        start_drafters(state)
-        start_lookups(state, config)
-        state.dstate.record(out.features, torch.cat([ids[1:], torch.tensor([tok])]))  # type: ignore[union-attr]
-        if state.evaluate:  # the first γ (at the first root) needs every drafter's prediction now
-            state.pending = state.dstate.sync(state.snapshot, config.tree.top_k,  # type: ignore[union-attr]
-                                              scored=prompt_tail(config))
-            learn_from_prompt(state, out, 0, config)
-    return committed
 
 
 def first_token(state: RequestState, raw: Tensor) -> int:
@@ -91,49 +63,6 @@ def start_lookups(state: RequestState, config: EngineConfig) -> None:
                if state.matcher is not None else None)
     state.lookups = RequestLookups.start(free, state.token_ids, record_from,
                                          record=state.evaluate, grammar=grammar)
-
-
-def speculative_round(target: Target, state: RequestState, config: EngineConfig,
-                      visited: bool = True,
-                      clock: Callable[[], float] = time.perf_counter,
-                      ) -> tuple[list[int], RoundStats]:
-    """`visited`: the LM head computes the root's row up front and the walk the rest (else
-    every node's row in one call; core/head_rows.py chooses). `clock` times the phases
-    (SpecEngine.clock)."""
-    t0 = clock()
-    weights = state.weights()
-    chosen = state.select()
-    n = len(state.token_ids) - 1  # committed tokens in the target KV cache; the root is next
-    tree = _draft(state, chosen, n, config)
-    t1 = clock()
-    out = target.forward(state.cache, tree.tokens, n + tree.depths, tree.mask)
-    th = clock()
-    out.compute(logit_rows(tree, visited))
-    v = verify_tree(state, tree, out)
-    head_s = clock() - th
-    compact_cache(state.cache, n, torch.tensor(v.path))
-    committed = commit_verified(state, v)
-    t2 = clock()
-    if record_pairs(state, v):
-        due = state.evaluation_due()
-        cur = state.dstate.sync(state.snapshot, config.tree.top_k) if due else None  # type: ignore[union-attr]
-        learn_from(state, v, chosen, n, config, cur)
-    t3 = clock()
-    return committed, round_stats(state, v, chosen, weights, len(committed),
-                                  (t1 - t0, t2 - t1, t3 - t2), head_s)
-
-
-def record_round_cost(costs: StepCosts, state: RequestState, rs: RoundStats) -> None:
-    """A round-robin round as a step of one request, for the arms' cost model
-    (core/arm_costs.py)."""
-    free = rs.drafter is not None and rs.drafter in state.snapshot.free
-    neural = rs.drafter is not None and not free
-    costs.record(StepSample(
-        requests=1, rows=rs.drafted + 1, verify_s=rs.verify_s, neural_rows=int(neural),
-        neural_s=rs.draft_s if neural else 0.0, free_rows=int(free),
-        free_s=rs.draft_s if free else 0.0, evaluate_s=rs.evaluate_s, other_s=rs.bookkeeping_s))
-    if free and rs.drafter is not None:
-        costs.record_drafted(rs.drafter, rs.drafted)
 
 
 def logit_rows(tree: DraftTree, visited: bool) -> list[int]:
@@ -211,29 +140,15 @@ def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: d
     head_s: the part of verify spent on the LM head and the acceptance walk."""
     drafter = state.snapshot.ids[chosen] if chosen is not None else None
     rs = RoundStats(
-        round_index=state.stats.rounds + state.stats.gated_rounds, drafter=drafter,
+        round_index=state.stats.rounds + state.stats.plain_rounds, drafter=drafter,
         drafted=v.tree.num_drafted, accepted=len(v.path) - 1, committed=committed,
         draft_s=times[0], verify_s=times[1],
         evaluate_s=times[2], bookkeeping_s=0.0, weights=weights, head_s=head_s,
-        gated=chosen is None and state.learner is not None,
+        plain=chosen is None and state.learner is not None,
     )
     state.stats.record_round(rs)
     state.stats.weights = state.weights()
     return rs
-
-
-def _draft(state: RequestState, chosen: int | None, n: int, config: EngineConfig) -> DraftTree:
-    root = state.token_ids[-1]
-    if chosen is None or state.dstate is None:
-        return chain_tree([root])
-    if chosen in state.snapshot.model_free:
-        return model_free_tree(state, chosen)
-    drafter = state.snapshot.drafters[state.snapshot.ids[chosen]]
-    # Lazy catch-up: the chosen drafter consumes the pairs it missed (a no-op under full
-    # evaluation, where every drafter caught up in the last evaluation phase).
-    state.dstate.sync(state.snapshot, config.tree.top_k, [chosen])
-    tree = grow_trees(drafter, [draft_row(state, chosen, n, config)], config.tree)[0]
-    return hybrid_tree(state, tree, config)
 
 
 def hybrid_tree(state: RequestState, tree: DraftTree, config: EngineConfig) -> DraftTree:

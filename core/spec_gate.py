@@ -19,9 +19,9 @@ time, summed over its steps, steps slower than three times its median (a stall) 
 gate speculates unless plain decoding was faster by more than TIE_MARGIN, and measures again
 every `reprobe_every` steps of that size, since the traffic (hence MAT) drifts.
 While measuring, a speculative block's first round may also score the pairs of the plain block
-before it (plain steps evaluate less often, GATED_EVAL_STRETCH), which a memory-bound catch-up
+before it (plain steps evaluate less often, PLAIN_EVAL_STRETCH), which a memory-bound catch-up
 does for about the cost of its own: so speculation is charged its usual evaluations, and plain
-decoding slightly fewer than it will pay once chosen (one per GATED_EVAL_STRETCH blocks).
+decoding slightly fewer than it will pay once chosen (one per PLAIN_EVAL_STRETCH blocks).
 
 Lossless either way: a plain step is a round whose tree is the root alone, so greedy output
 and the sampled distribution are the target's. What stops is only the drafting: HedgeSpec's
@@ -48,11 +48,11 @@ REPROBE_EVERY = 1024  # steps of one batch size between two measurements
 # 5-10% noise, and a speculating step also shows the learner the drafts' realised acceptance.
 TIE_MARGIN = 0.05
 STALL = 3.0  # a step slower than STALL x its setting's median is left out of its rate
-# A plain step scores every drafter every GATED_EVAL_STRETCH x eval_every rounds instead of
+# A plain step scores every drafter every PLAIN_EVAL_STRETCH x eval_every rounds instead of
 # every eval_every: a catch-up reads each drafter's weights once whatever its pairs, and on two
 # cores the evaluation every 4th step took 12-13% of gated plain decoding at 8 streams (8
 # drafters). The learner gets the same losses, later.
-GATED_EVAL_STRETCH = 4
+PLAIN_EVAL_STRETCH = 4
 
 
 def _speculation_pays(steps: dict[bool, list[tuple[int, float]]]) -> bool:

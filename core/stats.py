@@ -24,9 +24,10 @@ class TokenLogprob:
 
 @dataclass(frozen=True)
 class RoundStats:
-    """One speculative round (one target verification pass) of one request."""
+    """One round of one request (its rows of one verification pass; core/__init__.py defines
+    round, step and pass): speculative, or plain (`plain`)."""
 
-    round_index: int  # the request's steps before this one, plain ones the gate ran included
+    round_index: int  # the request's rounds before this one, plain ones included
     drafter: str | None  # None in plain mode
     drafted: int  # draft tokens sent to the target (tree nodes, root excluded)
     accepted: int  # draft tokens accepted (bonus excluded)
@@ -40,9 +41,10 @@ class RoundStats:
     batch_rows: int = 1
     # Of verify_s: the LM head and the acceptance walk (what core/head_rows.py compares).
     head_s: float = 0.0
-    # A request that speculates decoded this step plain: the speculation gate turned drafting
-    # off for the batch (core/spec_gate.py). Not a speculative step: outside `rounds` and MAT.
-    gated: bool = False
+    # A plain round of a request that speculates: nothing drafted (the speculation gate turned
+    # drafting off for the step, the time loss chose its plain arm, or no drafter was awake).
+    # Not a speculative round: outside `rounds` and MAT.
+    plain: bool = False
 
 
 @dataclass
@@ -79,12 +81,12 @@ class RequestStats:
     time_bookkeeping_s: float = 0.0
     # Finished requests of the same session whose learner this request started from (0: cold).
     warm_start_requests: int = 0
-    # Steps decoded plain by the speculation gate (RoundStats.gated), and their tokens.
-    gated_rounds: int = 0
-    gated_tokens: int = 0
-    # The step index (RoundStats.round_index: speculative and plain steps counted together) of
-    # each plain step, so a per-step view can interleave them with `drafter_per_round`.
-    gated_steps: list[int] = field(default_factory=list)
+    # Plain rounds (RoundStats.plain; `rounds` counts the speculative ones), and their tokens.
+    plain_rounds: int = 0
+    plain_tokens: int = 0
+    # The round index (RoundStats.round_index: speculative and plain rounds counted together)
+    # of each plain round, so a per-round view can interleave them with `drafter_per_round`.
+    plain_round_indices: list[int] = field(default_factory=list)
 
     def record_round(self, rs: RoundStats) -> None:
         self.target_forwards += 1
@@ -93,10 +95,10 @@ class RequestStats:
         self.time_verify_s += rs.verify_s
         self.time_evaluate_s += rs.evaluate_s
         self.time_bookkeeping_s += rs.bookkeeping_s
-        if rs.gated:
-            self.gated_steps.append(rs.round_index)
-            self.gated_rounds += 1
-            self.gated_tokens += rs.committed
+        if rs.plain:
+            self.plain_round_indices.append(rs.round_index)
+            self.plain_rounds += 1
+            self.plain_tokens += rs.committed
             return
         self.rounds += 1
         self.num_draft_tokens += rs.drafted
@@ -160,15 +162,15 @@ class StatsSnapshot:
     time_evaluate_s: float
     time_bookkeeping_s: float
     warm_start_requests: int
-    gated_rounds: int
-    gated_tokens: int
-    gated_steps: tuple[int, ...]
+    plain_rounds: int
+    plain_tokens: int
+    plain_round_indices: tuple[int, ...]
 
     @property
     def mean_acceptance_length(self) -> float:
         """MAT: tokens committed per verification pass, bonus included (vLLM's name for it),
-        over the request's speculative steps (not those the speculation gate ran plain)."""
-        spec = self.completion_tokens - self.prefill_tokens - self.gated_tokens
+        over the request's speculative rounds (not its plain rounds)."""
+        spec = self.completion_tokens - self.prefill_tokens - self.plain_tokens
         return spec / self.rounds if self.rounds else 0.0
 
     @property

@@ -191,9 +191,10 @@ class GatewayMetrics:
             ["setting"],
             registry=r,
         )
-        self.gated_steps = Counter(
-            "hedgespec_plain_steps_total",
-            "Request steps decoded plain because the speculation gate turned drafting off.",
+        self.plain_rounds = Counter(
+            "hedgespec_plain_rounds_total",
+            "Plain rounds of requests that speculate: nothing drafted (the speculation gate turned "
+            "drafting off, the time loss chose plain decoding, or no drafter had a guess).",
             registry=r,
         )
         self.batch_rows = Histogram(
@@ -219,8 +220,8 @@ class GatewayMetrics:
 
     def observe_round(self, rs: RoundStats, *, policy: str, kind: str | None = None) -> None:
         """`kind`: the drafter's (`eagle3` when not given); plain rounds are kind `none`."""
-        if rs.gated:  # not a speculative step (vLLM's num_drafts counts those)
-            self.gated_steps.inc()
+        if rs.plain:  # not a speculative round (vLLM's num_drafts counts those)
+            self.plain_rounds.inc()
             return
         drafter = rs.drafter or "none"
         kind = "none" if rs.drafter is None else kind or "eagle3"
@@ -236,7 +237,7 @@ class GatewayMetrics:
         policy = stats.policy
         if stats.rounds:
             self.acceptance_length.labels(policy).observe(stats.mean_acceptance_length)
-        elif stats.gated_rounds:  # decoded fully plain: one token per target pass
+        elif stats.plain_rounds:  # decoded fully plain: one token per target pass
             self.acceptance_length.labels(policy).observe(1.0)
         regret = stats.regret_tokens
         if regret is not None:  # not computed for policies that score no drafter

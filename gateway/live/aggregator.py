@@ -8,8 +8,8 @@ snapshot in one synchronous step on the event loop, a page sees every event afte
 exactly once, with no gap. A page stream that falls `LISTENER_BUFFER` events behind is sent a fresh
 snapshot instead of the events it lost.
 
-MAT counts speculative rounds only: a step the speculation gate decoded plain (`gated`) adds its
-token to the throughput and to `plain_steps`, not a verification round of one token.
+MAT counts speculative rounds only: a plain round (`plain`) adds its token to the
+throughput and to `plain_rounds`, not a verification round of one token.
 
 Queue depth is derived from the runner's public counters: `queued = in_flight - max_running`
 when positive, because admission always fills running slots before anything waits.
@@ -69,7 +69,7 @@ class _Bucket:
     end: float = 0.0
     rounds: int = 0
     round_tokens: int = 0  # committed by speculative rounds (MAT's numerator)
-    plain_steps: int = 0
+    plain_rounds: int = 0
     tokens: int = 0  # committed by every step
     in_flight: int = 0
     queued: int = 0
@@ -119,7 +119,7 @@ class LiveAggregator:
         self.totals = {"requests_started": 0, "requests_finished": 0, "requests_failed": 0}
         self.rounds = 0
         self.round_tokens = 0
-        self.plain_steps = 0
+        self.plain_rounds = 0
         self.tokens = 0
         self.events_dropped = 0
         self.per_drafter: dict[str, _Usage] = {}
@@ -194,9 +194,9 @@ class LiveAggregator:
         accepted, committed = event.accepted, event.committed
         self.tokens += committed
         self.current.tokens += committed
-        if event.gated:
-            self.plain_steps += 1
-            self.current.plain_steps += 1
+        if event.plain:
+            self.plain_rounds += 1
+            self.current.plain_rounds += 1
             return
         self.rounds += 1
         self.round_tokens += committed
@@ -289,7 +289,7 @@ class LiveAggregator:
         return {
             **self.totals,
             "rounds": self.rounds,
-            "plain_steps": self.plain_steps,
+            "plain_rounds": self.plain_rounds,
             "tokens": self.tokens,
             "mat": _ratio(self.round_tokens, self.rounds),
             "events_dropped": self.events_dropped,
@@ -297,14 +297,14 @@ class LiveAggregator:
 
     def _recent(self, recent: list[_Bucket], now: float) -> dict[str, Any]:
         rounds = sum(b.rounds for b in recent)
-        plain = sum(b.plain_steps for b in recent)
+        plain = sum(b.plain_rounds for b in recent)
         round_tokens = sum(b.round_tokens for b in recent)
         tokens = sum(b.tokens for b in recent)
         span = min(RECENT_S, max(now - self.started_at, 1e-9))  # a young server: its uptime
         return {
             "window_s": RECENT_S,
             "rounds": rounds,
-            "plain_steps": plain,
+            "plain_rounds": plain,
             "tokens": tokens,
             "mat": _ratio(round_tokens, rounds),
             "tokens_per_s": tokens / span,
@@ -344,7 +344,7 @@ def _series(buckets: list[_Bucket]) -> dict[str, Any]:
         "mat": [_ratio(b.round_tokens, b.rounds) for b in buckets],
         "tokens_per_s": [b.tokens / BUCKET_S for b in buckets],
         "rounds": [b.rounds for b in buckets],
-        "plain_steps": [b.plain_steps for b in buckets],
+        "plain_rounds": [b.plain_rounds for b in buckets],
         "in_flight": [b.in_flight for b in buckets],
         "queue_depth": [b.queued for b in buckets],
     }

@@ -12,7 +12,7 @@ Wire forms (`seq` and `ts` appear once the bus has stamped an event):
                     max_tokens, temperature, top_p, top_k, warm_start_requests, seq, ts
   round             type, request_id, round, policy, drafter, drafted, accepted, committed,
                     completion_tokens, mean_acceptance_length, tokens_per_s, weights,
-                    batch_rows, gated, regret_tokens, feedback_windows, seq, ts
+                    batch_rows, plain, regret_tokens, feedback_windows, seq, ts
   request_finished  type, request_id, finish_reason, error, elapsed_s, stats (`FinalStats`, or
                     null when the request was aborted), prompt (only with log_prompts), seq, ts
   dropped           type, count, ts (a subscriber lost `count` events before the next one)
@@ -71,12 +71,13 @@ class RequestStarted:
 
 @dataclass(frozen=True)
 class RoundCompleted:
-    """One step of one request: a speculative round, or a plain step the gate ran (`gated`)."""
+    """One round of one request: speculative, or plain (`plain`; core/__init__.py defines
+    round, step and pass)."""
 
     request_id: str
-    round: int  # the step's index among the request's steps, plain ones included
+    round: int  # the round's index among the request's rounds, plain ones included
     policy: str
-    drafter: str | None  # None for a plain step
+    drafter: str | None  # None for a plain round
     drafted: int
     accepted: int
     committed: int
@@ -85,7 +86,7 @@ class RoundCompleted:
     tokens_per_s: float
     weights: Mapping[str, float]
     batch_rows: int  # requests verified in the same target pass
-    gated: bool  # the speculation gate ran this step plain (core/spec_gate.py)
+    plain: bool  # nothing drafted (core.stats.RoundStats.plain)
     # The latest point of the regret curve only: subscribers build the curve, and the full one
     # rides on request_finished, so a long request does not cost O(rounds²) to stream.
     regret_tokens: float | None
@@ -108,7 +109,7 @@ class RoundCompleted:
             "tokens_per_s": self.tokens_per_s,
             "weights": dict(self.weights),
             "batch_rows": self.batch_rows,
-            "gated": self.gated,
+            "plain": self.plain,
             "regret_tokens": self.regret_tokens,
             "feedback_windows": self.feedback_windows,
             **_stamp(self.seq, self.ts),
@@ -118,9 +119,10 @@ class RoundCompleted:
 @dataclass(frozen=True)
 class FinalStats:
     """A finished request's full statistics, as `request_finished` carries them (the admin page
-    and the request log read these; `mean_acceptance_length` and `num_spec_steps` are vLLM's
-    names). Speculative rounds and plain steps are listed apart: `plain_step_indices` are the
-    step indices of the plain ones, to interleave with `drafter_choices`."""
+    and the request log read these). `mean_acceptance_length` and `num_spec_steps` are vLLM's
+    names, and vLLM's per-request "spec step" is a speculative round here, so its siblings keep
+    its word: `num_plain_steps` counts the plain rounds and `plain_step_indices` are their round
+    indices, to interleave with `drafter_choices`."""
 
     policy: str
     prompt_tokens: int

@@ -5,8 +5,8 @@ A trace is built from `RequestStarted`, `RoundCompleted` and `RequestFinished` e
 duplicate round re-delivered after a resync is ignored, and the final statistics of a finished
 request replace what the rounds built, since they hold every round and the full regret curve.
 
-The per-round lists are per *step*: a step the speculation gate decoded plain (`gated` on its
-round event, `plain_step_indices` in the final statistics) sits between the speculative rounds
+The per-round lists hold plain rounds too: a plain round (`plain` on its round event,
+`plain_step_indices` in the final statistics) sits between the speculative rounds
 with no drafter, no accepted token and `plain_per_round` true, so the page draws it apart from
 the drafters and the speculative statistics (MAT, `num_spec_steps`) are not diluted by it.
 """
@@ -45,7 +45,7 @@ class RequestTrace:
     accepted_per_round: list[int] = field(default_factory=list)
     committed_per_round: list[int] = field(default_factory=list)
     plain_per_round: list[bool] = field(default_factory=list)  # the gate ran this step plain
-    plain_steps: int = 0  # all of the request's plain steps (the lists keep the newest only)
+    plain_rounds: int = 0  # all of the request's plain steps (the lists keep the newest only)
     completion_tokens: int = 0
     mean_acceptance_length: float | None = None
     tokens_per_s: float | None = None
@@ -78,8 +78,8 @@ class RequestTrace:
         self.drafter_per_round.append(event.drafter)
         self.accepted_per_round.append(event.accepted)
         self.committed_per_round.append(event.committed)
-        self.plain_per_round.append(event.gated)
-        self.plain_steps += event.gated
+        self.plain_per_round.append(event.plain)
+        self.plain_rounds += event.plain
         overflow = len(self.drafter_per_round) - MAX_ROUNDS
         if overflow > 0:
             for steps in self._per_step_lists():
@@ -147,7 +147,7 @@ class RequestTrace:
         self.drafter_per_round = [d for d, _, _ in kept]
         self.accepted_per_round = [a for _, a, _ in kept]
         self.plain_per_round = [p for _, _, p in kept]
-        self.plain_steps = sum(p for _, _, p in steps)
+        self.plain_rounds = sum(p for _, _, p in steps)
 
     def public(self) -> dict[str, Any]:
         # Copies, not references: a snapshot is serialized later (after an await) while
@@ -172,7 +172,7 @@ class RequestTrace:
             "accepted_per_round": list(self.accepted_per_round),
             "committed_per_round": list(self.committed_per_round),
             "plain_per_round": list(self.plain_per_round),
-            "plain_steps": self.plain_steps,
+            "plain_rounds": self.plain_rounds,
             "completion_tokens": self.completion_tokens,
             "mean_acceptance_length": self.mean_acceptance_length,
             "tokens_per_s": self.tokens_per_s,

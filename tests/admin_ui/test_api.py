@@ -72,13 +72,13 @@ def aggregator(in_flight: int = 0, clock: Clock | None = None) -> LiveAggregator
 
 
 def round_event(
-    rid: str, index: int, drafter: str | None, accepted: int, gated: bool = False
+    rid: str, index: int, drafter: str | None, accepted: int, plain: bool = False
 ) -> RoundCompleted:
     return RoundCompleted(
         request_id=rid, round=index, policy="normalhedge", drafter=drafter, drafted=6,
         accepted=accepted, committed=accepted + 1, completion_tokens=2 * (index + 1),
         mean_acceptance_length=1.5, tokens_per_s=10.0, weights={"a": 0.75, "b": 0.25},
-        batch_rows=1, gated=gated, regret_tokens=0.1 * index, feedback_windows=index,
+        batch_rows=1, plain=plain, regret_tokens=0.1 * index, feedback_windows=index,
         ts=1_000.0,
     )  # fmt: skip
 
@@ -193,17 +193,17 @@ def test_plain_steps_sit_between_rounds_and_stay_out_of_mat() -> None:
     # steps 0 and 3 speculative, 1 and 2 decoded plain by the speculation gate
     agg.apply(round_event("r1", 0, "a", 2))
     for i in (1, 2):
-        agg.apply(round_event("r1", i, None, 0, gated=True))
+        agg.apply(round_event("r1", i, None, 0, plain=True))
     agg.apply(round_event("r1", 3, "b", 1))
     trace = agg.active["r1"].public()
     assert trace["drafter_per_round"] == ["a", None, None, "b"]
     assert trace["plain_per_round"] == [False, True, True, False]
-    assert trace["plain_steps"] == 2 and trace["rounds"] == 4
+    assert trace["plain_rounds"] == 2 and trace["rounds"] == 4
     view = agg.overview()
-    assert view["totals"]["rounds"] == 2 and view["totals"]["plain_steps"] == 2
+    assert view["totals"]["rounds"] == 2 and view["totals"]["plain_rounds"] == 2
     assert view["totals"]["tokens"] == 3 + 1 + 1 + 2
     assert view["totals"]["mat"] == pytest.approx((3 + 2) / 2)  # plain steps do not dilute it
-    assert view["recent"]["mat"] == pytest.approx(2.5) and view["recent"]["plain_steps"] == 2
+    assert view["recent"]["mat"] == pytest.approx(2.5) and view["recent"]["plain_rounds"] == 2
     assert {d["id"]: d["rounds"] for d in view["per_drafter"]} == {"a": 1, "b": 1}
 
     # The final statistics list speculative rounds only; their plain steps go back in place.
@@ -211,14 +211,14 @@ def test_plain_steps_sit_between_rounds_and_stay_out_of_mat() -> None:
         rounds=2, num_plain_steps=3, plain_step_indices=(1, 2, 4), drafter_choices=("a", "b"),
         accepted_per_round=(2, 1),
     )  # fmt: skip
-    agg.apply(round_event("r1", 4, None, 0, gated=True))
+    agg.apply(round_event("r1", 4, None, 0, plain=True))
     agg.apply(finished("r1", stats=stats))
     done = agg.history[0].public()
     assert done["drafter_per_round"] == ["a", None, None, "b", None]
     assert done["plain_per_round"] == [False, True, True, False, True]
     assert done["accepted_per_round"] == [2, 0, 0, 1, 0]
     assert done["committed_per_round"] == [3, 1, 1, 2, 1]
-    assert done["plain_steps"] == 3 and done["rounds"] == 5 and done["first_round"] == 0
+    assert done["plain_rounds"] == 3 and done["rounds"] == 5 and done["first_round"] == 0
 
     # A request whose round events were missed is rebuilt from its statistics alone.
     agg.apply(finished("r2", stats=dataclasses.replace(stats, plain_step_indices=(0, 1, 2))))
@@ -399,10 +399,10 @@ def test_requests_come_from_the_database_when_request_logging_is_on(
     gated, row = body["data"]
     assert row["request_id"] == "logged-1" and row["drafter_per_round"] == ["a", "b", "a"]
     assert row["mean_acceptance_length"] == 2.5 and row["elapsed_s"] == 1.5
-    assert row["plain_steps"] == 0 and row["rounds"] == 3
+    assert row["plain_rounds"] == 0 and row["rounds"] == 3
     assert gated["drafter_per_round"] == ["a", None, "b", None]
     assert gated["plain_per_round"] == [False, True, False, True]
-    assert gated["rounds"] == 4 and gated["plain_steps"] == 2 and gated["first_round"] == 0
+    assert gated["rounds"] == 4 and gated["plain_rounds"] == 2 and gated["first_round"] == 0
 
 
 # ---- the live stream against a real server -------------------------------------------------------

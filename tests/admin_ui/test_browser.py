@@ -293,19 +293,19 @@ def test_plain_steps_of_the_speculation_gate_are_drawn_apart_and_left_out_of_mat
             plain = spec["num_plain_steps"]
             expect(r.locator("td").nth(5)).to_have_text(str(spec["num_spec_steps"] + plain))
             expect(r.locator("td").nth(7)).to_have_text(f"{spec['mean_acceptance_length']:.2f}")
-            labels = [*spec["drafter_choices"], *["plain step"] * plain]
+            labels = [*spec["drafter_choices"], *["plain round"] * plain]
             choices = r.locator("canvas.strip").get_attribute("data-choices")
             assert sorted(choices.split(", ")) == sorted(choices_text(labels).split(", "))
-        expect(page.locator("#legend .chip.plain-step")).to_have_text("plain step")
+        expect(page.locator("#legend .chip.plain-round")).to_have_text("plain round")
 
         spec = specs[0]
         row(page, f"{results[0]['id']}-0").click()
-        steps = spec["num_spec_steps"] + spec["num_plain_steps"]
+        rounds = spec["num_spec_steps"] + spec["num_plain_steps"]
         expect(page.locator("#d-meta")).to_contain_text(
-            f"Steps{steps} ({spec['num_spec_steps']} speculative, "
+            f"Rounds{rounds} ({spec['num_spec_steps']} speculative, "
             f"{spec['num_plain_steps']} plain)")
         expect(page.locator("#d-choices")).to_contain_text(
-            f"plain step × {spec['num_plain_steps']}")
+            f"plain round × {spec['num_plain_steps']}")
         wait_drawn(page, "#d-strip")
 
         # The overview's MAT is over speculative rounds, as each response's is.
@@ -313,11 +313,11 @@ def test_plain_steps_of_the_speculation_gate_are_drawn_apart_and_left_out_of_mat
                          headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
         rounds = sum(s["num_spec_steps"] for s in specs)
         assert view["totals"]["rounds"] == rounds
-        assert view["totals"]["plain_steps"] == sum(s["num_plain_steps"] for s in specs)
+        assert view["totals"]["plain_rounds"] == sum(s["num_plain_steps"] for s in specs)
         assert view["totals"]["mat"] == pytest.approx(
             sum(s["mean_acceptance_length"] * s["num_spec_steps"] for s in specs) / rounds)
         page.click(".tabs [data-tab=overview]")
-        expect(page.locator("#ov-mat-all")).to_contain_text("% of steps plain")
+        expect(page.locator("#ov-mat-all")).to_contain_text("% of rounds plain")
         assert not page.js_errors, page.js_errors
 
 

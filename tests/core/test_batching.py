@@ -246,9 +246,10 @@ def test_round_robin_switch_keeps_todays_engine(llama) -> None:  # type: ignore[
         d.add(f"rr{i}", [i + 2, 7], params(12), ("normalhedge", "none", "fixed:d2")[i])
     d.drain()
     assert all(len(s) == 1 for s in d.steps)  # one request's round per step
+    assert [s[0] for s in d.steps[:6]] == ["rr0", "rr1", "rr2"] * 2  # in turn
     for i in range(3):
         assert d.tokens[f"rr{i}"] == hf_greedy(target, [i + 2, 7], 12)
-    assert engine._batch.round_passes == 0
+    assert engine._batch.round_passes == sum(len(s) for s in d.steps) - 3  # 3 prefills
 
 
 # -- failures -------------------------------------------------------------------------------------

@@ -22,17 +22,14 @@ def setup():  # type: ignore[no-untyped-def]
     return bigram_setup(TREE, randoms=5)
 
 
-def engine_with(engine: SpecEngine, every: int, *, batching: bool = True,
-                evaluate_all: bool = False) -> SpecEngine:
+def engine_with(engine: SpecEngine, every: int, *, evaluate_all: bool = False) -> SpecEngine:
     selector = replace(engine.config.selector, eval_every=every)
-    cfg = replace(engine.config, selector=selector, batching=batching, evaluate_all=evaluate_all)
+    cfg = replace(engine.config, selector=selector, evaluate_all=evaluate_all)
     return SpecEngine(engine.target, dict(engine.snapshot.drafters), cfg)
 
 
-@pytest.mark.parametrize("batching", [True, False])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_deferred_windows_equal_the_per_round_windows(setup, batching: bool,  # type: ignore[no-untyped-def]
-                                                      temperature: float) -> None:
+def test_deferred_windows_equal_the_per_round_windows(setup, temperature: float) -> None:  # type: ignore[no-untyped-def]
     """A fixed drafter makes the trajectory and the rounds independent of the learner, so each
     window's ÂL (every drafter's estimate, from the same evidence) must come out identical; only
     the last windows differ (left unscored when the request ends)."""
@@ -40,7 +37,7 @@ def test_deferred_windows_equal_the_per_round_windows(setup, batching: bool,  # 
     params = SamplingParams(max_new_tokens=60, ignore_eos=True, temperature=temperature, seed=3)
     runs = {}
     for every in (1, 3):
-        engine = engine_with(base, every, batching=batching, evaluate_all=True)
+        engine = engine_with(base, every, evaluate_all=True)
         ids, stats = engine.generate_ids([5, 6], params, "fixed:r1")
         runs[every] = (ids, stats)
     (ids1, st1), (ids3, st3) = runs[1], runs[3]
@@ -85,30 +82,27 @@ def test_between_evaluations_only_the_chosen_drafter_catches_up(setup, monkeypat
     assert drafter_passes_4 < 0.5 * drafter_passes_1
 
 
-@pytest.mark.parametrize("batching", [True, False])
 def test_a_drafter_drafts_from_its_copy_what_it_would_draft_from_its_group(  # type: ignore[no-untyped-def]
-        setup, monkeypatch, batching: bool) -> None:
+        setup, monkeypatch) -> None:
     """Between evaluations the chosen drafter drafts from a draft copy (its group row copied at
     the last evaluation, then caught up alone); every tree must equal the tree drafted from a
     group that caught up every round."""
     import core.batch_rounds
-    import core.rounds
 
     _, base = setup
     trees: list[list[int]] = []
-    for module in (core.batch_rounds, core.rounds):
-        real = module.grow_trees
+    real = core.batch_rounds.grow_trees
 
-        def recording(drafter, rows, cfg, real=real):  # type: ignore[no-untyped-def]
-            out = real(drafter, rows, cfg)
-            trees.extend(t.tokens.tolist() for t in out)
-            return out
+    def recording(drafter, rows, cfg):  # type: ignore[no-untyped-def]
+        out = real(drafter, rows, cfg)
+        trees.extend(t.tokens.tolist() for t in out)
+        return out
 
-        monkeypatch.setattr(module, "grow_trees", recording)
+    monkeypatch.setattr(core.batch_rounds, "grow_trees", recording)
     drafted = {}
     for every in (1, 4):
         trees.clear()
-        engine = engine_with(base, every, batching=batching, evaluate_all=True)
+        engine = engine_with(base, every, evaluate_all=True)
         engine.generate_ids([5, 6], SamplingParams(max_new_tokens=60, ignore_eos=True), "fixed:r2")
         drafted[every] = list(trees)
     assert len(drafted[1]) > 10

@@ -102,10 +102,10 @@ def slowed_head(engine: SpecEngine, per_call_s: float, per_row_s: float) -> None
     engine.target.head = slow  # type: ignore[method-assign]
 
 
-def engine_with(mode: str, batching: bool = True) -> SpecEngine:
+def engine_with(mode: str) -> SpecEngine:
     _, base = bigram_setup(TREE, randoms=1)
     return SpecEngine(base.target, dict(base.snapshot.drafters),
-                      replace(base.config, verify_logits=mode, batching=batching),
+                      replace(base.config, verify_logits=mode),
                       clock=ModelledClock())
 
 
@@ -114,8 +114,8 @@ def generate(engine: SpecEngine) -> list[int]:
     return engine.generate_ids([3, 1, 4, 1, 5], params, "fixed:copy")[0]
 
 
-def run_auto(per_call_s: float, per_row_s: float, batching: bool) -> tuple[SpecEngine, list[int]]:
-    engine = engine_with("auto", batching)
+def run_auto(per_call_s: float, per_row_s: float) -> tuple[SpecEngine, list[int]]:
+    engine = engine_with("auto")
     engine.head_rows.probe_rounds = 3
     slowed_head(engine, per_call_s, per_row_s)
     return engine, generate(engine)
@@ -124,15 +124,14 @@ def run_auto(per_call_s: float, per_row_s: float, batching: bool) -> tuple[SpecE
 def test_the_engine_keeps_all_rows_where_each_head_call_is_dear() -> None:
     """The copy drafter's paths are long (about 4 head calls a round when visiting), so one
     call for every node is cheaper when a call costs 10 ms whatever its rows."""
-    for batching in (True, False):
-        engine, ids = run_auto(per_call_s=0.01, per_row_s=0.0, batching=batching)
-        assert engine.head_rows.chosen is False, engine.head_rows.medians_ms()
-        assert len(ids) == 40
+    engine, ids = run_auto(per_call_s=0.01, per_row_s=0.0)
+    assert engine.head_rows.chosen is False, engine.head_rows.medians_ms()
+    assert len(ids) == 40
 
 
 def test_the_engine_keeps_visited_rows_where_each_row_is_dear() -> None:
     """13 rows a round against about 4: visiting wins when a row costs 2 ms."""
-    engine, ids = run_auto(per_call_s=0.0, per_row_s=0.002, batching=True)
+    engine, ids = run_auto(per_call_s=0.0, per_row_s=0.002)
     assert engine.head_rows.chosen is True, engine.head_rows.medians_ms()
     assert ids == generate(engine_with("all"))  # the setting changes the time, not the tokens
 

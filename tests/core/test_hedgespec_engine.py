@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+import core.batch_rounds
 from bench.harness.tiny_models import (
     bigram_setup,
     bigram_target,
@@ -120,14 +121,14 @@ def test_a_failing_round_fails_only_its_request(setup, monkeypatch) -> None:  # 
     params = SamplingParams(max_new_tokens=12, ignore_eos=True)
     engine.add_request("bad", [1, 2], params, "normalhedge")
     engine.add_request("good", [3, 4], params, "normalhedge")
-    original = engine._run_round
+    original = core.batch_rounds.verify_tree
 
-    def flaky(state):  # type: ignore[no-untyped-def]
-        if state.request_id == "bad" and state.prefilled:
+    def flaky(state, *args):  # type: ignore[no-untyped-def]
+        if state.request_id == "bad":
             raise RuntimeError("boom")
-        return original(state)
+        return original(state, *args)
 
-    monkeypatch.setattr(engine, "_run_round", flaky)
+    monkeypatch.setattr(core.batch_rounds, "verify_tree", flaky)
     outs = []
     while engine.has_unfinished():
         outs += engine.step()

@@ -24,8 +24,8 @@ from core.head_rows import HeadRows
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
 
 
-def with_mode(engine: SpecEngine, mode: str, batching: bool = True) -> SpecEngine:
-    cfg = replace(engine.config, verify_logits=mode, batching=batching)
+def with_mode(engine: SpecEngine, mode: str) -> SpecEngine:
+    cfg = replace(engine.config, verify_logits=mode)
     return SpecEngine(engine.target, dict(engine.snapshot.drafters), cfg)
 
 
@@ -50,13 +50,12 @@ def test_auto_is_measured_on_a_cpu_and_all_on_a_gpu() -> None:
         EngineConfig(verify_logits="some")
 
 
-@pytest.mark.parametrize("batching", [True, False])
-def test_the_head_runs_on_the_path_only_with_the_same_tokens(batching: bool) -> None:
+def test_the_head_runs_on_the_path_only_with_the_same_tokens() -> None:
     _, base = bigram_setup(TREE, randoms=2)
     prompt, params = [3, 1, 4, 1, 5], SamplingParams(max_new_tokens=40, ignore_eos=True)
     runs = {}
     for mode in ("all", "visited"):
-        engine = with_mode(base, mode, batching)
+        engine = with_mode(base, mode)
         calls = counted(engine)
         ids, stats = engine.generate_ids(prompt, params, "fixed:copy")
         runs[mode] = (ids, stats, sum(calls))

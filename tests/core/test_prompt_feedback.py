@@ -50,12 +50,11 @@ PRIOR_COPY = PROMPT_PRIOR_MIX * 1.0 + (1.0 - PROMPT_PRIOR_MIX) / 4
 PRIOR_OTHER = (1.0 - PROMPT_PRIOR_MIX) / 4
 
 
-@pytest.mark.parametrize("batching", [True, False])
-def test_the_prompt_already_points_the_learner_at_the_drafter_that_fits(batching: bool) -> None:
-    weights = first_round(engine_with(16, batching), GREEDY).round.weights  # type: ignore[union-attr]
+def test_the_prompt_already_points_the_learner_at_the_drafter_that_fits() -> None:
+    weights = first_round(engine_with(16), GREEDY).round.weights  # type: ignore[union-attr]
     assert weights["copy"] == pytest.approx(PRIOR_COPY, abs=0.01), weights
     assert all(w == pytest.approx(PRIOR_OTHER, abs=0.01) for d, w in weights.items() if d != "copy")
-    losses = first_round(engine_with(16, batching, evidence="losses"), GREEDY).round.weights  # type: ignore[union-attr]
+    losses = first_round(engine_with(16, evidence="losses"), GREEDY).round.weights  # type: ignore[union-attr]
     assert losses["copy"] > 0.9, losses
 
 

@@ -12,7 +12,7 @@ import pytest
 from bench.harness.tiny_models import bigram_setup, make_engine, random_drafter, tiny_target
 from core.config import EngineConfig, SamplingParams, TreeConfig
 from core.engine import RoundOutput, SpecEngine
-from core.spec_gate import GATED_EVAL_STRETCH, SpecGate
+from core.spec_gate import PLAIN_EVAL_STRETCH, SpecGate
 from tests.modelled_clock import ModelledClock
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
@@ -141,18 +141,18 @@ def test_the_engine_decodes_plain_where_verified_rows_are_dear_with_the_same_tok
     assert engine.gate.describe(4) == "plain", engine.gate.rates(4)
     assert ids(outs) == ids(run(engine_with("always")))  # greedy: the gate changes no token
     last = outs["r0"][-1].stats
-    assert last.gated_rounds > 0 and last.rounds >= 3
-    assert last.target_forwards == last.rounds + last.gated_rounds + 1  # + the prefill pass
-    spec_tokens = last.completion_tokens - last.prefill_tokens - last.gated_tokens
+    assert last.plain_rounds > 0 and last.rounds >= 3
+    assert last.target_forwards == last.rounds + last.plain_rounds + 1  # + the prefill pass
+    spec_tokens = last.completion_tokens - last.prefill_tokens - last.plain_tokens
     assert last.mean_acceptance_length == spec_tokens / last.rounds > 2.0  # spec rounds only
     assert len(last.drafter_per_round) == last.rounds
-    gated = [o.round for o in outs["r0"] if o.round is not None and o.round.gated]
+    gated = [o.round for o in outs["r0"] if o.round is not None and o.round.plain]
     assert all(r.drafted == 0 and r.drafter is None and r.committed == 1 for r in gated)
     # every step has its own index (the live page drops a repeated index as a re-delivery)
     indices = [o.round.round_index for o in outs["r0"] if o.round is not None]
     assert indices == list(range(len(indices)))
     # the statistics name the plain steps by the same index, for the live page to interleave
-    assert list(last.gated_steps) == [r.round_index for r in gated]
+    assert list(last.plain_round_indices) == [r.round_index for r in gated]
 
 
 def test_a_seeded_sampled_request_keeps_drafting_and_its_sample() -> None:
@@ -180,8 +180,8 @@ def test_a_seeded_sampled_request_keeps_drafting_and_its_sample() -> None:
         return outs
 
     gated, always = run_mixed("auto"), run_mixed("always")
-    assert gated["g0"][-1].stats.gated_rounds > 0  # the gate did turn drafting off
-    assert gated["s"][-1].stats.gated_rounds == 0
+    assert gated["g0"][-1].stats.plain_rounds > 0  # the gate did turn drafting off
+    assert gated["s"][-1].stats.plain_rounds == 0
     assert ids(gated)["s"] == ids(always)["s"]
 
 
@@ -192,7 +192,7 @@ def test_the_learner_keeps_learning_while_drafting_is_off() -> None:
     engine.gate.probe_steps = 3
     slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
     gated = [o.round for o in run(engine, streams=4, tokens=64)["r0"]
-             if o.round is not None and o.round.gated]
+             if o.round is not None and o.round.plain]
     assert len(gated) > 20
     assert gated[-1].weights["copy"] > gated[0].weights["copy"] + 0.05, (
         gated[0].weights, gated[-1].weights)
@@ -207,11 +207,11 @@ def test_the_engine_keeps_speculating_where_a_pass_costs_the_same_whatever_its_r
     last = outs["r0"][-1].stats
     # only the probes' plain steps: 3 at four requests a step, at most 3 more once the first
     # requests finished and fewer remained (a batch size of its own)
-    assert 3 <= last.gated_rounds <= 6 and last.rounds > last.gated_rounds
+    assert 3 <= last.plain_rounds <= 6 and last.rounds > last.plain_rounds
 
 
 def test_plain_steps_score_the_drafters_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under the gate's plain choice the drafters catch up every GATED_EVAL_STRETCH x eval_every
+    """Under the gate's plain choice the drafters catch up every PLAIN_EVAL_STRETCH x eval_every
     rounds (here every 4th), not every round: a catch-up costs about the same for 1 pair or 4."""
     import core.batch_rounds as batch_rounds
 
@@ -234,6 +234,6 @@ def test_plain_steps_score_the_drafters_less_often(monkeypatch: pytest.MonkeyPat
         steps += engine.gate.describe(4) == "plain"
         engine.step()
     plain_catch_ups = catch_ups.count("plain")
-    assert GATED_EVAL_STRETCH == 4  # eval_every is 1 here
+    assert PLAIN_EVAL_STRETCH == 4  # eval_every is 1 here
     assert steps > 20 and 1 <= plain_catch_ups <= steps // 4 + 1, (
         steps, plain_catch_ups)

@@ -114,11 +114,11 @@ def test_a_step_judged_not_to_pay_decodes_plain_but_for_seeded_samples() -> None
     while engine.has_unfinished():
         for o in engine.step():
             if o.round is not None and o.round.batch_rows >= 2:  # a step judges 2+ requests
-                rounds[o.request_id].append(o.round.gated)
+                rounds[o.request_id].append(o.round.plain)
     assert rounds["g"] and all(rounds["g"])
     assert not any(rounds["s"]) and not any(rounds["f"])
     # one request alone: its learner's plain arm already weighs the same costs, no veto
-    alone = [o.round.gated for o in engine.generate([3, 1, 4, 1, 5], greedy, "normalhedge")
+    alone = [o.round.plain for o in engine.generate([3, 1, 4, 1, 5], greedy, "normalhedge")
              if o.round is not None]
     assert not all(alone)
 
@@ -175,7 +175,7 @@ def plain_share_late(outs: list[RoundOutput]) -> float:
     """The share of plain rounds in the request's second half."""
     rounds = [o.round for o in outs if o.round is not None]
     late = rounds[len(rounds) // 2:]
-    return sum(r.gated for r in late) / len(late)
+    return sum(r.plain for r in late) / len(late)
 
 
 def test_where_verified_rows_are_dear_the_learner_decodes_plain_with_the_same_tokens() -> None:
@@ -254,7 +254,7 @@ def test_greedy_output_is_the_targets_with_lookups_eagle_and_plain_rounds_in_one
     while engine.has_unfinished():
         for o in engine.step():
             out.setdefault(o.request_id, []).extend(o.token_ids)
-            plain += o.round is not None and o.round.gated
+            plain += o.round is not None and o.round.plain
             drafted += o.round is not None and o.round.drafted > 0
     for i, prompt in enumerate(PROMPTS):
         assert out[f"r{i}"] == hf_greedy(target, prompt, 40)
@@ -263,7 +263,7 @@ def test_greedy_output_is_the_targets_with_lookups_eagle_and_plain_rounds_in_one
 
 def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unlike the gate's plain steps (every GATED_EVAL_STRETCH x eval_every rounds), the plain
+    """Unlike the gate's plain steps (every PLAIN_EVAL_STRETCH x eval_every rounds), the plain
     arm's rounds keep the evaluation period: the learner must see its drafters' losses as often
     to leave plain decoding when one pays again (the stretch made plain rounds look cheaper and
     kept the learner plain)."""
@@ -282,5 +282,5 @@ def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation
     monkeypatch.setattr(batch_rounds, "_sync_all", counted)
     outs = run(engine, streams=1, tokens=64)
     rounds = [o.round for o in outs["r0"] if o.round is not None]
-    assert sum(r.gated for r in rounds) > 40
+    assert sum(r.plain for r in rounds) > 40
     assert catch_ups >= len(rounds) - 1  # eval_every 1: every round but the last

@@ -77,10 +77,10 @@ def test_a_plain_round_counts_under_none_and_selects_no_drafter() -> None:
 def test_a_step_the_speculation_gate_ran_plain_is_no_draft() -> None:
     """vLLM's num_drafts counts speculative steps; a gated step counts as a plain step only."""
     m = GatewayMetrics()
-    gated = replace(round_stats(None, drafted=0, accepted=0), gated=True)
+    gated = replace(round_stats(None, drafted=0, accepted=0), plain=True)
     m.observe_round(gated, policy="normalhedge")
     m.observe_round(gated, policy="normalhedge")
-    assert value(m, "hedgespec_plain_steps_total") == 2
+    assert value(m, "hedgespec_plain_rounds_total") == 2
     assert value(m, "hedgespec_spec_decode_num_drafts_total", drafter="none", kind="none") == 0
     m.observe_spec_setting("measuring")
     m.observe_spec_setting("plain")
@@ -180,8 +180,8 @@ def test_a_policy_that_scores_no_drafter_has_no_regret_observed() -> None:
 def test_a_request_decoded_fully_plain_is_in_the_acceptance_histogram_at_one() -> None:
     """Issue 40, defect H: a request whose every step ran plain committed one token a pass."""
     m = GatewayMetrics()
-    stats = RequestStats("normalhedge", completion_tokens=9, gated_rounds=8,
-                         gated_tokens=8, prefill_tokens=1).snapshot()
+    stats = RequestStats("normalhedge", completion_tokens=9, plain_rounds=8,
+                         plain_tokens=8, prefill_tokens=1).snapshot()
     m.observe_request_stats(stats)
     length = "hedgespec_request_mean_acceptance_length"
     assert value(m, f"{length}_count", policy="normalhedge") == 1

@@ -23,7 +23,7 @@ STREAMS = 4
 @pytest.fixture(scope="module")
 def gated_server(pool_file: Path, tmp_path_factory: pytest.TempPathFactory
                  ) -> Iterator[ServerProcess]:
-    proc = ServerProcess.start(pool_file, tmp_path_factory.mktemp("gated"),
+    proc = ServerProcess.start(pool_file, tmp_path_factory.mktemp("plain"),
                                "--api-key", API_KEY, "--speculation", "auto")
     yield proc
     proc.stop()
@@ -63,7 +63,7 @@ def test_the_gate_changes_steps_not_text_and_metrics_count_its_plain_steps(
     for r in drafting:
         assert r.model_extra["metrics"]["speculative_decoding"]["num_plain_steps"] == 0
     url = gated_server.base_url
-    assert metric(url, "hedgespec_plain_steps_total") == sum(s["num_plain_steps"] for s in specs)
+    assert metric(url, "hedgespec_plain_rounds_total") == sum(s["num_plain_steps"] for s in specs)
     settings = [metric(url, f'hedgespec_speculation_setting{{setting="{s}"}}')
                 for s in ("speculative", "plain", "measuring")]
     assert sorted(settings) == [0.0, 0.0, 1.0], settings

@@ -108,7 +108,7 @@ def _publish_one_request() -> list[FeedEvent]:
                         weights={"a": 0.75, "b": 0.25}, batch_rows=2),
              RoundStats(round_index=1, drafter=None, drafted=0, accepted=0, committed=1,
                         draft_s=0.0, verify_s=0.01, evaluate_s=0.0, bookkeeping_s=0.001,
-                        weights={"a": 0.75, "b": 0.25}, batch_rows=2, gated=True)]
+                        weights={"a": 0.75, "b": 0.25}, batch_rows=2, plain=True)]
 
     async def main() -> list[FeedEvent]:
         bus = EventBus()
@@ -143,14 +143,14 @@ def test_events_keep_the_wire_the_admin_page_reads() -> None:
     }  # fmt: skip
     round_keys = ["type", "request_id", "round", "policy", "drafter", "drafted", "accepted",
                   "committed", "completion_tokens", "mean_acceptance_length", "tokens_per_s",
-                  "weights", "batch_rows", "gated", "regret_tokens", "feedback_windows", "seq",
+                  "weights", "batch_rows", "plain", "regret_tokens", "feedback_windows", "seq",
                   "ts"]  # fmt: skip
     assert list(spec) == list(plain) == round_keys
     assert _unstamped(plain) == {
         "type": "round", "request_id": "r1", "round": 1, "policy": "normalhedge",
         "drafter": None, "drafted": 0, "accepted": 0, "committed": 1, "completion_tokens": 4,
         "mean_acceptance_length": 3.0, "tokens_per_s": 8.0, "weights": {"a": 0.75, "b": 0.25},
-        "batch_rows": 2, "gated": True, "regret_tokens": 0.0, "feedback_windows": 1, "seq": 3,
+        "batch_rows": 2, "plain": True, "regret_tokens": 0.0, "feedback_windows": 1, "seq": 3,
     }  # fmt: skip
     assert list(done) == ["type", "request_id", "finish_reason", "error", "elapsed_s", "stats",
                           "prompt", "seq", "ts"]

@@ -240,7 +240,7 @@ def _logged_requests(engine: Any, limit: int) -> list[dict[str, Any]] | None:
                 "elapsed_s": log.latency_ms / 1000 if log.latency_ms is not None else None,
                 "drafter_per_round": [None if k is None else choices[k] for k in order],
                 "plain_per_round": [k is None for k in order],
-                "plain_steps": plain,
+                "plain_rounds": plain,
                 "first_round": max(0, steps - len(order)),
                 "error": None if log.status == "ok" else log.status,
                 "prompt": log.prompt,  # None unless the operator enabled log_prompts
