@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.config import EngineConfig, served_selector, served_tree
     from core.engine import SpecEngine
-    from core.precision import auto_dtype
+    from core.model.precision import auto_dtype
 
     torch.set_num_threads(args.threads)
     levels = args.levels or (QUICK_LEVELS if args.quick else LEVELS)

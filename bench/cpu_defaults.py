@@ -32,7 +32,7 @@ from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
 from bench.machine import describe_machine
 from core.config import EngineConfig, SamplingParams, TreeConfig, served_selector, served_tree
 from core.engine import SpecEngine
-from core.precision import auto_dtype, cpu_has_native_bf16
+from core.model.precision import auto_dtype, cpu_has_native_bf16
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TREES = ((2, 4, 8), (3, 4, 12), (4, 4, 16), (4, 5, 20), (4, 6, 24), (6, 5, 30), (6, 6, 40),

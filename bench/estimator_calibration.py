@@ -5,7 +5,7 @@
 HedgeSpec (NormalHedge, the served tree and evaluation period) decodes held-out prompts of
 every domain on the demo pool at each temperature. For each completed round window it records
 the chosen drafter's ÂL under the "tree" estimator (1 + Σ_k Π_{j<k} 1{x_j ∈ C_j} γ_k,
-core/counterfactual.tree_length), the paper's product along the path on the same γ
+core/selection/counterfactual.tree_length), the paper's product along the path on the same γ
 (1 + Σ_k Π_{j≤k} γ_j, what "tree" computed before), and the tokens the round committed.
 ÂL is a one-step counterfactual (the evaluation models deeper levels from the catch-up, the
 real tree drafts them from the drafter's own features), so neither form is expected to match
@@ -38,10 +38,10 @@ from core.config import (
     default_eval_every,
     served_tree,
 )
-from core.counterfactual import estimate_length
+from core.decoding.request import RequestState
 from core.engine import SpecEngine
-from core.feedback import Window
-from core.request import RequestState
+from core.selection.counterfactual import estimate_length
+from core.selection.feedback import Window
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -35,8 +35,8 @@ from bench.hedgespec_bench import DEFAULT_POOL, load_prompts
 from bench.machine import describe_machine
 from core.config import EngineConfig, served_tree
 from core.engine import SpecEngine
-from core.precision import cpu_has_native_bf16
-from core.target import Target, compact_cache
+from core.model.precision import cpu_has_native_bf16
+from core.model.target import Target, compact_cache
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (1, 2, 4, 8, 12, 16, 21, 32)

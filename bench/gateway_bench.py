@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.config import EngineConfig, served_selector, served_tree
     from core.engine import SpecEngine
-    from core.precision import auto_dtype
+    from core.model.precision import auto_dtype
 
     torch.set_num_threads(args.threads)
     sizes = (4, 2, 32) if args.quick else (8, 3, 64)

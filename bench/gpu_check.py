@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.config import SamplingParams, TreeConfig  # noqa: E402
-from core.drafter_pool import PoolSnapshot  # noqa: E402
-from core.eagle3 import Eagle3Config, Eagle3Drafter  # noqa: E402
-from core.learners import make_learner  # noqa: E402
-from core.target import Target  # noqa: E402
+from core.model.eagle3 import Eagle3Config, Eagle3Drafter  # noqa: E402
+from core.model.target import Target  # noqa: E402
+from core.selection.learners import make_learner  # noqa: E402
+from core.speculation.drafter_pool import PoolSnapshot  # noqa: E402
 
 LLAMA8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192)
@@ -92,7 +92,7 @@ def component_times(shape: dict[str, int], device: torch.device, dtype: torch.dt
 
 
 def target_times(target: Target, vocab: int, device: torch.device, ctx: int) -> dict[str, float]:
-    from core.tree import tree_from_parents
+    from core.speculation.tree import tree_from_parents
 
     prompt = torch.randint(0, vocab, (ctx,))
     # 10 wide, 6 deep

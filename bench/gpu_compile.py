@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.gpu_check import LLAMA8B, SMALL, random_models, timed  # noqa: E402
-from core.eagle3 import Eagle3Drafter  # noqa: E402
-from core.target import Target, additive_mask  # noqa: E402
-from core.tree import tree_from_parents  # noqa: E402
+from core.model.eagle3 import Eagle3Drafter  # noqa: E402
+from core.model.target import Target, additive_mask  # noqa: E402
+from core.speculation.tree import tree_from_parents  # noqa: E402
 
 
 def emit(key: str, value: Any) -> None:

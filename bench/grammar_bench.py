@@ -25,11 +25,11 @@ import torch
 from bench.hedgespec_bench import DEFAULT_POOL, chat_ids
 from bench.hedgespec_run import generalist_id
 from core.config import EngineConfig, GrammarSpec, SamplingParams, served_tree
-from core.drafter_pool import Member
 from core.engine import SpecEngine
-from core.model_free.forced import GrammarDrafter
-from core.model_free.kinds import make_model_free
-from core.precision import auto_dtype
+from core.model.precision import auto_dtype
+from core.speculation.drafter_pool import Member
+from core.speculation.model_free.forced import GrammarDrafter
+from core.speculation.model_free.kinds import make_model_free
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCHEMA = {
@@ -80,7 +80,7 @@ def run(engine: SpecEngine, prompts: list[list[int]], policy: str, grammar: Gram
 
 def fast_forward_rows(engine: SpecEngine, prompts: list[list[int]], spec: GrammarSpec,
                       max_new: int) -> dict[str, dict[str, float]]:
-    """The pool with a `grammar` member (core/model_free/forced.py) beside the same pool
+    """The pool with a `grammar` member (core/speculation/model_free/forced.py) beside the same pool
     without it: HedgeSpec on free text (where it always sleeps) and under the schema, the
     member alone (its rounds run plain where the grammar forces nothing), and its chain also
     grafted at the root of every EAGLE-3 tree chosen (EngineConfig.hybrid)."""

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from core.config import SamplingParams
-from core.eagle3 import Eagle3Drafter
 from core.engine import SpecEngine
+from core.model.eagle3 import Eagle3Drafter
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_POOL = REPO / "demo" / "pool" / "pool.json"

@@ -42,9 +42,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 LEARNED = {"ucbspec": "ucbspec", "exp3spec": "exp3spec", "hedgespec": "normalhedge",
            "hedgespec_ada": "adanormalhedge"}
 # HedgeSpec (NormalHedge) with each counterfactual estimator and acceptance loss
-# (core/counterfactual.py, core/feedback.py), measured side by side (issue 14, item 1): the
-# measurement behind SelectorConfig's "tree" and "length" defaults. (The per-position feedback
-# windows measured here until issue 41 matched per-round ones and were removed.)
+# (core/selection/counterfactual.py, core/selection/feedback.py), measured side by side (issue 14,
+# item 1): the measurement behind SelectorConfig's "tree" and "length" defaults. (The per-position
+# feedback windows measured here until issue 41 matched per-round ones and were removed.)
 VARIANTS: dict[str, dict[str, Any]] = {
     "hedgespec_topk": {"estimator": "topk", "loss": "length"},
     "hedgespec_tree": {"estimator": "tree", "loss": "length"},
@@ -159,7 +159,8 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     go("plain", engine, "none")
     for d in ids:
         go("generalist" if d == gen else d, engine, f"fixed:{d}")
-    if engine.router is not None:  # the static router baseline (core/router.py, demo/router.py)
+    # the static router baseline (core/selection/router.py, demo/router.py)
+    if engine.router is not None:
         go("router", engine, "router")
         go("hedgespec_router", engine, ROUTER_PRIOR)  # HedgeSpec started from the router's prior
     for name, learner in LEARNED.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 
-from core.precision import cpu_has_native_bf16
+from core.model.precision import cpu_has_native_bf16
 
 
 def describe_machine() -> str:

@@ -1,5 +1,5 @@
-"""Drafters with no weights (`ngram`, `suffix`; core/model_free/) beside the EAGLE-3 pool, side
-by side in one run (issue 39, item 6). Writes bench/results/model_free.{md,json,png}.
+"""Drafters with no weights (`ngram`, `suffix`; core/speculation/model_free/) beside the EAGLE-3
+pool, side by side in one run (issue 39, item 6). Writes bench/results/model_free.{md,json,png}.
 
     python -m bench.model_free_bench [--quick] [--pool demo/pool/pool.json] [--per-domain 2]
         [--copy-per-kind 2] [--max-new-tokens 48] [--copy-max-new-tokens 64] [--streams 8]
@@ -64,11 +64,11 @@ from bench.hedgespec_bench import (
 from bench.machine import describe_machine
 from bench.report_cli import run_and_report
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
-from core.drafter_pool import PoolSnapshot
 from core.engine import SpecEngine
-from core.model_free.base import ModelFreeDrafter
-from core.model_free.kinds import make_model_free
-from core.precision import auto_dtype
+from core.model.precision import auto_dtype
+from core.speculation.drafter_pool import PoolSnapshot
+from core.speculation.model_free.base import ModelFreeDrafter
+from core.speculation.model_free.kinds import make_model_free
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COPY_HEAVY = Path(__file__).resolve().parent / "data" / "copy_heavy.jsonl"

@@ -44,10 +44,10 @@ from bench.hedgespec_bench import (
     variant,
 )
 from bench.hedgespec_run import generalist_id
-from core import prompt_feedback
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
+from core.decoding import prompt_feedback
 from core.engine import SpecEngine
-from core.precision import auto_dtype, cpu_has_native_bf16
+from core.model.precision import auto_dtype, cpu_has_native_bf16
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The mismatched workload: each domain's text under an instruction whose answer is of another
@@ -135,7 +135,7 @@ def _forms(windows: int, mixes: list[float]) -> list[tuple[str, float]]:
 
 @contextmanager
 def prior_mix(mix: float) -> Iterator[None]:
-    """core.prompt_feedback.PROMPT_PRIOR_MIX set to `mix` for the runs inside."""
+    """core.decoding.prompt_feedback.PROMPT_PRIOR_MIX set to `mix` for the runs inside."""
     served = prompt_feedback.PROMPT_PRIOR_MIX
     prompt_feedback.PROMPT_PRIOR_MIX = mix
     try:

@@ -1,7 +1,7 @@
 """Router robustness, the HedgeSpec paper's experiment in miniature (issue 14, item 3).
 
-A static router (core/router.py, trained by demo/router.py on the domains' training prompts)
-against online learning, side by side in one run on three workloads:
+A static router (core/selection/router.py, trained by demo/router.py on the domains' training
+prompts) against online learning, side by side in one run on three workloads:
 
   clean    held-out prompts of the seven domains, interleaved domain by domain;
   wrapped  the same prompts inside instructions the pool never saw, interleaved;
@@ -39,7 +39,7 @@ from bench.hedgespec_bench import (
 from bench.hedgespec_run import generalist_id
 from core.config import ROUTER_PRIOR, EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
-from core.precision import auto_dtype
+from core.model.precision import auto_dtype
 from demo.records import load_records
 
 RESULTS = Path(__file__).resolve().parent / "results"

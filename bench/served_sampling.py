@@ -1,6 +1,6 @@
 """What a client gets by default: plain decoding, the generalist and HedgeSpec at one stream,
 greedy, at the pool's own sampling defaults (what a request that leaves temperature out gets;
-the demo pool states SmolLM2's model-card values, core/sampling_defaults.py) and at OpenAI's
+the demo pool states SmolLM2's model-card values, core/model/sampling_defaults.py) and at OpenAI's
 temperature 1, side by side in one run on the shipped pool.
 
     python -m bench.served_sampling [--quick] [--pool demo/pool/pool.json] [--per-domain 2]
@@ -26,7 +26,7 @@ from bench.machine import describe_machine
 from bench.served_sampling_report import METHODS, Cell, plot, render
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
-from core.precision import auto_dtype
+from core.model.precision import auto_dtype
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -29,7 +29,7 @@ import torch
 from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
-from core.precision import auto_dtype
+from core.model.precision import auto_dtype
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("per-request", "session", "specialist")

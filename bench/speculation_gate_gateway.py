@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     import os
     import platform
 
+    from core.model.precision import auto_dtype, cpu_has_native_bf16
     from core.pool_file import load_pool_file
-    from core.precision import auto_dtype, cpu_has_native_bf16
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pool", type=Path, default=DEFAULT_POOL)

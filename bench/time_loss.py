@@ -13,8 +13,8 @@ arm choice.
 Modes (one target and one set of drafters): `plain` (policy none); `fixed:<id>` for every
 model-free member of the pool (`lookup`, `suffix` in the shipped pool.json) and for its first
 EAGLE-3 drafter (the generalist), drafting every step; `length` (NormalHedge, acceptance loss,
-speculation "always"); `gate` (the same under speculation "auto", core/spec_gate.py, today's
-server default); `time` (NormalHedge, time loss, speculation "always").
+speculation "always"); `gate` (the same under speculation "auto", core/batching/spec_gate.py,
+today's server default); `time` (NormalHedge, time loss, speculation "always").
 
 Workloads: `held_out` (the demo pool's held-out prompts, 3 per domain, interleaved, as
 the retired bench/speculation_gate.py) and `copy_heavy` (bench/data/copy_heavy.jsonl, kinds
@@ -48,7 +48,7 @@ from core.config import (
     served_tree,
 )
 from core.engine import SpecEngine
-from core.precision import auto_dtype
+from core.model.precision import auto_dtype
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICY = "normalhedge"
@@ -183,8 +183,8 @@ def warm_gate(mode: Mode, groups: list[list[Prompt]], max_new: int,
 
 
 def cost_model_state(mode: Mode, n: int) -> str:
-    """Whether the time loss's cost model (core/arm_costs.py) has fitted this batch size yet
-    (until then the loss falls back to 1/ÂL); read defensively, it is new."""
+    """Whether the time loss's cost model (core/selection/arm_costs.py) has fitted this batch size
+    yet (until then the loss falls back to 1/ÂL); read defensively, it is new."""
     costs = getattr(mode.engine, "costs", None)
     if costs is None or not hasattr(costs, "model"):
         return "unknown (no engine.costs)"

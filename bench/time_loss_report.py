@@ -140,7 +140,8 @@ def header(meta: dict[str, Any], med: float | None) -> list[str]:
         "decoding (policy none); each fixed arm (`fixed:<id>`, every model-free member and the "
         "first EAGLE-3 drafter, drafting every step); HedgeSpec (NormalHedge) with the "
         "acceptance loss drafting every step (`length`) and under the speculation gate "
-        "(`gate`, `speculation=\"auto\"`, core/spec_gate.py); HedgeSpec with the time loss "
+        "(`gate`, `speculation=\"auto\"`, core/batching/spec_gate.py); HedgeSpec with the time "
+        "loss "
         "(`time`, plain decoding an extra arm, drafting allowed every step). All share one "
         "target and drafters; the model-free members start fresh at every pass (the suffix "
         "cache learns within a pass only). Modes alternate order pass by pass; each keeps the "
@@ -158,8 +159,8 @@ def warmed_lines(meta: dict[str, Any]) -> list[str]:
     lines = [f"The gate's choice before the passes (tokens/s it measured): {gate}."]
     if any("time_model" in w for w in warmed.values()):
         model = "; ".join(f"{n} streams: {w['time_model']}" for n, w in warmed.items())
-        lines.append(f"The time engine's cost model (core/arm_costs.py) after its warm-up: "
-                     f"{model}.")
+        lines.append("The time engine's cost model (core/selection/arm_costs.py) after its "
+                     f"warm-up: {model}.")
     return [" ".join(lines), ""]
 
 

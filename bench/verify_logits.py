@@ -1,5 +1,5 @@
 """The target's LM head over the visited nodes of a verified tree against every node, and the
-measured choice between them ("auto", core/head_rows.py), side by side on the shipped pool
+measured choice between them ("auto", core/batching/head_rows.py), side by side on the shipped pool
 (EngineConfig.verify_logits).
 
     python -m bench.verify_logits [--quick] [--pool demo/pool/pool.json] [--threads 2]
@@ -30,7 +30,7 @@ from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
 from bench.machine import describe_machine
 from core.config import EngineConfig, SamplingParams, served_tree
 from core.engine import SpecEngine
-from core.precision import auto_dtype
+from core.model.precision import auto_dtype
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("all", "visited", "auto")

@@ -6,7 +6,7 @@ Symbols used across `core` (defined once here):
   q_d    drafter d's one-step distribution over its draft vocabulary
   K      tree depth = number of draft levels below the root (max accepted draft tokens/round)
   γ_d    probability that the verifier accepts one of drafter d's candidates at a tree level
-         (which candidates: SelectorConfig.estimator, core/counterfactual.py)
+         (which candidates: SelectorConfig.estimator, core/selection/counterfactual.py)
   ÂL_d   HedgeSpec's acceptance-length estimate for drafter d, in [1, K+1]
 """
 
@@ -20,13 +20,13 @@ LEARNER_NAMES: tuple[str, ...] = ("normalhedge", "adanormalhedge", "hedge", "ucb
 # The full-information learners: they take every arm's counterfactual loss each window.
 COUNTERFACTUAL_LEARNERS: tuple[str, ...] = ("normalhedge", "adanormalhedge", "hedge")
 # The policy of NormalHedge started from the prompt router's probabilities as its prior
-# (core/learners.py, core/engine.py); served when the pool ships a router.
+# (core/selection/learners.py, core/engine.py); served when the pool ships a router.
 ROUTER_PRIOR = "normalhedge_router"
 # The learner's loss: the paper's acceptance losses ("length": 1 - ÂL/(K+1); "prob": 1 - γ at
 # the first level) or the measured time per committed token, with plain decoding as one more
-# arm ("time", core/arm_costs.py; counterfactual learners only, bandits keep "length").
+# arm ("time", core/selection/arm_costs.py; counterfactual learners only, bandits keep "length").
 LossName = Literal["length", "prob", "time"]
-# Counterfactual candidate sets (core/counterfactual.py): the unpruned top_k ("topk", the
+# Counterfactual candidate sets (core/selection/counterfactual.py): the unpruned top_k ("topk", the
 # paper's estimator as usually read) or the children the drafter's own tree would keep.
 EstimatorName = Literal["topk", "tree"]
 
@@ -67,8 +67,8 @@ def candidate_pool_size(top_k: int, depth: int) -> int:
 
 @dataclass(frozen=True)
 class Penalties:
-    """Logits adjustments of one request (applied in core/penalties.py); the defaults change
-    nothing. Set from the request body (gateway/openai/protocol.SamplingFields.penalties)."""
+    """Logits adjustments of one request (applied in core/speculation/penalties.py); the defaults
+    change nothing. Set from the request body (gateway/openai/protocol.SamplingFields.penalties)."""
 
     presence: float = 0.0  # OpenAI `presence_penalty`
     frequency: float = 0.0  # OpenAI `frequency_penalty`
@@ -85,11 +85,11 @@ GrammarKind = Literal["json_schema", "regex", "lark"]
 
 @dataclass(frozen=True)
 class GrammarSpec:
-    """A constraint on the output (core/grammar.py): a JSON schema (as JSON text), a regular
-    expression or a Lark grammar. The target distribution is masked to what it allows at every
-    position, so the output always matches it and losslessness holds for the constrained target.
-    Set by the gateway from `response_format` (a JSON schema or object) and from `tools` with
-    `tool_choice` (a Lark grammar of the calls, gateway/openai/tools/grammar.py)."""
+    """A constraint on the output (core/speculation/grammar.py): a JSON schema (as JSON text), a
+    regular expression or a Lark grammar. The target distribution is masked to what it allows at
+    every position, so the output always matches it and losslessness holds for the constrained
+    target. Set by the gateway from `response_format` (a JSON schema or object) and from `tools`
+    with `tool_choice` (a Lark grammar of the calls, gateway/openai/tools/grammar.py)."""
 
     kind: GrammarKind
     source: str  # the schema's JSON text, the expression or the grammar
@@ -101,8 +101,9 @@ class SamplingParams:
 
     Every field is an OpenAI request parameter (or vLLM's extension of it) that the gateway
     sets per choice (gateway/openai/serving.py, `_add_choice`); a request that leaves
-    temperature / top_p / top_k out gets the served model's defaults (core/sampling_defaults.py),
-    not these. Stop strings are matched on the text by the gateway (gateway/openai/text.py).
+    temperature / top_p / top_k out gets the served model's defaults
+    (core/model/sampling_defaults.py), not these. Stop strings are matched on the text by the
+    gateway (gateway/openai/text.py).
     """
 
     max_new_tokens: int = 64  # `max_tokens` / `max_completion_tokens`; else the context's room
@@ -159,13 +160,13 @@ class SelectorConfig:
     # does. Served: default_eval_every(device) (the operator's `--eval-every`).
     eval_every: int = 1
     # Sessions whose learner is kept between requests (`hedgespec.session`,
-    # core/learner_sessions.py); least recently used forgotten beyond, 0: off. A session's
+    # core/selection/learner_sessions.py); least recently used forgotten beyond, 0: off. A session's
     # learner reached MAT 1.837 against 1.797 for a fresh one per request
     # (bench/results/sessions.md).
     max_sessions: int = 4096
     # The prompt's last positions scored as feedback windows before the first round
-    # (core/prompt_feedback.py; counterfactual learners only). 0: the learner starts uniform.
-    # Served: PROMPT_WINDOWS (the operator's `--prompt-windows`).
+    # (core/decoding/prompt_feedback.py; counterfactual learners only). 0: the learner starts
+    # uniform. Served: PROMPT_WINDOWS (the operator's `--prompt-windows`).
     prompt_windows: int = 0
     # How that evidence reaches the learner: "prior" (NormalHedge's starting weights, regrets
     # left at zero) or "losses" (full-weight losses, the form before issue 40, which let a
@@ -196,7 +197,7 @@ def default_eval_every(device: str) -> int:
     return CPU_EVAL_EVERY if str(device).startswith("cpu") else 1
 
 
-# Prompt positions scored before the first round by default (core/prompt_feedback.py), by
+# Prompt positions scored before the first round by default (core/decoding/prompt_feedback.py), by
 # measurement with the evidence fed as losses (the form before issue 40) on the shipped pool
 # (bench/results/prompt_windows.md of 2026-12-04, greedy, 21 requests of 48 tokens;
 # the current file compares the forms at 48): HedgeSpec's MAT 0.898x the per-request
@@ -244,7 +245,7 @@ class EngineConfig:
 
     device: str = "cpu"  # torch device of target and drafters (`--device`)
     # Weights' precision (`--dtype`); the server's "auto" picks bf16 where the device computes
-    # it natively (core/precision.auto_dtype). float32 here: greedy output is token-identical
+    # it natively (core/model/precision.auto_dtype). float32 here: greedy output is token-identical
     # to plain decoding in float32 only, which the tests and benchmarks compare against.
     dtype: str = "float32"
     # "auto" spreads a target that does not fit one GPU over the box's GPUs (accelerate's
@@ -267,14 +268,15 @@ class EngineConfig:
     # drafter (tests/core/test_model_free_engine.py, test_deferred_evaluation.py, ...): a
     # fixed drafter makes the trajectory independent of the learner.
     evaluate_all: bool = False
-    # With a grammar, draft only tokens it allows (core/drafting.grow_tree): the generalist's
-    # MAT 2.03 masked against 1.50 unmasked on a JSON schema (bench/results/grammar.md). Off
-    # only in that benchmark, to measure what the masking buys; in float32 the output is the
-    # same either way.
+    # With a grammar, draft only tokens it allows (core/speculation/drafting.grow_tree): the
+    # generalist's MAT 2.03 masked against 1.50 unmasked on a JSON schema
+    # (bench/results/grammar.md). Off only in that benchmark, to measure what the masking buys; in
+    # float32 the output is the same either way.
     mask_drafts: bool = True
-    # Batched steps (core/scheduler.py): a step runs one round for each of up to `max_running`
-    # requests, every tree verified in one target pass. False: a step holds one request, in
-    # round-robin order, through the same code (`--no-batching`, kept to measure what batching buys: batched
+    # Batched steps (core/batching/scheduler.py): a step runs one round for each of up to
+    # `max_running` requests, every tree verified in one target pass. False: a step holds one
+    # request, in round-robin order, through the same code (`--no-batching`, kept to measure what
+    # batching buys: batched
     # 2.32x round-robin's aggregate tokens/s at 8 streams, bench/results/batching.md).
     batching: bool = True
     # Requests in one batched step (`--max-running`; more wait in the gateway's queue). The
@@ -293,17 +295,17 @@ class EngineConfig:
     # node in one call (a GPU, where 60 rows cost what one does and each further call is a
     # launch and a sync). "auto": "all" on an accelerator; on a CPU, where the cheaper one
     # depends on the CPU (bench/results/verify_logits.md), both are measured in place and the
-    # faster kept (core/head_rows.py). The committed tokens are the same either way.
+    # faster kept (core/batching/head_rows.py). The committed tokens are the same either way.
     # `--verify-logits` pins one (bench/verify_logits.py measures both).
     verify_logits: str = "auto"
     # "always": every round drafts. "auto": per batch size, speculate or decode plain,
-    # whichever commits more tokens per second, measured in place (core/spec_gate.py): under
-    # load a verified tree's rows cost more than the tokens they add. Lossless either way.
+    # whichever commits more tokens per second, measured in place (core/batching/spec_gate.py):
+    # under load a verified tree's rows cost more than the tokens they add. Lossless either way.
     # With batching off it decides for steps of one request. Served: SERVED_SPECULATION
     # (`--speculation`).
     speculation: str = "always"
     # Hybrid trees: the id of a model-free member whose tree is grafted onto the root of every
-    # EAGLE-3 tree the learner chooses, when it has a guess (core/tree.merge_trees). The
+    # EAGLE-3 tree the learner chooses, when it has a guess (core/speculation/tree.merge_trees). The
     # learner still scores each member on its own tree (`--hybrid`). None: off (measured
     # against the single-kind arms in bench/results/model_free.md).
     hybrid: str | None = None

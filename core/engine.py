@@ -10,7 +10,7 @@
      UCBSpec or EXP3Spec the chosen drafter alone catches up, lazily, when it drafts
      (`EngineConfig.evaluate_all` restores full evaluation for their regret statistics).
 
-`step()` runs one step (core/scheduler.py; round, step and pass are defined in
+`step()` runs one step (core/batching/scheduler.py; round, step and pass are defined in
 core/__init__.py): every running request (up to `max_running`) gets a round, their trees
 verified in one target pass, while prompts are prefilled in chunks beside them. With batching
 off (EngineConfig.batching) a step holds the next request alone, in round-robin order, through
@@ -26,24 +26,24 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from core.arm_costs import StepCosts
+from core.batching.head_rows import HeadRows
+from core.batching.scheduler import BatchScheduler
+from core.batching.spec_gate import SpecGate
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
-from core.drafter_pool import Member, PoolSnapshot
-from core.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
+from core.decoding.request import Policy, RequestState, arm_prior, parse_policy
 from core.errors import ContextLengthError, PolicyError, RequestError
-from core.grammar import GrammarCompiler, GrammarTrail
-from core.head_rows import HeadRows
-from core.learner_sessions import LearnerSessions
-from core.learners import NormalHedge
-from core.model_free.base import ModelFreeDrafter
-from core.model_free.kinds import make_model_free
+from core.model.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
+from core.model.target import Target
 from core.pool_file import PoolFile, load_pool_file
-from core.request import Policy, RequestState, arm_prior, parse_policy
-from core.router import PromptRouter
-from core.scheduler import BatchScheduler
-from core.spec_gate import SpecGate
+from core.selection.arm_costs import StepCosts
+from core.selection.learner_sessions import LearnerSessions
+from core.selection.learners import NormalHedge
+from core.selection.router import PromptRouter
+from core.speculation.drafter_pool import Member, PoolSnapshot
+from core.speculation.grammar import GrammarCompiler, GrammarTrail
+from core.speculation.model_free.base import ModelFreeDrafter
+from core.speculation.model_free.kinds import make_model_free
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
-from core.target import Target
 from eagle3_format.target_fit import compatibility_problems
 
 # Share of the router's probabilities in the prior of policy normalhedge_router; the rest is
@@ -104,7 +104,7 @@ class SpecEngine:
         self._batch = BatchScheduler(target, config, self.head_rows, self.gate, clock,
                                      self.costs)
         self._grammars: GrammarCompiler | None = None
-        # The static baseline policy `router` (core/router.py), when the pool ships one.
+        # The static baseline policy `router` (core/selection/router.py), when the pool ships one.
         self.router: PromptRouter | None = None
         self.pool_sampling: dict[str, float] = {}  # the pool file's sampling defaults
 
@@ -157,11 +157,11 @@ class SpecEngine:
     @property
     def sampling_defaults(self) -> dict[str, float]:
         """What a request that leaves temperature, top_p or top_k out is sampled with: the
-        target's generation_config.json, then the pool file's (core/sampling_defaults.py)."""
+        target's generation_config.json, then the pool file's (core/model/sampling_defaults.py)."""
         return {**self.target.sampling_defaults, **self.pool_sampling}
 
     def load_router(self, path: Path) -> None:
-        """The prompt router of policy `router` (core/router.py)."""
+        """The prompt router of policy `router` (core/selection/router.py)."""
         self.router = PromptRouter.load(path)
 
     def load_drafter(self, path: Path, subfolder: str | None = None) -> Eagle3Drafter:
@@ -192,7 +192,7 @@ class SpecEngine:
         self.snapshot = self.snapshot.with_drafter(drafter_id, drafter)
 
     def add_model_free(self, drafter_id: str, drafter: ModelFreeDrafter) -> None:
-        """Add a drafter with no weights (core/model_free/); running requests keep their
+        """Add a drafter with no weights (core/speculation/model_free/); running requests keep their
         snapshot."""
         self.snapshot = self.snapshot.with_drafter(drafter_id, drafter)
 
@@ -226,7 +226,7 @@ class SpecEngine:
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
                     policy: str = "auto", session: str | None = None) -> None:
         """Queue a request. With `session`, a learner policy starts from the learner state the
-        session's last finished request ended with (core/learner_sessions.py)."""
+        session's last finished request ended with (core/selection/learner_sessions.py)."""
         if request_id in self._requests:
             raise ValueError(f"duplicate request id {request_id!r}")
         resolved = self.check_request(prompt_ids, params, policy)
@@ -367,7 +367,7 @@ class SpecEngine:
 
 def _aux_from_drafters(paths: list[Path]) -> tuple[int, int, int] | None:
     """Honour the aux layers a drafter checkpoint records (all drafters must agree)."""
-    from core.eagle3 import read_config
+    from core.model.eagle3 import read_config
 
     for p in paths:
         try:

@@ -10,13 +10,13 @@
      "router": "router.npz"}                                  # optional: policy `router`
 
 An entry without `kind` is an EAGLE-3 drafter (`path`: its checkpoint folder); one with a
-model-free `kind` has no path, and its `params` over the kind's defaults (core/model_free/).
-`name` and `domain` are labels for the registry and the admin page. Relative paths are relative
-to the pool file's folder; `_comment` keys (in the file, its target, its generation_config and
-its drafter entries) are ignored. Everything is checked here, so a bad file fails with one error
-naming the file and the field, before any weights load. `load_pool_file` reads one and
-`write_pool_file` writes one (the demo build's writer, demo/pool_files.py), so the format has
-one owner.
+model-free `kind` has no path, and its `params` over the kind's defaults
+(core/speculation/model_free/). `name` and `domain` are labels for the registry and the admin page.
+Relative paths are relative to the pool file's folder; `_comment` keys (in the file, its target, its
+generation_config and its drafter entries) are ignored. Everything is checked here, so a bad file
+fails with one error naming the file and the field, before any weights load. `load_pool_file` reads
+one and `write_pool_file` writes one (the demo build's writer, demo/pool_files.py), so the format
+has one owner.
 
 This is one of two dialects, on purpose. A *seed pool* (`pools/*.json`, `--seed-pool`,
 `drafter_registry.seed`) lists registry rows to create: Hub drafters that exist here only once
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from core import provision as target_provision
-from core.model_free.kinds import make_model_free, model_free_kinds
-from core.sampling_defaults import checked_sampling_defaults
+from core.model.sampling_defaults import checked_sampling_defaults
+from core.speculation.model_free.kinds import make_model_free, model_free_kinds
 
 EAGLE3 = "eagle3"  # the kind of a drafter with weights
 COMMENT = "_comment"
@@ -97,10 +97,10 @@ class PoolFile:
     target: PoolTarget
     drafters: tuple[PoolDrafter, ...] = ()
     model_name: str | None = None
-    # Sampling defaults over the target's generation_config.json (core/sampling_defaults.py),
+    # Sampling defaults over the target's generation_config.json (core/model/sampling_defaults.py),
     # checked, with the values as written.
     generation_config: Mapping[str, float] | None = None
-    router: Path | None = None  # the prompt router of policy `router` (core/router.py)
+    router: Path | None = None  # the prompt router of policy `router` (core/selection/router.py)
 
     @property
     def eagle3(self) -> tuple[PoolDrafter, ...]:

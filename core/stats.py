@@ -39,7 +39,7 @@ class RoundStats:
     weights: dict[str, float] = field(default_factory=dict)  # learner distribution used this round
     # Requests whose trees this round's target pass verified together (1: round-robin, plain).
     batch_rows: int = 1
-    # Of verify_s: the LM head and the acceptance walk (what core/head_rows.py compares).
+    # Of verify_s: the LM head and the acceptance walk (what core/batching/head_rows.py compares).
     head_s: float = 0.0
     # A plain round of a request that speculates: nothing drafted (the speculation gate turned
     # drafting off for the step, the time loss chose its plain arm, or no drafter was awake).
@@ -70,9 +70,9 @@ class RequestStats:
     chosen_est_len_sum: float = 0.0  # Σ_t ÂL_{i_t}(t)
     regret_curve: list[float] = field(default_factory=list)
     estimates: list[tuple[float, int]] = field(default_factory=list)  # (ÂL chosen, realised)
-    # Under the time loss (core/arm_costs.py): Σ_t s_a(t), each round's net seconds (its time
-    # less its tokens at plain decoding's time per token), per arm (plain decoding included,
-    # at 0) and for the arms chosen; their difference to the best is the regret in seconds.
+    # Under the time loss (core/selection/arm_costs.py): Σ_t s_a(t), each round's net seconds (its
+    # time less its tokens at plain decoding's time per token), per arm (plain decoding included, at
+    # 0) and for the arms chosen; their difference to the best is the regret in seconds.
     arm_seconds: dict[str, float] = field(default_factory=dict)
     chosen_seconds: float = 0.0
     time_draft_s: float = 0.0

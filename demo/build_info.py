@@ -9,7 +9,7 @@ from typing import Any, cast
 import torch
 from transformers import LlamaForCausalLM
 
-from core.eagle3 import Eagle3Drafter
+from core.model.eagle3 import Eagle3Drafter
 from core.provision import smollm2
 from demo.build_config import BuildConfig
 from demo.rollouts import Rollout

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerBase
 
-from core.eagle3 import Eagle3Drafter
+from core.model.eagle3 import Eagle3Drafter
 from core.provision import smollm2
 from demo.build_cli import add_build_arguments, run_build
 from demo.build_config import FULL, QUICK, BuildConfig

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from core.eagle3 import Eagle3Drafter, save_drafter
+from core.model.eagle3 import Eagle3Drafter, save_drafter
 from core.pool_file import PoolDrafter, PoolFile, ProvisionedTarget, write_pool_file
 from core.provision import smollm2
 from demo.build_config import BuildConfig
@@ -30,7 +30,7 @@ RECOMMENDED_SAMPLING = {"temperature": 0.2, "top_p": 0.9}
 
 
 # Drafters with no weights the demo pool serves beside its EAGLE-3 drafters, at their kinds'
-# defaults (core/model_free/): they need no training, so a build only lists them.
+# defaults (core/speculation/model_free/): they need no training, so a build only lists them.
 MODEL_FREE_MEMBERS = (PoolDrafter("lookup", kind="ngram"), PoolDrafter("suffix", kind="suffix"))
 
 

@@ -1,12 +1,12 @@
 """Precision of the demo build's target passes (rollouts, features): `auto` as the server
-resolves it (core/precision.py), so the drafters learn from the target as it is served.
+resolves it (core/model/precision.py), so the drafters learn from the target as it is served.
 Drafter training itself stays fp32 on the CPU."""
 
 from __future__ import annotations
 
 import torch
 
-from core.precision import auto_dtype
+from core.model.precision import auto_dtype
 
 
 def target_dtype(name: str, device: str = "cpu") -> torch.dtype:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.precision import cpu_has_native_bf16
+from core.model.precision import cpu_has_native_bf16
 from demo.report import (
     Cell,
     ReportSpec,

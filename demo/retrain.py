@@ -28,8 +28,8 @@ from typing import Any, cast
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
-from core.eagle3 import Eagle3Drafter, load_drafter, save_drafter
-from core.precision import cpu_has_native_bf16
+from core.model.eagle3 import Eagle3Drafter, load_drafter, save_drafter
+from core.model.precision import cpu_has_native_bf16
 from demo.build_config import FULL, QUICK, BuildConfig, with_overrides
 from demo.build_info import log_summary, rollout_counts
 from demo.domains import DATA_DIR, DOMAINS, ROLLOUTS_FILE

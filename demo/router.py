@@ -1,5 +1,5 @@
-"""Train the static router baseline (core/router.py) on the domains' training prompts and add it
-to a pool: `python -m demo.router [--pool demo/pool/pool.json]` writes `router.npz` next to
+"""Train the static router baseline (core/selection/router.py) on the domains' training prompts and
+add it to a pool: `python -m demo.router [--pool demo/pool/pool.json]` writes `router.npz` next to
 pool.json and names it there (`"router": "router.npz"`), so policy `router` can be served.
 
 The router sees prompts exactly as the engine does (the user message in the target's chat
@@ -18,7 +18,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from core.pool_file import load_pool_file, write_pool_file
 from core.provision import smollm2
-from core.router import PromptRouter
+from core.selection.router import PromptRouter
 from demo.domains import DATA_DIR, DOMAINS, corpus_path
 from demo.pipeline import pick
 from demo.records import load_records

@@ -16,7 +16,7 @@ from typing import Any, cast
 import torch
 from transformers import LlamaForCausalLM
 
-from core.eagle3 import Eagle3Drafter, load_drafter, save_drafter
+from core.model.eagle3 import Eagle3Drafter, load_drafter, save_drafter
 from core.provision import smollm2
 from demo.build_config import BuildConfig
 from demo.domains import DOMAINS, corpus_path

@@ -20,8 +20,8 @@ from torch import Tensor, nn
 from tqdm import tqdm
 from transformers import LlamaForCausalLM
 
-from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping
-from core.precision import auto_dtype
+from core.model.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping
+from core.model.precision import auto_dtype
 from demo.features import TargetFeatures, draft_logits
 from demo.packing import PackedBatch, collate, pack_rows
 from demo.rollouts import Rollout

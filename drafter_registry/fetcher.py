@@ -4,7 +4,7 @@
 
 Validation is two-stage: the registry's own torch-free checks (`validation.check_checkpoint`,
 plus `check_against_target` when the target directory is known), then the injected `validator`,
-which the gateway binds to `core.drafter_check.inspect_drafter` against the served target (the
+which the gateway binds to `core.model.drafter_check.inspect_drafter` against the served target (the
 same check as `hedgespec drafter inspect`). The registry never imports torch, nor any of core but
 the torch-free checkpoint format: the gateway passes the function in.
 
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 Validator = Callable[[Path], Mapping[str, Any]]
 """Full check of a drafter directory against the served target. Returns a report with at least
-`compatible: bool` and `reason: str | None` (the JSON form of `core.drafter_check`'s
+`compatible: bool` and `reason: str | None` (the JSON form of `core.model.drafter_check`'s
 `DrafterInspection`, which the registry stores with the drafter)."""
 
 

@@ -5,7 +5,8 @@
   neural drafter with weights to fetch) or the name of a model-free drafter (`ngram`, `suffix`:
   no weights, source `none`, its integer parameters in `params`). The registry stores a
   model-free kind and its parameters as given: which kinds exist and which parameters they take
-  is the engine's business (`core.model_free.kinds`), checked by the gateway before it writes.
+  is the engine's business (`core.speculation.model_free.kinds`), checked by the gateway before it
+  writes.
 - `audit_events`: who changed what and when; every mutation in `crud` writes one row.
 - `registry_state`: a single row holding `pool_version`, bumped in the same transaction as every
   change that can alter the serving pool. Gateway replicas poll it (one indexed read) and

@@ -30,8 +30,8 @@ A model-free drafter (no weights) is an entry with a `kind` and its `params`; it
         {"id": "lookup", "name": "Prompt lookup", "kind": "ngram", "params": {"max_n": 4}}
 
 The registry cannot tell which kinds and parameters the engine knows: the importer passes
-`check_params` (the gateway's check against `core.model_free.kinds`), which returns the full
-parameters (defaults filled in, as stored) or raises `ValueError`; such an entry is reported as
+`check_params` (the gateway's check against `core.speculation.model_free.kinds`), which returns the
+full parameters (defaults filled in, as stored) or raises `ValueError`; such an entry is reported as
 `invalid` and the rest of the file is imported.
 
 `discover` takes every field of `schemas.DiscoverSpec` (`id_prefix`, `domains`, `tags`, ...).

@@ -4,7 +4,7 @@ They catch what a download can get wrong (truncated or corrupt files, a missing 
 unreadable archive) and what the configs alone reveal (hidden size or vocabulary that do not fit
 the served target), in milliseconds and without reading the weights (only d2t and t2d, a few
 hundred kilobytes, are read from safetensors files). The authoritative check that loads the
-tensors is `core.drafter_check.inspect_drafter`, which the gateway runs next.
+tensors is `core.model.drafter_check.inspect_drafter`, which the gateway runs next.
 
 One set of rules: the format's, stated once in `eagle3_format` (torch-free, the one part of
 `core` this package may import: tests/test_architecture.py). This module reads the files without

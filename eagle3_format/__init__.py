@@ -11,7 +11,7 @@ Published drafters (yuhuili/EAGLE3-*, SpecForge exports, the HedgeSpec paper's) 
                 embed_tokens [V, H] usually absent (shared from the target)   (weights)
 and it fits a target when sizes and feature layers agree                    (target_fit).
 
-Two readers apply these rules: `core.eagle3` when it loads a drafter, and
+Two readers apply these rules: `core.model.eagle3` when it loads a drafter, and
 `drafter_registry.validation` when it checks a download before that load. The registry must not
 depend on torch or on the engine, so it imports nothing of `core` (DESIGN.md section 1); this
 package, the format and not the engine, stands beside both, and its modules import only the

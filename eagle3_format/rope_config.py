@@ -1,4 +1,4 @@
-"""Which RoPE a drafter's config.json asks for (the tables themselves: core/rope.py).
+"""Which RoPE a drafter's config.json asks for (the tables themselves: core/model/rope.py).
 
 A drafter config states its RoPE in one of two forms, and engines read both:
   transformers < 5   top-level `rope_theta` and an optional `rope_scaling` dict whose type is under
@@ -22,7 +22,7 @@ from eagle3_format.errors import DrafterConfigError
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 DEFAULT_THETA = 10000.0
 DEFAULT_MAX_POSITIONS = 2048  # LlamaConfig's default max_position_embeddings
-# Keys of each type's scaling dict that core/rope.py reads (the rest of a dict is ignored).
+# Keys of each type's scaling dict that core/model/rope.py reads (the rest of a dict is ignored).
 _SCALING_KEYS = {
     "default": (),
     "linear": ("factor",),

@@ -1,8 +1,8 @@
 """An EAGLE-3 drafter's weight files and tensors: names, the shapes config.json implies, and the
 d2t/t2d vocabulary mapping.
 
-Readers pass what they can see without this module knowing how: `core.eagle3` the loaded tensors'
-shapes and values, `drafter_registry.validation` the safetensors headers and the two small
+Readers pass what they can see without this module knowing how: `core.model.eagle3` the loaded
+tensors' shapes and values, `drafter_registry.validation` the safetensors headers and the two small
 integer tensors (it cannot see inside a `pytorch_model.bin` without torch, and then leaves these
 rules to the core's full check).
 """

@@ -28,8 +28,8 @@ from core.config import (
     served_selector,
     served_tree,
 )
-from core.precision import auto_dtype
-from core.sampling_defaults import checked_sampling_defaults
+from core.model.precision import auto_dtype
+from core.model.sampling_defaults import checked_sampling_defaults
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POOL = REPO_ROOT / "demo" / "pool" / "pool.json"
@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     # served_selector, SERVED_SPECULATION). `engine_config` applies them.
     device: str | None = None  # EngineConfig.device: the torch device
     # "auto": bf16 where the device computes it natively (a CPU with AVX512-BF16/AMX, a GPU),
-    # else fp32 (core/precision.py; measured in bench/results/cpu_defaults.md). Greedy output
+    # else fp32 (core/model/precision.py; measured in bench/results/cpu_defaults.md). Greedy output
     # is token-identical to plain decoding in float32 only (EngineConfig.dtype's default).
     dtype: str = "auto"
     device_map: str | None = None  # "auto": spread a target too big for one GPU over all GPUs
@@ -140,19 +140,19 @@ class Settings(BaseSettings):
     prompt_windows: int | None = Field(default=None, ge=0, le=4096)
     # What a counterfactual learner minimises (SelectorConfig.loss): the paper's acceptance
     # losses "length" / "prob", or "time", each arm's measured cost per committed token with
-    # plain decoding as an arm (core/arm_costs.py).
+    # plain decoding as an arm (core/selection/arm_costs.py).
     loss: Literal["length", "prob", "time"] | None = None
     # Hybrid trees (EngineConfig.hybrid): the id of a model-free member of the pool whose tree
     # is grafted at the root of every EAGLE-3 tree the learner chooses (on the demo pool,
     # "lookup": bench/results/model_free.md). None: off.
     hybrid: str | None = Field(default=None, min_length=1)
     # Rows of a verified tree the LM head computes up front (EngineConfig.verify_logits):
-    # "auto" measures both on a CPU and keeps the faster (core/head_rows.py), "visited" or
+    # "auto" measures both on a CPU and keeps the faster (core/batching/head_rows.py), "visited" or
     # "all" pins one (reproducible benchmarks).
     verify_logits: Literal["auto", "visited", "all"] | None = None
     # Whether batched steps draft (EngineConfig.speculation; None: SERVED_SPECULATION): "auto"
     # measures, per batch size, speculative against plain steps and keeps the faster
-    # (core/spec_gate.py); "always" drafts every step (benchmarks that compare policies).
+    # (core/batching/spec_gate.py); "always" drafts every step (benchmarks that compare policies).
     speculation: Literal["auto", "always"] | None = None
     # What a request that leaves temperature / top_p / top_k out samples with: "auto" takes the
     # model's defaults (its generation_config.json, then the pool file's "generation_config"),

@@ -39,8 +39,8 @@ LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 10)
 # Prometheus drops `_sum` from a histogram with negative buckets: the histogram observes
 # max(0, regret) (its le="0" bucket counts the requests at or below zero) and a gauge keeps the
 # signed sum, so mean regret = signed sum / count.
-HEAD_SETTINGS = ("visited", "all", "measuring")  # core/head_rows.HeadRows.describe()
-SPEC_SETTINGS = ("speculative", "plain", "measuring")  # core/spec_gate.SpecGate.describe()
+HEAD_SETTINGS = ("visited", "all", "measuring")  # core/batching/head_rows.HeadRows.describe()
+SPEC_SETTINGS = ("speculative", "plain", "measuring")  # core/batching/spec_gate.SpecGate.describe()
 REGRET_BUCKETS = (0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 
 
@@ -179,7 +179,7 @@ class GatewayMetrics:
             "hedgespec_verify_head_setting",
             "1 on the rows verification's LM head computed up front in the last round: 'visited' "
             "(the root, then each node the walk reaches), 'all' (every node), or 'measuring' "
-            "(a CPU timing both for that batch size, core/head_rows.py).",
+            "(a CPU timing both for that batch size, core/batching/head_rows.py).",
             ["setting"],
             registry=r,
         )
@@ -187,7 +187,7 @@ class GatewayMetrics:
             "hedgespec_speculation_setting",
             "1 on what the last engine step's batch size runs: 'speculative' (drafts "
             "verified), 'plain' (speculation measured slower at that batch size and off), or "
-            "'measuring' (timing both, core/spec_gate.py).",
+            "'measuring' (timing both, core/batching/spec_gate.py).",
             ["setting"],
             registry=r,
         )

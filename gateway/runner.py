@@ -10,7 +10,7 @@ Cancellation design (the one async/sync boundary, style rule 10):
     abort(request_id)   ── commands deque ──▶  engine.abort (frees KV caches)
     sink: asyncio.Queue ◀── call_soon_threadsafe ── Update per round (tokens, stats snapshot)
 
-- Fairness: `engine.step()` is one batched step (core/scheduler.py): every running request
+- Fairness: `engine.step()` is one batched step (core/batching/scheduler.py): every running request
   gets one round, their trees verified in one target pass, and waiting prompts are prefilled in
   chunks within the step's token budget (`max_step_tokens`), so no stream waits on another's
   prefill. With batching off (`HEDGESPEC_BATCHING=false`) a step is one round of the next
@@ -43,10 +43,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from core.batching.head_rows import HeadRows
+from core.batching.spec_gate import SpecGate
 from core.config import SamplingParams
 from core.errors import ContextLengthError, PolicyError
-from core.head_rows import HeadRows
-from core.spec_gate import SpecGate
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
 from gateway.errors import (
     APIError,
@@ -131,7 +131,8 @@ class EngineInfo:
     has_router: bool = False  # the pool ships a prompt router: policy "router" is served
     # id -> "eagle3" or a model-free kind ("ngram", "suffix"), for every drafter in the pool
     drafter_kinds: Mapping[str, str] = field(default_factory=dict)
-    # The model's sampling defaults for requests that leave them out (core/sampling_defaults.py)
+    # The model's sampling defaults for requests that leave them out
+    # (core/model/sampling_defaults.py)
     sampling_defaults: Mapping[str, float] = field(default_factory=dict)
 
 

@@ -10,7 +10,9 @@ imports its own modules by name: a dynamic import (`importlib.import_module`, `_
 would hide a dependency from these rules, which is how gateway→bench went unseen. And the
 gateway's wiring has one writer and one reader: only `gateway/app.py` touches `app.state` to
 store the per-app objects and only `gateway/http/deps.py` to read them for routes. Inside the
-gateway, imports run down its layers only (`GATEWAY_LAYERS`, written out in `gateway/__init__.py`).
+gateway, imports run down its layers only (`GATEWAY_LAYERS`, written out in `gateway/__init__.py`);
+inside `core`, down its rooms (`CORE_LAYERS`: each room's `__init__` says what it may import),
+and the rooms of one floor do not import each other.
 
 The EAGLE-3 checkpoint format's rules (`eagle3_format/`) are a top-level package that both
 `core` and `drafter_registry` import, so the loader and the registry's checks state them once
@@ -62,11 +64,25 @@ GATEWAY_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"app", "cli", "__main__"}),
 )
 LAYER_OF = {unit: rank for rank, layer in enumerate(GATEWAY_LAYERS) for unit in layer}
+# core's rooms, lowest first, by the name directly under `core/` (`config.py` is unit "config").
+# A module imports its own room and the floors below; rooms of one floor import each other only
+# on the floors in CORE_OPEN_FLOORS (the base's leaf modules, and the engine with its pool-file
+# loader on top).
+CORE_LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"__init__", "config", "errors", "stats"}),
+    frozenset({"model", "selection", "provision"}),
+    frozenset({"speculation"}),
+    frozenset({"decoding"}),
+    frozenset({"batching"}),
+    frozenset({"engine", "pool_file"}),
+)
+CORE_OPEN_FLOORS = {0, len(CORE_LAYERS) - 1}
+CORE_FLOOR_OF = {unit: rank for rank, layer in enumerate(CORE_LAYERS) for unit in layer}
 
 
 def imported_modules(path: Path) -> set[str]:
     """Dotted names a module imports absolutely; `from a.b import c` counts as `a.b.c`, since c
-    may be a module (`from core import eagle3` imports core.eagle3)."""
+    may be a module (`from core import eagle3` imports core.model.eagle3)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -113,7 +129,8 @@ def app_state_uses(path: Path) -> list[int]:
 
 def gateway_units(path: Path, package: Sequence[str]) -> set[str]:
     """The names directly under `gateway/` (`runner`, `http`, ...) that a module imports.
-    Relative imports resolve against `package`, the module's package (`("gateway", "openai")`)."""
+    Relative imports resolve against `package`, the module's package (`("gateway", "openai")`);
+    the top-level package is `package[0]` (`core` for core's rooms)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     units: set[str] = set()
     for node in ast.walk(tree):
@@ -123,10 +140,11 @@ def gateway_units(path: Path, package: Sequence[str]) -> set[str]:
             base = list(package[: len(package) - node.level + 1]) if node.level else []
             module = base + (node.module.split(".") if node.module else [])
             # `from gateway import runner` names the unit among the imported names.
-            targets = [module + [a.name] for a in node.names] if module == ["gateway"] else [module]
+            top = [package[0]]
+            targets = [module + [a.name] for a in node.names] if module == top else [module]
         else:
             continue
-        units.update(t[1] for t in targets if len(t) > 1 and t[0] == "gateway")
+        units.update(t[1] for t in targets if len(t) > 1 and t[0] == package[0])
     return units
 
 
@@ -136,6 +154,25 @@ def upward_imports(path: Path, module: Sequence[str]) -> list[str]:
     rank = LAYER_OF[module[1]]
     top = len(GATEWAY_LAYERS)
     return sorted(u for u in gateway_units(path, module[:-1]) if LAYER_OF.get(u, top) > rank)
+
+
+def core_unit(module: Sequence[str]) -> str:
+    """A core module's room: the name directly under `core/` (a base module is its own)."""
+    return module[1] if len(module) > 2 else module[-1]
+
+
+def core_upward_imports(path: Path, module: Sequence[str]) -> list[str]:
+    """The rooms `module` (`("core", "decoding", "request")`) may not import: those on a higher
+    floor, and the other rooms of its own floor unless that floor is open."""
+    unit = core_unit(module)
+    rank = CORE_FLOOR_OF[unit]
+    top = len(CORE_LAYERS)
+
+    def barred(other: str) -> bool:
+        floor = CORE_FLOOR_OF.get(other, top)
+        return floor > rank or (floor == rank and other != unit and rank not in CORE_OPEN_FLOORS)
+
+    return sorted(u for u in gateway_units(path, module[:-1]) if barred(u))
 
 
 def module_parts(path: Path) -> tuple[str, ...]:
@@ -214,6 +251,99 @@ def test_gateway_imports_run_down_its_layers() -> None:
     found = [f"{p.relative_to(ROOT)} imports {bad}" for p in package_files("gateway")
              if (bad := upward_imports(p, module_parts(p)))]  # fmt: skip
     assert not found, "imports from a lower gateway layer to a higher one:\n" + "\n".join(found)
+
+
+def test_every_core_module_has_a_room() -> None:
+    units = {core_unit(module_parts(p)) for p in package_files("core")}
+    assert units == set(CORE_FLOOR_OF), "place every name under core/ in exactly one room"
+
+
+def test_core_imports_run_down_its_rooms() -> None:
+    found = [f"{p.relative_to(ROOT)} imports {bad}" for p in package_files("core")
+             if (bad := core_upward_imports(p, module_parts(p)))]  # fmt: skip
+    assert not found, "imports from a lower room of core to a higher one:\n" + "\n".join(found)
+
+
+def core_import_graph() -> dict[str, set[str]]:
+    """Each core module's dotted name -> the core modules it imports (a package counts as its
+    `__init__`; `from core.x import y` as core.x.y when y is a module, else as core.x)."""
+    files = {".".join(module_parts(p)).removesuffix(".__init__"): p for p in package_files("core")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        targets = set()
+        for imported in imported_modules(path):
+            while imported and imported not in files:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of `graph` (its modules in order, the first repeated), or []."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_core_has_no_import_cycle() -> None:
+    assert cycle_in(core_import_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = {"core.a": {"core.b"}, "core.b": {"core.c"}, "core.c": {"core.a"}, "core.d": set()}
+    assert cycle_in(graph) == ["core.a", "core.b", "core.c", "core.a"]
+    assert cycle_in({"core.a": {"core.b"}, "core.b": set()}) == []
+
+
+def test_every_core_room_says_what_it_may_import() -> None:
+    rooms = [u for u in CORE_FLOOR_OF if (ROOT / "core" / u).is_dir()]
+    assert rooms
+    for room in rooms:
+        doc = ast.get_docstring(ast.parse((ROOT / "core" / room / "__init__.py").read_text()))
+        assert doc and "import" in doc, f"core/{room}/__init__.py: say what the room may import"
+
+
+# Each room paired with a room of the floor just above it, and each room of a closed floor with
+# its neighbours there.
+CORE_BARRED = ([(u, min(CORE_LAYERS[rank + 1])) for u, rank in sorted(CORE_FLOOR_OF.items())
+                if rank + 1 < len(CORE_LAYERS)]
+               + [(u, v) for rank, layer in enumerate(CORE_LAYERS) if rank not in CORE_OPEN_FLOORS
+                  for u in sorted(layer) for v in sorted(layer) if u != v])  # fmt: skip
+
+
+@pytest.mark.parametrize(("unit", "barred"), CORE_BARRED)
+def test_the_room_rule_catches_a_barred_import(tmp_path: Path, unit: str, barred: str) -> None:
+    """A module of each room importing a room above it (or a neighbour on a closed floor),
+    however written, fails the rule; its own room and the floors below pass."""
+    module = ("core", unit, "m") if unit not in CORE_LAYERS[0] else ("core", unit)
+    for i, line in enumerate((f"import core.{barred}.x", f"from core.{barred}.x import y",
+                              f"from core import {barred}",
+                              f"def f():\n    from core.{barred} import y\n")):  # fmt: skip
+        bad = tmp_path / f"bad{i}.py"
+        bad.write_text(line + "\n")
+        assert core_upward_imports(bad, module) == [barred]
+    below = [u for u, rank in CORE_FLOOR_OF.items() if rank < CORE_FLOOR_OF[unit]]
+    ok = tmp_path / "ok.py"
+    ok.write_text("".join(f"from core.{u} import x\n" for u in [*below, unit]) + "import os\n")
+    assert core_upward_imports(ok, module) == []
 
 
 def test_checker_detects_a_violation(tmp_path: Path) -> None:

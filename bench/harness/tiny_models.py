@@ -16,9 +16,9 @@ from transformers import (
 )
 
 from core.config import EngineConfig, SelectorConfig, TreeConfig
-from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping
 from core.engine import SpecEngine
-from core.target import Target
+from core.model.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping
+from core.model.target import Target
 
 AUX = (1, 2, 3)
 # A transformers `*ForCausalLM`: its `.config`, `.model.layers` and `.lm_head` are attributes

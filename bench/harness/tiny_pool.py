@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping, save_drafter
+from core.model.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping, save_drafter
 
 SPECIALS = ("<|pad|>", "<|end|>", "<|user|>", "<|assistant|>", "<|system|>")
 CHAT_TEMPLATE = (

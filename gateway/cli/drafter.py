@@ -34,8 +34,8 @@ def _register_inspect(drafter_sub: Any) -> None:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    from core.drafter_check import inspect_drafter
-    from core.eagle3 import DrafterLoadError
+    from core.model.drafter_check import inspect_drafter
+    from core.model.eagle3 import DrafterLoadError
 
     try:
         report = inspect_drafter(args.drafter_dir, args.target, args.subfolder)

@@ -7,7 +7,7 @@ sync polls the pool version), downloads and validates new drafters in the backgr
 its serving pool; with no server running, the next `hedgespec serve` does it on start.
 
 `add --kind ngram --param max_n=4 --id lookup` registers a model-free drafter (no weights): its
-kind and parameters are checked against the engine's (`core.model_free.kinds`, through
+kind and parameters are checked against the engine's (`core.speculation.model_free.kinds`, through
 `gateway.pool.model_free`) and stored with every parameter, defaults filled in; the row is
 `ready` at once and a running server serves it at its next pool sync.
 

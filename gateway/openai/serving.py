@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from core.config import GrammarSpec, Penalties, SamplingParams
-from core.grammar import grammar_text
+from core.speculation.grammar import grammar_text
 from gateway.errors import APIError, invalid_request, model_not_found
 from gateway.metrics import GatewayMetrics
 from gateway.openai.framing import DONE_FRAME, spec_metrics, sse_frame

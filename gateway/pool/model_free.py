@@ -3,8 +3,8 @@ engine.
 
 The registry stores a model-free drafter's kind and parameters without knowing what they mean
 (it cannot import the engine); this module is where they are checked against the engine's kinds
-(`core.model_free.kinds`, pure Python, no torch) before a row is written, and built into pool
-members when the pool sync loads a row. A row stores every parameter, defaults filled in
+(`core.speculation.model_free.kinds`, pure Python, no torch) before a row is written, and built into
+pool members when the pool sync loads a row. A row stores every parameter, defaults filled in
 (`ModelFreeDrafter.params`), so what serves is what the registry shows, and two replicas with
 different defaults never build different drafters from one row.
 """
@@ -15,8 +15,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from core.model_free.base import ModelFreeDrafter
-from core.model_free.kinds import make_model_free, model_free_kinds
+from core.speculation.model_free.base import ModelFreeDrafter
+from core.speculation.model_free.kinds import make_model_free, model_free_kinds
 from drafter_registry.models import EAGLE3_KIND as EAGLE3
 
 

@@ -21,9 +21,9 @@ Start-up (after `RegistryLink.open` migrated the database):
    background with backoff (`SEED_RETRY_S`) until it succeeds, so the discovered drafters
    arrive without a restart.
 3. A `DrafterFetcher` downloads and validates drafters in the background. Its validator is
-   `core.drafter_check.inspect_drafter` against the served target (the same check as `hedgespec
-   drafter inspect`), followed by an actual load into the engine (`PoolSync.preload`), so a
-   drafter reaches `ready` only once this replica serves it. Unfinished drafters are resumed.
+   `core.model.drafter_check.inspect_drafter` against the served target (the same check as
+   `hedgespec drafter inspect`), followed by an actual load into the engine (`PoolSync.preload`), so
+   a drafter reaches `ready` only once this replica serves it. Unfinished drafters are resumed.
 4. `PoolSync` keeps the engine equal to the registry's ready set (see `gateway.pool.sync`); when
    the pool version moves it also picks up `pending` drafters registered elsewhere (the CLI,
    another replica), so `hedgespec drafter add` works against a running server.
@@ -395,7 +395,7 @@ class RegistryService:
     def _validate(self, path: Path) -> dict[str, Any]:
         """The fetcher's full check: `inspect_drafter` against the served target, then a real
         load into this replica's engine, so `ready` means servable here."""
-        from core.drafter_check import inspect_drafter
+        from core.model.drafter_check import inspect_drafter
 
         if self.target_dir is None:
             return {"compatible": False,

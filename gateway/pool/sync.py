@@ -23,7 +23,8 @@ How it converges (polling, not LISTEN/NOTIFY; `drafter_registry` explains the ch
   dtype and device), and only the pool swap (`add_loaded_drafter`, `remove_drafter`) runs on the
   engine worker thread through `EngineRunner.call`, between two rounds, because `SpecEngine` is
   not thread-safe. A large drafter therefore never stalls serving while it loads.
-- Requests in flight keep the pool snapshot they started with (`core.drafter_pool.PoolSnapshot`);
+- Requests in flight keep the pool snapshot they started with
+(`core.speculation.drafter_pool.PoolSnapshot`);
   a removed drafter's memory is freed when the last request holding that snapshot ends.
 - A drafter that fails to load here is marked `failed` with the reason, so the registry never
   shows `ready` for something the replicas cannot serve; the rest of the pool is untouched.

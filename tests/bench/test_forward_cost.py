@@ -7,7 +7,7 @@ import torch
 
 from bench.forward_cost import GemmCost, PassCost, gemm_costs, pass_costs, render
 from bench.harness.tiny_models import tiny_target
-from core.target import Target
+from core.model.target import Target
 
 META = {"machine": "m", "target": "t", "threads": 2, "context": 12,
         "repeats": 2, "default_tree_tokens": 21, "gemm_shape": "[rows, 8] x [8, 16]"}

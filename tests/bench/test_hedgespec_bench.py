@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 from bench.harness.tiny_pool import DRAFTER_IDS, MODEL_NAME, build_pool
 from bench.hedgespec_bench import Prompt, Run, oracle_runs, padded_pool
 from bench.hedgespec_run import main
-from core.router import PromptRouter
+from core.selection.router import PromptRouter
 
 
 def test_bench_writes_tables_plots_and_json(tmp_path: Path,

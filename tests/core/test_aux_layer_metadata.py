@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bench.harness.tiny_models import random_drafter, tiny_target
-from core.eagle3 import read_config, save_drafter
+from core.model.eagle3 import read_config, save_drafter
 from eagle3_format.config import Eagle3Config
 from eagle3_format.errors import DrafterConfigError
 from eagle3_format.target_fit import compatibility_problems

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-import core.batch_rounds
-import core.scheduler
+import core.batching.scheduler
+import core.batching.step
 from bench.harness.tiny_models import (
     bigram_setup,
     copy_drafter,
@@ -21,7 +21,7 @@ from bench.harness.tiny_models import (
 )
 from core.config import LEARNER_NAMES, SamplingParams, TreeConfig
 from core.engine import RoundOutput, SpecEngine
-from core.target import Target
+from core.model.target import Target
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
 POLICIES = ["none", *LEARNER_NAMES, "fixed:copy", "fixed:r1"]
@@ -275,8 +275,8 @@ def _failure_run(engine: SpecEngine, target: torch.nn.Module) -> Driver:
 
 def test_a_failing_row_fails_only_its_request(bigram, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     target, base = bigram
-    monkeypatch.setattr(core.batch_rounds, "verify_tree",
-                        _raise_for("bad", core.batch_rounds.verify_tree))
+    monkeypatch.setattr(core.batching.step, "verify_tree",
+                        _raise_for("bad", core.batching.step.verify_tree))
     _failure_run(with_config(base), target)
 
 
@@ -301,27 +301,27 @@ def test_a_failing_prefill_pass_fails_only_its_request(bigram, monkeypatch) -> N
     """The shared prefill pass raises whenever the bad prompt is in it: the chunks are rerun one
     by one and only the bad request fails."""
     target, base = bigram
-    real = core.scheduler.forward_chunks
+    real = core.batching.scheduler.forward_chunks
 
     def flaky(target, cache, chunks, *args):  # type: ignore[no-untyped-def]
         if any(c.state.request_id == "bad" for c in chunks):
             raise RuntimeError("boom")
         return real(target, cache, chunks, *args)
 
-    monkeypatch.setattr(core.scheduler, "forward_chunks", flaky)
+    monkeypatch.setattr(core.batching.scheduler, "forward_chunks", flaky)
     _failure_run(with_config(base), target)
 
 
 def test_a_failing_chunk_after_the_pass_fails_only_its_request(bigram, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     target, base = bigram
-    real = core.scheduler.finish_chunk
+    real = core.batching.scheduler.finish_chunk
 
     def flaky(cache, chunk, out, config):  # type: ignore[no-untyped-def]
         if chunk.state.request_id == "bad":
             raise RuntimeError("boom")
         return real(cache, chunk, out, config)
 
-    monkeypatch.setattr(core.scheduler, "finish_chunk", flaky)
+    monkeypatch.setattr(core.batching.scheduler, "finish_chunk", flaky)
     _failure_run(with_config(base), target)
 
 

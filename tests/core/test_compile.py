@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 
 from bench.harness.tiny_models import hf_greedy, make_engine, random_drafter, tiny_target
 from core.config import SamplingParams, TreeConfig
-from core.target import Target, TargetLoadError
+from core.model.target import Target, TargetLoadError
 
 
 def test_compiled_layers_keep_tokens_acceptances_and_features() -> None:

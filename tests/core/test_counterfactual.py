@@ -1,4 +1,4 @@
-"""γ, the acceptance-length estimator and the losses (core/counterfactual.py)."""
+"""γ, the acceptance-length estimator and the losses (core/selection/counterfactual.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from core.counterfactual import (
+from core.selection.counterfactual import (
     estimate_length,
     gamma_greedy,
     gamma_sampling,

@@ -12,9 +12,9 @@ import torch
 from safetensors.torch import save_file
 
 from bench.harness.tiny_models import random_drafter, tiny_target
-from core.drafter_check import inspect_drafter
-from core.drafter_pool import PoolSnapshot
-from core.eagle3 import DrafterLoadError, build_vocab_mapping, load_drafter, save_drafter
+from core.model.drafter_check import inspect_drafter
+from core.model.eagle3 import DrafterLoadError, build_vocab_mapping, load_drafter, save_drafter
+from core.speculation.drafter_pool import PoolSnapshot
 
 H, V, VD, NH, NKV, HD, FF = 32, 64, 40, 4, 2, 8, 48
 

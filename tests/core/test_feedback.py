@@ -1,12 +1,12 @@
-"""The censoring-aware delayed-feedback queue (core/feedback.py)."""
+"""The censoring-aware delayed-feedback queue (core/selection/feedback.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from core.counterfactual import estimate_length, length_loss
-from core.feedback import FeedbackQueue
+from core.selection.counterfactual import estimate_length, length_loss
+from core.selection.feedback import FeedbackQueue
 
 
 def test_window_completes_only_when_all_K_positions_are_known() -> None:

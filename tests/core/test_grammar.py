@@ -19,12 +19,12 @@ import torch
 
 from bench.harness.tiny_models import AUX, make_engine, random_drafter, tiny_target
 from core.config import LEARNER_NAMES, GrammarSpec, SamplingParams, TreeConfig
-from core.drafter_pool import DrafterState
-from core.drafting import grow_tree
 from core.engine import SpecEngine
-from core.grammar import GrammarCompiler, TokenMatcher, grammar_text
-from core.sampling import process_logits
-from core.target import Target
+from core.model.target import Target
+from core.speculation.drafter_pool import DrafterState
+from core.speculation.drafting import grow_tree
+from core.speculation.grammar import GrammarCompiler, TokenMatcher, grammar_text
+from core.speculation.sampling import process_logits
 from tests.core.test_sampling_lossless import null_tv_quantile, tv
 from tests.core.tiny_tokenizer import char_tokenizer
 
@@ -58,7 +58,7 @@ def engine_with_tokenizer(tokenizer, seed: int = 3, drafters: int = 3,
 
 
 def reference_matcher(tokenizer, spec: GrammarSpec) -> llguidance.LLMatcher:
-    """llguidance used directly (no code shared with core/grammar.py's masking)."""
+    """llguidance used directly (no code shared with core/speculation/grammar.py's masking)."""
     return llguidance.LLMatcher(llguidance.hf.from_tokenizer(tokenizer, n_vocab=len(tokenizer)),
                                 grammar_text(spec))
 

@@ -1,5 +1,5 @@
-"""Grammar fast-forward (core/model_free/forced.py): the `grammar` member drafts the tokens a
-request's grammar forces, sleeps when it forces none, keeps greedy output the constrained
+"""Grammar fast-forward (core/speculation/model_free/forced.py): the `grammar` member drafts the
+tokens a request's grammar forces, sleeps when it forces none, keeps greedy output the constrained
 target's, is judged exactly by the evaluation, and leaves sampling on the constrained law."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import torch
 from bench.harness.tiny_models import AUX, make_engine, random_drafter, tiny_target
 from core.config import GrammarSpec, SamplingParams, TreeConfig
 from core.engine import SpecEngine
-from core.grammar import GrammarCompiler
-from core.model_free.base import OutputGrammar
-from core.model_free.evidence import RequestLookups, propose
-from core.model_free.forced import GrammarDrafter
-from core.model_free.kinds import make_model_free
-from core.target import Target
+from core.model.target import Target
+from core.speculation.grammar import GrammarCompiler
+from core.speculation.model_free.base import OutputGrammar
+from core.speculation.model_free.evidence import RequestLookups, propose
+from core.speculation.model_free.forced import GrammarDrafter
+from core.speculation.model_free.kinds import make_model_free
 from tests.core.test_grammar import (
     JSON_SPEC,
     exact_constrained_law,
@@ -55,7 +55,7 @@ def test_the_chain_is_the_text_the_schema_forces() -> None:
 
 
 def test_a_guess_after_a_tail_is_the_guess_once_the_tail_is_committed() -> None:
-    """What makes its evaluation exact (core/model_free/base.py)."""
+    """What makes its evaluation exact (core/speculation/model_free/base.py)."""
     text = '{"name": "ab", "n": 12, "ok": true, "tag": "red"}'
     tok = char_tokenizer()
     ids = tok.encode(text)

@@ -1,6 +1,6 @@
 """On a CPU, `verify_logits="auto"` measures both head settings in place and keeps the faster
-(core/head_rows.py): the choice follows what the head costs on the machine, and the tokens do
-not depend on it."""
+(core/batching/head_rows.py): the choice follows what the head costs on the machine, and the tokens
+do not depend on it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import replace
 import torch
 
 from bench.harness.tiny_models import bigram_setup
+from core.batching.head_rows import HeadRows, bucket
 from core.config import SamplingParams, TreeConfig
 from core.engine import SpecEngine
-from core.head_rows import HeadRows, bucket
 from tests.modelled_clock import ModelledClock
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-import core.batch_rounds
+import core.batching.step
 from bench.harness.tiny_models import (
     bigram_setup,
     bigram_target,
@@ -121,14 +121,14 @@ def test_a_failing_round_fails_only_its_request(setup, monkeypatch) -> None:  # 
     params = SamplingParams(max_new_tokens=12, ignore_eos=True)
     engine.add_request("bad", [1, 2], params, "normalhedge")
     engine.add_request("good", [3, 4], params, "normalhedge")
-    original = core.batch_rounds.verify_tree
+    original = core.batching.step.verify_tree
 
     def flaky(state, *args):  # type: ignore[no-untyped-def]
         if state.request_id == "bad":
             raise RuntimeError("boom")
         return original(state, *args)
 
-    monkeypatch.setattr(core.batch_rounds, "verify_tree", flaky)
+    monkeypatch.setattr(core.batching.step, "verify_tree", flaky)
     outs = []
     while engine.has_unfinished():
         outs += engine.step()

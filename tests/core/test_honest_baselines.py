@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-import core.rounds
+import core.decoding.request_round
 from bench.harness.tiny_models import bigram_setup, hf_greedy, random_drafter
 from core.config import SamplingParams, TreeConfig
-from core.drafter_pool import StackedGroup
 from core.engine import SpecEngine
+from core.speculation.drafter_pool import StackedGroup
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
 PARAMS = SamplingParams(max_new_tokens=40, ignore_eos=True)
@@ -39,8 +39,8 @@ def work(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
     monkeypatch.setattr(StackedGroup, "catch_up_many", counted)
     for name in ("gamma_greedy", "gamma_sampling"):
-        if hasattr(core.rounds, name):
-            monkeypatch.setattr(core.rounds, name, no_gamma)
+        if hasattr(core.decoding.request_round, name):
+            monkeypatch.setattr(core.decoding.request_round, name, no_gamma)
     return calls
 
 

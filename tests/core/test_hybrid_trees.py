@@ -1,6 +1,6 @@
 """Hybrid trees (EngineConfig.hybrid): a model-free member's tree grafted at the root of every
-EAGLE-3 tree the learner chooses. The union tree (core/tree.merge_trees) keeps greedy output
-the target's and sampling on the target law, and commits what either tree alone would."""
+EAGLE-3 tree the learner chooses. The union tree (core/speculation/tree.merge_trees) keeps greedy
+output the target's and sampling on the target law, and commits what either tree alone would."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import torch
 from bench.harness.tiny_models import AUX, hf_greedy, random_drafter, tiny_target
 from core.config import EngineConfig, SamplingParams, SelectorConfig, TreeConfig
 from core.engine import SpecEngine
-from core.model_free.kinds import make_model_free
-from core.target import Target
-from core.tree import chain_tree, merge_trees, tree_from_parents
+from core.model.target import Target
+from core.speculation.model_free.kinds import make_model_free
+from core.speculation.tree import chain_tree, merge_trees, tree_from_parents
 from tests.core.test_model_free_engine import PROMPT, PROMPTS, pool
 from tests.core.test_sampling_lossless import exact_sequences, null_tv_quantile, tv
 

@@ -9,12 +9,12 @@ import torch.nn.functional as F
 
 from bench.harness.tiny_models import random_drafter, tiny_target
 from core.config import TreeConfig
-from core.drafter_pool import DrafterState, PoolSnapshot, sync_many
-from core.drafting import DraftRow, grow_tree, grow_trees, tree_scratch
-from core.eagle3 import attention
-from core.kv_buffer import KVBuffer
-from core.target import Target
-from core.tree import DraftTree, tree_from_parents
+from core.model.eagle3 import attention
+from core.model.kv_buffer import KVBuffer
+from core.model.target import Target
+from core.speculation.drafter_pool import DrafterState, PoolSnapshot, sync_many
+from core.speculation.drafting import DraftRow, grow_tree, grow_trees, tree_scratch
+from core.speculation.tree import DraftTree, tree_from_parents
 
 # root -> 1, 2; 1 -> 3; 3 -> 4; 2 -> 5
 TREE = tree_from_parents(torch.tensor([30, 11, 12, 13, 14, 15]), torch.tensor([-1, 0, 0, 1, 3, 2]))

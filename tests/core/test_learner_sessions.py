@@ -16,8 +16,8 @@ from bench.harness.tiny_models import (
     random_drafter,
 )
 from core.config import LEARNER_NAMES, SamplingParams, SelectorConfig, TreeConfig
-from core.learner_sessions import LearnerSessions, adapt
-from core.learners import Fixed, Learner, NormalHedge, make_learner
+from core.selection.learner_sessions import LearnerSessions, adapt
+from core.selection.learners import Fixed, Learner, NormalHedge, make_learner
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
 

@@ -1,4 +1,5 @@
-"""Online learners (core/learners.py): exact updates, convergence, stability, bandit feedback."""
+"""Online learners (core/selection/learners.py): exact updates, convergence, stability, bandit
+feedback."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from core.counterfactual import simulate_acceptance
-from core.learners import (
+from core.selection.counterfactual import simulate_acceptance
+from core.selection.learners import (
     EXP3Spec,
     Fixed,
     Hedge,

@@ -19,10 +19,10 @@ from bench.harness.tiny_models import (
     tiny_target,
 )
 from core.config import LEARNER_NAMES, SamplingParams, SelectorConfig, TreeConfig
+from core.decoding.request import RequestState
 from core.engine import SpecEngine
-from core.feedback import Window
-from core.model_free.kinds import make_model_free
-from core.request import RequestState
+from core.selection.feedback import Window
+from core.speculation.model_free.kinds import make_model_free
 from tests.core.test_sampling_lossless import exact_sequences, null_tv_quantile, tv
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
@@ -89,8 +89,8 @@ def test_the_estimate_is_the_realised_length_under_greedy(
 ) -> None:
     """The evaluation is exact: a round the drafter drafted committed exactly the ÂL its
     window gives it (censored windows at the request's end excepted). For the lookup chain by
-    construction (core/model_free/base.py); for the suffix tree because its window is judged
-    on the tree it would have drafted there (rank_tree), not on the tree model, whose
+    construction (core/speculation/model_free/base.py); for the suffix tree because its window is
+    judged on the tree it would have drafted there (rank_tree), not on the tree model, whose
     expansion and cut with tied counts missed here (ÂL 3 for a round that committed 2)."""
     target = tiny_target()
     policy = f"fixed:{kind}"
@@ -144,9 +144,9 @@ def test_sampling_with_lookup_in_the_pool_follows_the_target_law() -> None:
 def test_the_bound_catches_a_verifier_that_trusts_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
     """Control: accepting lookup's first child whatever p̃ says breaks the law, and the bound
     above sees it."""
-    import core.rounds
+    import core.decoding.request_round
 
-    real = core.rounds.verify_sampling
+    real = core.decoding.request_round.verify_sampling
 
     def trusting(tree, rows, gen):  # type: ignore[no-untyped-def]
         if tree.children[0]:
@@ -155,7 +155,7 @@ def test_the_bound_catches_a_verifier_that_trusts_lookup(monkeypatch: pytest.Mon
             return path, int(rows.probs(path)[-1].argmax())
         return real(tree, rows, gen)
 
-    monkeypatch.setattr(core.rounds, "verify_sampling", trusting)
+    monkeypatch.setattr(core.decoding.request_round, "verify_sampling", trusting)
     target, counts, n, _ = lookup_draws()
     exact = exact_sequences(target, PROMPT, 0.9, 0.95)
     assert tv(counts, exact, n) > 1.5 * null_tv_quantile(exact, n)

@@ -1,12 +1,13 @@
-"""Prompt lookup (core/model_free/ngram.py) and the trees model-free drafters propose."""
+"""Prompt lookup (core/speculation/model_free/ngram.py) and the trees model-free drafters
+propose."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.model_free.evidence import RequestLookups, propose
-from core.model_free.kinds import make_model_free
-from core.model_free.ngram import NgramDrafter
+from core.speculation.model_free.evidence import RequestLookups, propose
+from core.speculation.model_free.kinds import make_model_free
+from core.speculation.model_free.ngram import NgramDrafter
 
 
 def test_the_longest_recent_match_names_the_next_token() -> None:
@@ -25,7 +26,7 @@ def test_min_n_refuses_short_matches() -> None:
 
 @pytest.mark.parametrize("tokens", [[1, 2, 1, 2, 1], [4, 4, 4], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]])
 def test_a_guess_after_a_tail_is_the_guess_once_the_tail_is_committed(tokens: list[int]) -> None:
-    """What makes the evaluation of a chain exact (core/model_free/base.py)."""
+    """What makes the evaluation of a chain exact (core/speculation/model_free/base.py)."""
     drafter = NgramDrafter()
     for cut in range(1, len(tokens)):
         for tail_len in range(len(tokens) - cut + 1):

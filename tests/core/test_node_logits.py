@@ -17,9 +17,9 @@ from bench.harness.tiny_models import (
     random_drafter,
     tiny_target,
 )
+from core.batching.head_rows import HeadRows
 from core.config import EngineConfig, SamplingParams, TreeConfig
 from core.engine import SpecEngine
-from core.head_rows import HeadRows
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
 

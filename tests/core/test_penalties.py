@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-import core.node_logits
-import core.rounds
+import core.decoding.node_logits
+import core.decoding.request_round
 from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
 from core.config import Penalties, SamplingParams, TreeConfig
-from core.penalties import apply_penalties, path_counts, token_counts
-from core.sampling import process_logits
-from core.tree import tree_from_parents
+from core.speculation.penalties import apply_penalties, path_counts, token_counts
+from core.speculation.sampling import process_logits
+from core.speculation.tree import tree_from_parents
 from tests.core.test_sampling_lossless import null_tv_quantile, tv
 
 PEN = Penalties(presence=0.8, frequency=1.2, repetition=1.6, logit_bias=((2, 3.0), (5, -100.0)))
@@ -156,7 +156,7 @@ def test_the_bound_catches_root_counts_at_every_node(monkeypatch: pytest.MonkeyP
     def root_counts(base: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return base.expand(mask.shape[0], base.numel()).clone()
 
-    monkeypatch.setattr(core.node_logits, "path_counts", root_counts)
+    monkeypatch.setattr(core.decoding.node_logits, "path_counts", root_counts)
     # Half the seeds suffice: the bug's z grows as sqrt(n), ~13 at 1000 against the bound's 9.
     n = N_SEEDS // 2
     counts, exact, _ = sample_first_three(n)
@@ -167,13 +167,13 @@ def test_counterfactual_evidence_uses_the_penalised_target(monkeypatch: pytest.M
     """Greedy γ are indicators of the *penalised* argmax: the evidence's argmax tokens at the
     verified positions must be exactly the tokens greedy decoding committed."""
     seen: list[list[int]] = []
-    real = core.rounds.TargetSide
+    real = core.decoding.request_round.TargetSide
 
     def spy(argmax: np.ndarray | None, probs: Any, realised: Any) -> Any:
         seen.append([int(t) for t in argmax])  # type: ignore[union-attr]
         return real(argmax, probs, realised)
 
-    monkeypatch.setattr(core.rounds, "TargetSide", spy)
+    monkeypatch.setattr(core.decoding.request_round, "TargetSide", spy)
     _, engine = small_setup()
     ids: list[int] = []
     for out in engine.generate([2, 7, 1, 8],

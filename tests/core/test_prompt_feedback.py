@@ -14,8 +14,8 @@ import pytest
 
 from bench.harness.tiny_models import bigram_setup, hf_greedy
 from core.config import SamplingParams, SelectorConfig, TreeConfig
+from core.decoding.prompt_feedback import PROMPT_PRIOR_MIX
 from core.engine import RoundOutput, SpecEngine
-from core.prompt_feedback import PROMPT_PRIOR_MIX
 
 TREE = TreeConfig(top_k=2, depth=3, total_tokens=6)
 # The bigram target's own chain: the copy drafter reads the target's features and assumes the
@@ -91,7 +91,7 @@ def test_a_prompt_catch_up_scores_only_its_tail_and_the_learner_sees_the_same() 
     """The drafters' top-k is computed for the prompt's last W + 1 pairs only (what the windows
     and the first root read): the learner after the prompt, the rounds and the output equal
     those of a catch-up that scores every pair."""
-    import core.drafter_pool as drafter_pool
+    import core.speculation.drafter_pool as drafter_pool
 
     def run() -> list[RoundOutput]:
         return list(engine_with(8).generate(PROMPT, GREEDY, "normalhedge", request_id="x"))
@@ -112,7 +112,7 @@ def test_a_prompt_catch_up_scores_only_its_tail_and_the_learner_sees_the_same() 
 def test_a_catch_up_job_scores_its_last_pairs_and_marks_the_others() -> None:
     import torch
 
-    from core.drafter_pool import CatchUpJob
+    from core.speculation.drafter_pool import CatchUpJob
 
     _, base = bigram_setup(TREE, randoms=2)
     group = next(g for g in base.snapshot.groups if len(g) == 2)  # the two random drafters
@@ -137,8 +137,8 @@ def test_a_misleading_prompt_does_not_lock_out_the_answers_best_drafter() -> Non
     every one of 30 answer windows; as a prior, "prose" leads within a few."""
     import numpy as np
 
-    from core.learners import NormalHedge
-    from core.prompt_feedback import prompt_prior
+    from core.decoding.prompt_feedback import prompt_prior
+    from core.selection.learners import NormalHedge
 
     prompt = [np.array([0.0, 1.0])] * 40
     answer = [np.array([0.5, 0.0])] * 30
@@ -161,8 +161,8 @@ def test_a_misleading_prompt_does_not_lock_out_the_answers_best_drafter() -> Non
 
 
 def test_the_prior_keeps_a_share_of_the_old_one_and_sessions_keep_their_regrets() -> None:
-    from core.learners import NormalHedge
-    from core.prompt_feedback import prompt_prior
+    from core.decoding.prompt_feedback import prompt_prior
+    from core.selection.learners import NormalHedge
 
     old = [0.2, 0.2, 0.6]
     prior = prompt_prior([[0.0, 1.0, 1.0]] * 10, old)

@@ -14,8 +14,8 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from bench.harness.tiny_models import random_drafter, tiny_target
-from core.eagle3 import DrafterLoadError, read_config, save_drafter
-from core.rope import rope_cos_sin
+from core.model.eagle3 import DrafterLoadError, read_config, save_drafter
+from core.model.rope import rope_cos_sin
 from eagle3_format.config import Eagle3Config
 from eagle3_format.rope_config import RopeConfig, RopeConfigError
 

@@ -10,8 +10,8 @@ import pytest
 
 from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
 from core.config import SamplingParams, TreeConfig
-from core.request import parse_policy
-from core.router import PromptRouter
+from core.decoding.request import parse_policy
+from core.selection.router import PromptRouter
 
 
 def synthetic(n: int, seed: int) -> tuple[list[list[int]], list[str]]:
@@ -101,7 +101,7 @@ def test_a_server_default_of_normalhedge_router_falls_back_without_a_router() ->
 def test_a_sessions_next_request_takes_the_router_prior_of_its_own_prompt() -> None:
     """Issue 40, defect I: a warm-started normalhedge_router learner kept the prior of the
     session's first prompt. It keeps its regrets and takes the new prompt's prior."""
-    from core.learners import NormalHedge
+    from core.selection.learners import NormalHedge
 
     target = tiny_target(vocab=64, seed=2)
     drafters = {f"d{i}": random_drafter(target, seed=i) for i in range(3)}

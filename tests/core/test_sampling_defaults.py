@@ -1,4 +1,4 @@
-"""Sampling defaults a model ships (core/sampling_defaults.py): read from the target's
+"""Sampling defaults a model ships (core/model/sampling_defaults.py): read from the target's
 generation_config.json, overlaid by the pool file's, checked like a request's fields."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from bench.harness.tiny_pool import MODEL_NAME, build_pool
 from core.config import EngineConfig
 from core.engine import SpecEngine
-from core.sampling_defaults import checked_sampling_defaults, read_generation_config
+from core.model.sampling_defaults import checked_sampling_defaults, read_generation_config
 
 
 def test_checked_defaults_keep_the_sampling_keys_in_range() -> None:

@@ -13,10 +13,10 @@ import torch
 from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
 from core.config import SamplingParams, TreeConfig
 from core.engine import SpecEngine
-from core.sampling import process_logits
-from core.target import Target
-from core.tree import DraftTree, tree_from_parents
-from core.verify import verify_sampling
+from core.model.target import Target
+from core.speculation.sampling import process_logits
+from core.speculation.tree import DraftTree, tree_from_parents
+from core.speculation.verify import verify_sampling
 
 V = 6
 # root -> a(0), b(1), c(2); a -> d(0), e(3); b -> f(4)

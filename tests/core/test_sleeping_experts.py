@@ -1,14 +1,15 @@
-"""Sleeping experts (core/learners.py): a drafter with nothing to propose at a round's root is
-asleep; the learner chooses among the awake ones and an asleep expert's regret never moves."""
+"""Sleeping experts (core/selection/learners.py): a drafter with nothing to propose at a round's
+root is asleep; the learner chooses among the awake ones and an asleep expert's regret never
+moves."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from core.counterfactual import Evidence
-from core.feedback import FeedbackQueue
-from core.learners import AdaNormalHedge, Hedge, NormalHedge, make_learner
+from core.selection.counterfactual import Evidence
+from core.selection.feedback import FeedbackQueue
+from core.selection.learners import AdaNormalHedge, Hedge, NormalHedge, make_learner
 
 FULL = ("normalhedge", "adanormalhedge", "hedge")
 

@@ -1,5 +1,5 @@
 """`speculation="auto"` measures speculative against plain steps per batch size and keeps the
-faster (core/spec_gate.py): the choice follows what a verified row costs, the tokens do not
+faster (core/batching/spec_gate.py): the choice follows what a verified row costs, the tokens do not
 depend on it, and a full-information learner keeps learning while drafting is off."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from bench.harness.tiny_models import bigram_setup, make_engine, random_drafter, tiny_target
+from core.batching.spec_gate import SpecGate
 from core.config import EngineConfig, SamplingParams, TreeConfig
+from core.decoding.request import PLAIN_EVAL_STRETCH
 from core.engine import RoundOutput, SpecEngine
-from core.spec_gate import PLAIN_EVAL_STRETCH, SpecGate
 from tests.modelled_clock import ModelledClock
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
@@ -213,7 +214,7 @@ def test_the_engine_keeps_speculating_where_a_pass_costs_the_same_whatever_its_r
 def test_plain_steps_score_the_drafters_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under the gate's plain choice the drafters catch up every PLAIN_EVAL_STRETCH x eval_every
     rounds (here every 4th), not every round: a catch-up costs about the same for 1 pair or 4."""
-    import core.batch_rounds as batch_rounds
+    import core.batching.step as batch_rounds
 
     engine = engine_with("auto")
     engine.gate.probe_steps = 3

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from core.model_free.base import Guess
-from core.model_free.kinds import make_model_free, model_free_kinds
-from core.model_free.suffix import SUFFIX_DEFAULTS, SuffixDrafter
+from core.speculation.model_free.base import Guess
+from core.speculation.model_free.kinds import make_model_free, model_free_kinds
+from core.speculation.model_free.suffix import SUFFIX_DEFAULTS, SuffixDrafter
 
 
 def suffix(**params: int) -> SuffixDrafter:

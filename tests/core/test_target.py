@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from bench.harness.tiny_models import tiny_target
-from core.target import Target, additive_mask, compact_cache, served_aux_layers
-from core.tree import tree_from_parents
+from core.model.target import Target, additive_mask, compact_cache, served_aux_layers
+from core.speculation.tree import tree_from_parents
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])

@@ -1,6 +1,6 @@
-"""The "time" loss (core/arm_costs.py): each arm's measured time per committed token, with plain
-decoding as the learner's last arm, so that a request stops drafting where no drafter pays
-for its rows and keeps drafting where one does; the tokens never depend on it."""
+"""The "time" loss (core/selection/arm_costs.py): each arm's measured time per committed token, with
+plain decoding as the learner's last arm, so that a request stops drafting where no drafter pays for
+its rows and keeps drafting where one does; the tokens never depend on it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from bench.harness.tiny_models import bigram_setup
-from core.arm_costs import (
+from core.config import SamplingParams, SelectorConfig, TreeConfig
+from core.decoding.request import PLAIN_ARM
+from core.engine import RoundOutput, SpecEngine
+from core.selection.arm_costs import (
     FREE,
     NEURAL,
     PLAIN,
@@ -23,9 +26,6 @@ from core.arm_costs import (
     fit_pass,
     time_losses,
 )
-from core.config import SamplingParams, SelectorConfig, TreeConfig
-from core.engine import RoundOutput, SpecEngine
-from core.request import PLAIN_ARM
 from tests.core.test_spec_gate import ids, slowed_rows
 from tests.modelled_clock import ModelledClock
 
@@ -267,7 +267,7 @@ def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation
     arm's rounds keep the evaluation period: the learner must see its drafters' losses as often
     to leave plain decoding when one pays again (the stretch made plain rounds look cheaper and
     kept the learner plain)."""
-    import core.batch_rounds as batch_rounds
+    import core.batching.step as batch_rounds
 
     engine = time_engine()
     slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)  # the learner goes plain

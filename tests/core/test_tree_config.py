@@ -8,8 +8,8 @@ import torch
 
 from bench.harness.tiny_models import random_drafter, tiny_target
 from core.config import TreeConfig, candidate_pool_size
-from core.drafting import grow_tree
-from core.tree import DraftTree
+from core.speculation.drafting import grow_tree
+from core.speculation.tree import DraftTree
 
 
 def _grown_tree(cfg: TreeConfig) -> DraftTree:

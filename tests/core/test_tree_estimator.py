@@ -1,8 +1,8 @@
 """The tree-aware counterfactual estimator (issue 14, item 1): the candidates it credits are
-those core/drafting.grow_tree really keeps for a drafter whose deeper-level distributions
-are its catch-up distributions, greedy γ are exact indicators, sampled γ are the acceptance
-probabilities of core/verify's verifier on that tree, and it separates drafters that the
-unpruned top-k estimator ties."""
+those core/speculation/drafting.grow_tree really keeps for a drafter whose deeper-level
+distributions are its catch-up distributions, greedy γ are exact indicators, sampled γ are the
+acceptance probabilities of core/speculation/verify's verifier on that tree, and it separates
+drafters that the unpruned top-k estimator ties."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from core.config import TreeConfig
-from core.counterfactual import (
+from core.selection.counterfactual import (
     Evidence,
     estimate_length,
     evidence_greedy,
@@ -28,10 +28,10 @@ from core.counterfactual import (
     tree_kept,
     tree_length,
 )
-from core.drafting import grow_tree
-from core.feedback import FeedbackQueue
-from core.tree import DraftTree
-from core.verify import verify_sampling
+from core.selection.feedback import FeedbackQueue
+from core.speculation.drafting import grow_tree
+from core.speculation.tree import DraftTree
+from core.speculation.verify import verify_sampling
 
 V = 12
 
@@ -120,8 +120,8 @@ def test_kept_candidates_equal_the_real_grow_and_prune(top_k: int, depth: int, t
 
 
 def test_sampled_gammas_are_the_verifier_acceptance_probabilities_on_the_real_tree() -> None:
-    """Monte Carlo of core.verify.verify_sampling on the real tree, with a target whose p̃ at
-    level j is the same at every node: P(level 1 accepted) = γ(1), and P(level 2 accepted |
+    """Monte Carlo of core.speculation.verify.verify_sampling on the real tree, with a target whose
+    p̃ at level j is the same at every node: P(level 1 accepted) = γ(1), and P(level 2 accepted |
     level 1 accepted token x) = γ(2) for the window whose realised level-1 token is x."""
     cfg = TreeConfig(top_k=3, depth=3, total_tokens=7)
     rng = np.random.default_rng(3)
@@ -276,7 +276,7 @@ def test_engine_variants_stay_lossless_and_find_the_copying_drafter(
         engine_setup, monkeypatch, estimator: str) -> None:  # type: ignore[no-untyped-def]
     from bench.harness.tiny_models import hf_greedy
     from core.config import SamplingParams
-    from core.learners import NormalHedge
+    from core.selection.learners import NormalHedge
 
     target, engine = engine_setup
     updates: list[int] = []
@@ -301,8 +301,8 @@ def test_engine_variants_stay_lossless_and_find_the_copying_drafter(
 # -- ÂL over realised trajectories (issue 40, defect A) and exact early close (defect D) --------
 
 def test_tree_length_is_unbiased_over_realised_trajectories_of_the_real_verifier() -> None:
-    """Truth: the mean committed length of core.verify.verify_sampling on the real tree. The
-    estimator sees one realised trajectory per draw (x_j ~ p̃ at each level: verification is
+    """Truth: the mean committed length of core.speculation.verify.verify_sampling on the real tree.
+    The estimator sees one realised trajectory per draw (x_j ~ p̃ at each level: verification is
     lossless), and its mean over trajectories must match. The paper's product along the path
     (estimate_length of the tree's γ) counts earlier levels twice and falls short."""
     cfg = TreeConfig(top_k=3, depth=4, total_tokens=9)

@@ -1,11 +1,11 @@
-"""core/tree.py: candidate selection, tree construction, masks, depths and try order."""
+"""core/speculation/tree.py: candidate selection, tree construction, masks, depths and try order."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from core.tree import build_tree, chain_tree, select_candidates, tree_from_parents
+from core.speculation.tree import build_tree, chain_tree, select_candidates, tree_from_parents
 
 # Flat candidates of a 2-level draft: 0..2 children of the root, 3..5 children of candidate 0,
 # 6 a child of candidate 1. Scores are cumulative log-probs (never increasing along a path).

@@ -1,5 +1,5 @@
-"""core/verify.py against a scripted-logits table: one fixed draft tree, target outputs chosen
-per node, and the accepted path and bonus token each must give.
+"""core/speculation/verify.py against a scripted-logits table: one fixed draft tree, target outputs
+chosen per node, and the accepted path and bonus token each must give.
 
 The tree (node: token, parent); siblings in try order:
 
@@ -17,8 +17,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from core.tree import DraftTree, tree_from_parents
-from core.verify import verify_greedy, verify_sampling
+from core.speculation.tree import DraftTree, tree_from_parents
+from core.speculation.verify import verify_greedy, verify_sampling
 
 V = 10  # vocabulary size
 TREE: DraftTree = tree_from_parents(

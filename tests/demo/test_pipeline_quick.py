@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from core.drafter_check import inspect_drafter
-from core.router import PromptRouter
+from core.model.drafter_check import inspect_drafter
+from core.selection.router import PromptRouter
 from demo import pipeline
 from demo.build_config import QUICK, with_overrides
 from demo.build_timer import StageTimer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core import precision
+from core.model import precision
 from demo.precision import target_dtype
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.drafter_check import inspect_drafter
-from core.eagle3 import load_drafter
+from core.model.drafter_check import inspect_drafter
+from core.model.eagle3 import load_drafter
 from core.pool_file import ProvisionedTarget, load_pool_file
 from core.provision import smollm2
 from demo.domains import DOMAINS, POOL_DIR
@@ -157,7 +157,7 @@ def test_the_shipped_router_routes_held_out_prompts_to_their_domain(pool: dict,
     still name the right specialist for most held-out prompts (it is a strong baseline)."""
     from transformers import AutoTokenizer
 
-    from core.router import PromptRouter
+    from core.selection.router import PromptRouter
     from demo.domains import eval_path
     from demo.records import load_records
     from demo.rollouts import encode_prompt

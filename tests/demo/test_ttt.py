@@ -8,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-from core.eagle3 import Eagle3Config, Eagle3Drafter
+from core.model.eagle3 import Eagle3Config, Eagle3Drafter
 from demo.ttt import (
     packed_attention_mask,
     response_mask,

@@ -57,7 +57,7 @@ def test_commands_use_the_compose_profile(compose: dict[str, Any]) -> None:
 def test_memory_arithmetic_matches_the_drafter_module() -> None:
     import torch
 
-    from core.eagle3 import Eagle3Config, Eagle3Drafter
+    from core.model.eagle3 import Eagle3Config, Eagle3Drafter
 
     with torch.device("meta"):  # shapes only, no memory
         drafter = Eagle3Drafter(Eagle3Config(**DRAFTER_8B))

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from core.eagle3 import weight_file
+from core.model.eagle3 import weight_file
 from drafter_registry.errors import CheckpointError
 from drafter_registry.validation import check_checkpoint
 from eagle3_format.aux_layers import TOP_LEVEL_IDS

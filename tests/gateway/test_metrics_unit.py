@@ -190,7 +190,7 @@ def test_a_request_decoded_fully_plain_is_in_the_acceptance_histogram_at_one() -
 
 def test_regret_in_seconds_is_summed_where_the_time_loss_costed_windows() -> None:
     """Per arm, the time its rate gives the window's tokens; regret = chosen - best arm."""
-    from core.request import PLAIN_ARM
+    from core.decoding.request import PLAIN_ARM
 
     stats = RequestStats("normalhedge")
     stats.record_window({"a": 2.0}, "a", 2, {"a": 0.02, PLAIN_ARM: 0.012})

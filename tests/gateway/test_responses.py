@@ -65,7 +65,7 @@ def test_regret_is_null_where_no_drafter_was_scored_and_summed_where_it_was() ->
 
 
 def test_regret_in_seconds_is_null_without_the_time_loss_and_summed_over_choices() -> None:
-    from core.request import PLAIN_ARM
+    from core.decoding.request import PLAIN_ARM
 
     plain = RequestStats(policy="normalhedge", drafter_ids=("a",))
     plain.record_window({"a": 2.0}, "a", 2)  # the length loss: no window costed

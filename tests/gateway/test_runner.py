@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from core.batching.head_rows import HeadRows
+from core.batching.spec_gate import SpecGate
 from core.config import SamplingParams
 from core.engine import ContextLengthError, PolicyError, RoundOutput
-from core.head_rows import HeadRows
-from core.spec_gate import SpecGate
 from core.stats import RequestStats, RoundStats, StatsSnapshot
 from gateway.errors import APIError
 from gateway.live.events import EventBus

@@ -11,7 +11,7 @@ import llguidance.hf
 import pytest
 
 from bench.harness.tiny_pool import train_tokenizer
-from core.grammar import grammar_text
+from core.speculation.grammar import grammar_text
 from gateway.openai.text import IncrementalDetokenizer
 from gateway.openai.tools import formats
 from gateway.openai.tools.grammar import tool_grammar

@@ -3,7 +3,7 @@ the wire the admin page reads (`to_json()`) keeps its keys, their order and thei
 
 The guard parses every gateway module that reads the feed or the drafter check (any module of
 `gateway/live/` or `gateway/pool/`, and any module importing either `gateway.live` or
-`core.drafter_check`) and fails on a read by a literal key: `x["key"]` or `x.get("key")`.
+`core.model.drafter_check`) and fails on a read by a literal key: `x["key"]` or `x.get("key")`.
 Writing a key (`body["model"] = ...`) is how the wire forms are built, and stays allowed.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from core.config import SamplingParams
-from core.drafter_check import inspect_drafter
+from core.model.drafter_check import inspect_drafter
 from core.stats import RequestStats, RoundStats
 from drafter_registry.request_log import to_row
 from gateway.live.event_types import FeedEvent, RequestFinished, RoundCompleted
@@ -27,7 +27,7 @@ from gateway.pool.registry import request_log_record
 
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = ROOT / "gateway"
-FEED_MODULES = ("gateway.live", "core.drafter_check")
+FEED_MODULES = ("gateway.live", "core.model.drafter_check")
 # (module, key): literal-key reads that are no engine or feed dict, with why.
 ALLOWED = {
     # transformers' BatchEncoding, what a tokenizer returns: a library's API

@@ -22,7 +22,7 @@ from bench.harness.fakehub import FakeHub
 from bench.harness.postgres import POSTGRES_ENV, fresh_postgres_database, url_string
 from bench.harness.server import ServerProcess
 from bench.harness.tiny_pool import AUX_LAYERS, MODEL_NAME, build_drafter, build_pool
-from core.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping, save_drafter
+from core.model.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping, save_drafter
 from tests.gateway.conftest import ADMIN_KEY, API_KEY
 
 BACKENDS = [

@@ -15,7 +15,7 @@ import pytest
 from bench.harness.fakehub import FakeHub
 from bench.harness.server import ServerProcess
 from bench.harness.tiny_pool import DRAFTER_IDS
-from core.model_free.ngram import NGRAM_DEFAULTS
+from core.speculation.model_free.ngram import NGRAM_DEFAULTS
 from tests.gateway_registry.conftest import (
     ADMIN,
     API_KEY,

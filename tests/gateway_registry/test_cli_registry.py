@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.model_free.ngram import NGRAM_DEFAULTS
+from core.speculation.model_free.ngram import NGRAM_DEFAULTS
 from drafter_registry import crud
 from drafter_registry.db import make_engine, make_session_factory
 from gateway.cli import main as hedgespec

@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from bench.harness.tiny_pool import DRAFTER_IDS
 from core.config import EngineConfig, SamplingParams
 from core.engine import SpecEngine
-from core.model_free.kinds import make_model_free
-from core.model_free.ngram import NGRAM_DEFAULTS
+from core.speculation.model_free.kinds import make_model_free
+from core.speculation.model_free.ngram import NGRAM_DEFAULTS
 from drafter_registry import crud
 from drafter_registry.db import make_engine, make_session_factory, upgrade
 from gateway.pool.registry import ServedDrafter, import_served_pool

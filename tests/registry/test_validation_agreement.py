@@ -1,5 +1,5 @@
 """One set of rules: the registry's torch-free checks (drafter_registry.validation) and the core's
-full check (core.drafter_check.inspect_drafter) apply the format's rules (eagle3_format) to
+full check (core.model.drafter_check.inspect_drafter) apply the format's rules (eagle3_format) to
 what each reads, and give the same verdict for the same reason on the same checkpoints, in every
 weight format. For pytorch_model.bin the registry cannot see tensors without torch: there the
 tensor rules belong to the core alone, and the registry must never refuse what the core
@@ -23,7 +23,7 @@ from bench.harness.checkpoints import (
     drafter_tensors,
     write_target_config,
 )
-from core.drafter_check import inspect_drafter
+from core.model.drafter_check import inspect_drafter
 from drafter_registry.errors import CheckpointError
 from drafter_registry.validation import check_against_target, check_checkpoint
 

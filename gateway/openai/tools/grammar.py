@@ -6,7 +6,7 @@ schema (what OpenAI's models do with tools and a JSON schema; the OpenAI Agents 
 
 A Lark grammar for llguidance with the call object embedded as a JSON schema (`%json`): an
 anyOf over the tools of `{"name": {"const": name}, <args key>: <parameters>}`, written with
-", " and ": " like core/grammar.py's JSON (see `arguments_schema` for the two defaults
+", " and ": " like core/speculation/grammar.py's JSON (see `arguments_schema` for the two defaults
 it adds). A tag such as `<tool_call>` that the tokenizer holds
 as a *special* token must be that token (`<[id]>` in llguidance's Lark), since no byte
 spelling produces it; otherwise it is a string literal (whatever tokens spell it).
@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from core.config import GrammarSpec
-from core.grammar import JSON_OPTIONS
+from core.speculation.grammar import JSON_OPTIONS
 from gateway.openai.tools.formats import ToolFormat
 from gateway.openai.tools.spec import Tool, ToolRequest
 

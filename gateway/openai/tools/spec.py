@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from core.config import GrammarSpec
-from core.grammar import grammar_text
+from core.speculation.grammar import grammar_text
 
 # OpenAI's rule for function names.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

@@ -1,0 +1,388 @@
+"""Per-request state: committed tokens, drafter caches, learner, feedback queue, statistics,
+RNGs, and the stop rules that decide what a round may commit. Its target KV cache is a slot of
+the scheduler's (core/batching/scheduler.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch import Tensor
+
+from core.config import (
+    COUNTERFACTUAL_LEARNERS,
+    LEARNER_NAMES,
+    ROUTER_PRIOR,
+    EngineConfig,
+    SamplingParams,
+)
+from core.errors import PolicyError
+from core.selection.arm_costs import FREE, NEURAL, PLAIN, PlannedRow, StepCosts, time_losses
+from core.selection.feedback import FeedbackQueue, Window, WindowLoss
+from core.selection.learners import Learner, make_learner
+from core.speculation.drafter_pool import Candidates, DrafterState, PoolSnapshot
+from core.speculation.grammar import GrammarTrail, TokenMatcher
+from core.speculation.model_free.evidence import RequestLookups
+from core.stats import RequestStats, TokenLogprob
+
+ROUTER = "router"
+# Weight of a new window in a member's running ÂL (RequestState.expected): about the last ten.
+EXPECTED_DECAY = 0.1
+# The plain-decoding arm's name where arms are listed by id (learner sessions, statistics); not
+# a valid drafter id (the registry's ids are slugs).
+PLAIN_ARM = "<plain>"
+
+
+@dataclass(frozen=True)
+class Policy:
+    kind: str  # "none" | "fixed" | "learner"
+    name: str  # learner name or drafter id ("" for none)
+    routed: bool = False  # a fixed drafter the prompt router chose (core/selection/router.py)
+    # The learner's prior comes from the prompt router; the engine fills in `prior` (one
+    # positive weight per drafter of the request's pool snapshot, in its order).
+    router_prior: bool = False
+    prior: tuple[float, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        if self.routed:
+            return ROUTER
+        if self.router_prior:
+            return ROUTER_PRIOR
+        return {"none": "none", "fixed": f"fixed:{self.name}"}.get(self.kind, self.name)
+
+
+def parse_policy(policy: str, default: str, drafter_ids: tuple[str, ...],
+                 has_router: bool = False) -> Policy:
+    """auto -> server default; none; fixed:<drafter id>; a learner name; router (a drafter the
+    prompt router picks, fixed for the request: the engine fills in its name);
+    normalhedge_router (NormalHedge with the router's probabilities as its prior: the engine
+    fills them in). An empty pool means plain decoding for auto, learners and the router
+    policies (there is nothing to choose from).
+    Raises PolicyError for anything else."""
+    p = (policy or "auto").strip()
+    if p == "auto":
+        p = default if default != "auto" else "normalhedge"
+        if p == ROUTER_PRIOR and not has_router:
+            p = "normalhedge"  # a server default that needs a router: the pool has none
+    if p == "none" or (p in (ROUTER, ROUTER_PRIOR) and not drafter_ids):
+        return Policy("none", "")
+    if p in (ROUTER, ROUTER_PRIOR) and not has_router:
+        raise PolicyError(f"policy {p!r} needs a prompt router and this pool has none "
+                          "(python -m demo.router --pool <pool.json> trains one)")
+    if p == ROUTER:
+        return Policy("fixed", "", routed=True)
+    if p == ROUTER_PRIOR:
+        return Policy("learner", "normalhedge", router_prior=True)
+    if p.startswith("fixed:"):
+        if p.removeprefix("fixed:") not in drafter_ids:
+            raise PolicyError(f"unknown drafter in policy {p!r}; "
+                              f"served drafters: {list(drafter_ids)}")
+        return Policy("fixed", p.removeprefix("fixed:"))
+    if p in LEARNER_NAMES:
+        return Policy("learner", p) if drafter_ids else Policy("none", "")
+    raise PolicyError(f"unknown policy {p!r}: use auto, none, fixed:<drafter id>, router, "
+                      f"{ROUTER_PRIOR} or one of {list(LEARNER_NAMES)}")
+
+
+@dataclass(frozen=True)
+class DeferredRound:
+    """The target's side of one verified round's evidence, kept until the drafters' side is
+    computed: the realised tokens' argmax (greedy) or p̃ at each accepted node (sampling)."""
+
+    start: int  # position of the round's root
+    target_argmax: Tensor | None  # [L+1] under greedy
+    target_probs: Tensor | None  # [L+1, V] when sampling
+    new: tuple[int, ...]  # the L+1 verified tokens
+
+# A plain round under the speculation gate scores every drafter every PLAIN_EVAL_STRETCH x
+# eval_every rounds instead of every eval_every: a catch-up reads each drafter's weights once
+# whatever its pairs, and on two cores the evaluation every 4th step took 12-13% of the gate's
+# plain decoding at 8 streams (8 drafters). The learner gets the same losses, later.
+PLAIN_EVAL_STRETCH = 4
+
+
+@dataclass
+class RequestState:
+    request_id: str
+    params: SamplingParams
+    policy: Policy
+    snapshot: PoolSnapshot
+    token_ids: list[int]
+    prompt_len: int
+    stats: RequestStats
+    generator: torch.Generator
+    rng: np.random.Generator
+    eos_ids: frozenset[int]
+    learner: Learner | None = None
+    feedback: FeedbackQueue | None = None
+    session: str | None = None  # the learner is kept for this session's next request
+    dstate: DrafterState | None = None
+    # Every drafter is evaluated each round (counterfactual learners, or evaluate_all); else
+    # drafters catch up lazily and no γ is computed.
+    evaluate: bool = False
+    pending: Candidates | None = None  # every drafter's top-k at the next root (evaluate only)
+    # Rounds verified since the last evaluation (SelectorConfig.eval_every): their start and the
+    # target's side of the evidence, scored together by the next evaluation's catch-up.
+    deferred: list[DeferredRound] = field(default_factory=list)
+    eval_every: int = 1
+    prefilled: bool = False
+    finished: bool = False
+    finish_reason: str | None = None
+    _logprobs: list[TokenLogprob] = field(default_factory=list)
+    # Set by the prefill when params.prompt_logprobs asks for it; handed out once.
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    # The grammar of a structured output (core/speculation/grammar.py).
+    matcher: TokenMatcher | None = None
+    # What that grammar allowed at each committed position, for the evaluation's catch-up.
+    grammar_trail: GrammarTrail | None = None
+    # The model-free members' lookups over this request's tokens
+    # (core/speculation/model_free/evidence.py).
+    lookups: RequestLookups | None = None
+    # Plain decoding is the learner's last arm and its loss is time per token (loss "time"):
+    # the engine's measured round costs (core/selection/arm_costs.py) and the size of the request's
+    # last step (what its costs are looked up at).
+    plain_arm: bool = False
+    costs: StepCosts | None = None
+    step_requests: int = 1
+    # The tree rows each member drafts per round (nodes + root), for the time loss.
+    tree_rows: tuple[float, ...] = ()
+    # The most tokens a round can commit (the deepest member's tree + the bonus): ÂL's bound.
+    round_max: int = 2
+    # A running ÂL per member (EXPECTED_DECAY), for the step check (core/selection/arm_costs.py).
+    expected: npt.NDArray[np.float64] | None = None
+
+    @staticmethod
+    def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
+               snapshot: PoolSnapshot, config: EngineConfig,
+               eos_ids: tuple[int, ...] = (), costs: StepCosts | None = None) -> RequestState:
+        seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
+        gen = torch.Generator().manual_seed(seed)
+        n = len(snapshot)
+        learner = feedback = None
+        plain = uses_plain_arm(policy, config, params)
+        if policy.kind != "none" and n:
+            fixed = snapshot.index(policy.name) if policy.kind == "fixed" else None
+            name = "fixed" if policy.kind == "fixed" else policy.name
+            learner = make_learner(name, n + plain, max_len=max_len(snapshot, config),
+                                   fixed_index=fixed, prior=arm_prior(policy.prior, plain))
+            if learner.counterfactual or config.evaluate_all:
+                feedback = _feedback_queue(snapshot, config)
+        stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
+                             prompt_tokens=len(prompt))
+        return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt),
+                            stats, gen, np.random.default_rng(seed + 1), frozenset(eos_ids),
+                            learner, feedback, evaluate=feedback is not None,
+                            eval_every=config.selector.eval_every,
+                            plain_arm=plain and learner is not None,
+                            costs=costs if costs is not None else StepCosts(),
+                            tree_rows=_tree_rows(snapshot, config),
+                            round_max=max_len(snapshot, config) if n else 2)
+
+    @property
+    def arm_ids(self) -> tuple[str, ...]:
+        """The learner's arms by id, in its order: the pool's members, then plain decoding."""
+        return arm_ids(self.snapshot.ids, self.plain_arm)
+
+    def evaluation_due(self, plain: bool = False) -> bool:
+        """This round's catch-up evaluates every drafter: every eval_every-th round, or every
+        PLAIN_EVAL_STRETCH times as many in a round the speculation gate ran plain. Not for a
+        request with the plain arm: its learner must see its drafters' losses as often when it
+        decodes plain (with the stretch, plain rounds looked cheaper and scored the drafters
+        less often, and the learner kept decoding plain: 26-50% of one- and two-stream rounds
+        against 3-30% without, bench/results/time_loss_held_out.md)."""
+        period = self.eval_every * (PLAIN_EVAL_STRETCH if plain and not self.plain_arm else 1)
+        return self.evaluate and len(self.deferred) + 1 >= period
+
+    @property
+    def generated(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+    def select(self) -> int | None:
+        """The round's drafter, among those awake (a model-free member with no guess at the
+        root sleeps); None when the request drafts nothing or every member sleeps."""
+        if self.learner is None:
+            return None
+        awake = self.awake()
+        if self.plain_arm:  # plain decoding is always awake
+            awake = np.append(np.ones(len(self.snapshot), dtype=bool) if awake is None else awake,
+                              True)
+        if awake is not None and not awake.any():
+            return None
+        arm = self.learner.select(self.rng, awake=awake)
+        return None if arm == len(self.snapshot) else arm
+
+    def awake(self) -> npt.NDArray[np.bool_] | None:
+        """Which members can draft from the root; None when all can (no model-free member)."""
+        if self.lookups is None or not self.lookups.lookups:
+            return None
+        mask = np.ones(len(self.snapshot), dtype=bool)
+        for i, up in self.lookups.awake().items():
+            mask[i] = up
+        return mask
+
+    def weights(self) -> dict[str, float]:
+        if self.learner is None:
+            return {}
+        return {d: float(w)
+                for d, w in zip(self.snapshot.ids, self.learner.distribution(), strict=False)}
+
+    def commit(self, tokens: list[int], logprobs: list[TokenLogprob] | None = None) -> list[int]:
+        """Append tokens up to the first EOS token (excluded) or the token budget."""
+        out: list[int] = []
+        stops = frozenset() if self.params.ignore_eos else self.eos_ids
+        for j, tok in enumerate(tokens):
+            if tok in stops:
+                self.finished, self.finish_reason = True, "stop"
+                break
+            out.append(tok)
+            self.token_ids.append(tok)
+            if logprobs is not None:
+                self._logprobs.append(logprobs[j])
+            if self.generated >= self.params.max_new_tokens:
+                self.finished, self.finish_reason = True, "length"
+                break
+        if self.matcher is not None:
+            self.matcher.commit(out)
+        if self.finished and self.feedback is not None:
+            self.record(self.feedback.close())  # statistics only: censored windows are biased low
+        return out
+
+    def learn(self) -> None:
+        """Apply the loss vectors that became known, in order (counterfactual learners), then
+        record the completed windows' ÂL estimates for the statistics."""
+        assert self.feedback is not None
+        for w in self.feedback.pop_losses():
+            self.track(w)
+            arms = self.arm_losses(w)
+            if self.learner is not None and self.learner.counterfactual and arms.awake.any():
+                self.learner.update(self.learner.sleeping_losses(arms.loss, arms.awake))
+        self.record(self.feedback.pop_completed())
+
+    def arm_losses(self, w: WindowLoss) -> WindowLoss:
+        """A window's losses over the learner's arms: as the queue judged them, or under the
+        time loss with plain decoding appended (ÂL 1, always awake) and every arm's loss its
+        time per token over the slowest round's cost (core/selection/arm_costs.py)."""
+        if not self.plain_arm:
+            return w
+        est = np.append(w.est_len, 1.0)
+        costs = self.arm_costs()
+        top = self.round_max
+        # Unmeasured: the length loss, every arm at one cost (plain decoding never the best).
+        loss = ((top - est) / (top - 1) if costs is None
+                else time_losses(est, costs, top)[0])
+        return WindowLoss(loss, np.append(w.awake, True), est)
+
+    def track(self, w: WindowLoss) -> None:
+        """Keep a running ÂL per drafter over the windows it was awake for (a drafter drafts
+        only when awake): what the step check expects its round to commit."""
+        if self.expected is None:
+            self.expected = np.full(len(self.snapshot), np.nan)
+        first = np.isnan(self.expected) & w.awake
+        self.expected[first] = w.est_len[first]
+        later = ~first & w.awake
+        self.expected[later] += EXPECTED_DECAY * (w.est_len[later] - self.expected[later])
+
+    def planned(self, chosen: int | None) -> PlannedRow:
+        """This request's part of the next step if it drafts with `chosen` (None: plain)."""
+        if chosen is None:
+            return PlannedRow(1.0, PLAIN, 1.0)
+        known = self.expected is not None and not np.isnan(self.expected[chosen])
+        expected = float(self.expected[chosen]) if known else None  # type: ignore[index]
+        return PlannedRow(self._arm_rows()[chosen], self._arm_kinds()[chosen], expected)
+
+    def arm_costs(self) -> npt.NDArray[np.float64] | None:
+        """Each arm's measured cost of one round at the request's step size (seconds; plain
+        last), or None before the engine has measured that size."""
+        model = self.costs.model(self.step_requests) if self.costs is not None else None
+        if model is None:
+            return None
+        costs = [model.arm_cost(r, k)
+                 for r, k in zip(self._arm_rows(), self._arm_kinds(), strict=True)]
+        return np.array(costs + [model.arm_cost(1.0, PLAIN)])
+
+    def _arm_kinds(self) -> list[str]:
+        return [FREE if i in self.snapshot.model_free else NEURAL
+                for i in range(len(self.snapshot))]
+
+    def _arm_rows(self) -> list[float]:
+        """Rows each member's round verifies: the tree's, or for a model-free member (whose
+        trees end where its guesses do) the mean it has drafted on this engine."""
+        costs = self.costs or StepCosts()
+        return [costs.mean_nodes(d, r - 1) + 1 if i in self.snapshot.model_free else r
+                for i, (d, r) in enumerate(zip(self.snapshot.ids, self.tree_rows, strict=True))]
+
+    def record(self, windows: list[Window]) -> None:
+        """Statistics of one window per real round (position windows only feed the learner);
+        under the time loss a plain round is the plain arm's, and every window also adds each
+        arm's net seconds (regret in seconds)."""
+        for w in windows:
+            if w.realised is None:
+                continue
+            chosen = self.snapshot.ids[w.chosen] if w.chosen is not None else PLAIN_ARM
+            est = {d: float(v) for d, v in zip(self.snapshot.ids, w.est_len, strict=False)}
+            self.stats.record_window(est, chosen, w.realised, self._seconds(w))
+
+    def _seconds(self, w: Window) -> dict[str, float] | None:
+        """Each arm's net seconds for the window (core/selection/arm_costs.time_losses)."""
+        costs = self.arm_costs() if self.plain_arm else None
+        if costs is None or w.realised is None:
+            return None
+        top = self.round_max
+        net = time_losses(np.append(w.est_len, 1.0), costs, top)[1]
+        return {a: float(t) for a, t in zip(self.arm_ids, net, strict=True)}
+
+    def take_logprobs(self) -> list[TokenLogprob] | None:
+        if self.params.logprobs is None:
+            return None
+        out, self._logprobs = self._logprobs, []
+        return out
+
+
+def uses_plain_arm(policy: Policy, config: EngineConfig, params: SamplingParams) -> bool:
+    """Whether a request's learner has plain decoding as its last arm and time as its loss:
+    under the time loss, with a learner that takes counterfactual losses (bandits cannot score
+    an arm they did not play), unless the request samples with a seed. Its sample must not
+    depend on the machine's timing, and the time loss's choices do (a seeded sampled request
+    keeps the length loss, whose losses come from the verified tokens alone)."""
+    seeded = params.seed is not None and not params.greedy
+    return (config.selector.loss == "time" and policy.kind == "learner"
+            and policy.name in COUNTERFACTUAL_LEARNERS and not seeded)
+
+
+def arm_prior(prior: tuple[float, ...] | None,
+              plain: bool) -> tuple[float, ...] | None:
+    """A prior over the drafters extended to the plain arm (which gets the mean weight)."""
+    if prior is None or not plain:
+        return prior
+    n = len(prior)
+    return tuple(p * n / (n + 1) for p in prior) + (1.0 / (n + 1),)
+
+
+def arm_ids(drafter_ids: tuple[str, ...], plain: bool) -> tuple[str, ...]:
+    return drafter_ids + ((PLAIN_ARM,) if plain else ())
+
+
+def _tree_rows(snapshot: PoolSnapshot, config: EngineConfig) -> tuple[float, ...]:
+    """Rows each member's round verifies at most: its tree's nodes plus the root."""
+    return tuple(float(snapshot.free[d].total_tokens + 1 if d in snapshot.free
+                       else config.tree.total_tokens + 1) for d in snapshot.ids)
+
+
+def max_len(snapshot: PoolSnapshot, config: EngineConfig) -> int:
+    """The most tokens a round can commit: the deepest member's tree plus the bonus token."""
+    return max(snapshot.depth(i, config.tree.depth) for i in range(len(snapshot))) + 1
+
+
+def _feedback_queue(snapshot: PoolSnapshot, config: EngineConfig) -> FeedbackQueue:
+    """Windows as deep as the pool's deepest tree; each member credited with its own depth
+    and tree size (a model-free chain may be longer than the EAGLE tree)."""
+    tree = config.tree
+    depths = [snapshot.depth(i, tree.depth) for i in range(len(snapshot))]
+    totals = np.array([snapshot.free[d].total_tokens if d in snapshot.free
+                       else tree.total_tokens for d in snapshot.ids])
+    return FeedbackQueue(len(snapshot), max(depths), loss=config.selector.loss,
+                         estimator=config.selector.estimator, total_tokens=totals,
+                         depths=depths)

@@ -1,0 +1,283 @@
+"""The pieces of one request's round (the algorithm of DESIGN.md section 3) that a step
+(core/batching/step.py) runs for each of its rows: the first token after the prefill, the
+drafters' and lookups' start, a model-free or hybrid tree, verification, commit, the drafters'
+catch-up and the learner's update from the counterfactual evidence, and the round's
+statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from core.config import EngineConfig
+from core.decoding.node_logits import NodeLogits, penalise
+from core.decoding.pool_evidence import TargetSide, with_model_free
+from core.decoding.request import DeferredRound, RequestState, max_len
+from core.model.target import TargetOutput
+from core.speculation.drafter_pool import Candidates, DrafterState
+from core.speculation.drafting import DraftRow, tree_scratch
+from core.speculation.model_free.base import OutputGrammar
+from core.speculation.model_free.evidence import RequestLookups, propose
+from core.speculation.sampling import log_probs, process_logits
+from core.speculation.tree import DraftTree, chain_tree, merge_trees
+from core.speculation.verify import verify_greedy, verify_sampling
+from core.stats import RoundStats, TokenLogprob
+
+
+def first_token(state: RequestState, raw: Tensor) -> int:
+    """The first generated token from the prompt's last logits raw [1, V]."""
+    last = penalise(raw, state, chain_tree(state.token_ids[-1:]), [0])
+    if state.params.greedy:
+        return int(last[0].argmax())
+    probs = _processed(last, state).cpu()  # the request's generator lives on the CPU
+    return int(torch.multinomial(probs[0], 1, generator=state.generator).item())
+
+
+def commit_first(state: RequestState, tok: int, raw: Tensor) -> list[int]:
+    state.prefilled = True
+    committed = state.commit([tok], _maybe_logprobs(state, raw, [tok]))
+    state.stats.prefill_tokens = len(committed)
+    state.stats.completion_tokens += len(committed)
+    return committed
+
+
+def start_drafters(state: RequestState) -> None:
+    """The request's drafter caches: every drafter under full evaluation, else lazily caught up."""
+    assert state.learner is not None
+    fixed = state.learner.fixed_index
+    state.dstate = DrafterState(state.snapshot, full=state.evaluate,
+                                drafters=None if fixed is None else [fixed])
+    if state.grammar_trail is not None:
+        state.dstate.grammar = state.grammar_trail
+
+
+def start_lookups(state: RequestState, config: EngineConfig) -> None:
+    """The model-free members' lookups over the prompt and first token, once it is committed;
+    under full evaluation they record their guesses from the prompt windows' first position
+    on (core/decoding/prompt_feedback.py reads those, the rounds the rest)."""
+    free = {i: state.snapshot.free[state.snapshot.ids[i]] for i in state.snapshot.model_free}
+    if state.learner is None or not free or state.lookups is not None:
+        return
+    first_root = len(state.token_ids) - 1
+    record_from = first_root - config.selector.prompt_windows if state.evaluate else first_root
+    grammar = (OutputGrammar(state.matcher, len(state.token_ids))
+               if state.matcher is not None else None)
+    state.lookups = RequestLookups.start(free, state.token_ids, record_from,
+                                         record=state.evaluate, grammar=grammar)
+
+
+def logit_rows(tree: DraftTree, visited: bool) -> list[int]:
+    """The nodes whose logits to compute right after the tree pass, in one head call: only the
+    root (`visited`: the walk computes the rest as it goes), or every node."""
+    return [0] if visited else list(range(tree.tokens.numel()))
+
+
+@dataclass
+class Verified:
+    """One request's verified tree."""
+
+    tree: DraftTree
+    out: TargetOutput  # features of every node
+    rows: NodeLogits  # the target's distributions at the nodes (those of the path computed)
+    path: list[int]  # accepted nodes, the root first
+    bonus: int
+
+    @property
+    def sampled(self) -> bool:
+        return not self.rows.greedy
+
+    @property
+    def new(self) -> list[int]:
+        """The accepted draft tokens plus the bonus token."""
+        return [int(t) for t in self.tree.tokens[self.path[1:]].tolist()] + [self.bonus]
+
+
+def verify_tree(state: RequestState, tree: DraftTree, out: TargetOutput) -> Verified:
+    """Lossless acceptance of `tree` against the target pass `out` (core/speculation/verify.py).
+    From here on (verification and the counterfactual evaluation) the logits are the penalised
+    target's: each node scored with its own path's counts. The walk reads only the nodes it visits,
+    so only their logits are computed (core/decoding/node_logits.py)."""
+    rows = NodeLogits(out, state, tree)
+    if state.params.greedy:
+        path, bonus = verify_greedy(tree, rows)
+    else:
+        path, bonus = verify_sampling(tree, rows, state.generator)
+    return Verified(tree, out, rows, path, bonus)
+
+
+def commit_verified(state: RequestState, v: Verified) -> list[int]:
+    new = v.new
+    raw = v.rows.raw(v.path) if state.params.logprobs is not None else None
+    return state.commit(new, _maybe_logprobs(state, raw, new))
+
+
+def record_pairs(state: RequestState, v: Verified) -> bool:
+    """Hand the L+1 verified (feature, token) pairs to the drafters (nothing runs yet); False
+    when the request has no drafters to feed (plain decoding, or finished)."""
+    if state.dstate is None or state.finished:
+        return False
+    state.dstate.record(v.out.features[v.path], torch.tensor(v.new))
+    if state.lookups is not None:
+        state.lookups.sync(state.token_ids)
+    return True
+
+
+def learn_from(state: RequestState, v: Verified, chosen: int | None, n: int, config: EngineConfig,
+               cur: Candidates | None) -> None:
+    """Evaluation phase, no target call. Under full evaluation every drafter has caught up on
+    the recorded pairs (`cur`, one batched pass per group), which yields γ_d(m) for m = n..n+L
+    and the learner update. Bandits and fixed drafters only need the chosen drafter's realised
+    length: their drafters catch up lazily when they draft."""
+    if state.evaluate:
+        _counterfactual(state, v, chosen, n, cur)
+    if state.learner is not None and not state.learner.full_information and chosen is not None:
+        state.learner.update_bandit(chosen, float(len(v.new)), max_len(state.snapshot, config))
+
+
+def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: dict[str, float],
+                committed: int, times: tuple[float, float, float],
+                head_s: float = 0.0) -> RoundStats:
+    """Record the round in the request's statistics. times = (draft, verify, evaluate) seconds;
+    head_s: the part of verify spent on the LM head and the acceptance walk."""
+    drafter = state.snapshot.ids[chosen] if chosen is not None else None
+    rs = RoundStats(
+        round_index=state.stats.rounds + state.stats.plain_rounds, drafter=drafter,
+        drafted=v.tree.num_drafted, accepted=len(v.path) - 1, committed=committed,
+        draft_s=times[0], verify_s=times[1],
+        evaluate_s=times[2], bookkeeping_s=0.0, weights=weights, head_s=head_s,
+        plain=chosen is None and state.learner is not None,
+    )
+    state.stats.record_round(rs)
+    state.stats.weights = state.weights()
+    return rs
+
+
+def hybrid_tree(state: RequestState, tree: DraftTree, config: EngineConfig) -> DraftTree:
+    """An EAGLE-3 tree with the `config.hybrid` member's tree grafted at its root when that
+    member has a guess there (EngineConfig.hybrid); the tree itself otherwise."""
+    graft = state.snapshot.index(config.hybrid) if config.hybrid in state.snapshot.ids else None
+    if graft is None or graft not in state.snapshot.model_free or state.lookups is None:
+        return tree
+    return merge_trees(tree, model_free_tree(state, graft))
+
+
+def model_free_tree(state: RequestState, chosen: int) -> DraftTree:
+    """A model-free member's tree from the root (its lookup holds every committed token), no
+    deeper than the tokens the request may still commit: that keeps a chain longer than the
+    engine's tree inside the context SpecEngine.max_context leaves room for, and drafts
+    nothing that could not be committed."""
+    assert state.lookups is not None
+    drafter = state.snapshot.free[state.snapshot.ids[chosen]]
+    allowed = state.matcher.masks_after if state.matcher is not None else None
+    remaining = max(1, state.params.max_new_tokens - state.generated)
+    return propose(drafter, state.lookups.lookups[chosen], state.token_ids[-1], drafter.top_k,
+                   drafter.total_tokens, allowed, max_depth=remaining)
+
+
+def draft_row(state: RequestState, chosen: int, n: int, config: EngineConfig) -> DraftRow:
+    """The chosen drafter's input for this request's tree (caught up beforehand)."""
+    assert state.dstate is not None
+    keys, values, length = state.dstate.draft_cache(chosen, tree_scratch(config.tree))
+    allowed = (state.matcher.masks_after if state.matcher is not None and config.mask_drafts
+               else None)
+    return DraftRow(keys, values, length, state.dstate.h_last(chosen), state.token_ids[-1], n,
+                    allowed)
+
+
+def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int,
+                    cur: Candidates | None) -> None:
+    """The round's windows open now; its evidence (each drafter's top-k at m = n..n+L against
+    the target's p̃_m and the realised x_{m+1}) is scored when every drafter has caught up:
+    this round (`cur`, the drafters' top-k over every pair since the last evaluation), or a
+    later one (SelectorConfig.eval_every), then the losses that became known update the
+    learner."""
+    assert state.dstate is not None and state.feedback is not None
+    steps = len(v.path)
+    # A round run plain (nothing chosen) scores the drafters at its root like any position; it
+    # is a round of the plain arm under the time loss, else it has no acceptance to report.
+    plain_round = chosen is None and state.plain_arm
+    state.feedback.open_window(n, chosen, steps if chosen is not None or plain_round else None)
+    state.deferred.append(_target_side(v, n))
+    if cur is None and state.snapshot.neural:
+        return
+    rounds, state.deferred = state.deferred, []
+    prev = state.pending  # top-k at the first root, from the previous catch-up
+    state.pending = cur
+    pairs = sum(len(r.new) for r in rounds)
+    start = rounds[0].start
+    if rounds[0].target_probs is None:  # greedy: the realised tokens are the target's argmax
+        argmax = torch.cat([r.target_argmax for r in rounds]).cpu().numpy()  # type: ignore[misc]
+        target = TargetSide(argmax, None, None)
+    else:
+        probs = torch.cat([r.target_probs for r in rounds])  # type: ignore[misc]
+        new = np.array([t for r in rounds for t in r.new])
+        target = TargetSide(None, probs.cpu().numpy().astype(np.float64), new)
+    parts = []
+    if cur is not None:
+        assert prev is not None and cur.indices == prev.indices == state.snapshot.neural
+        assert cur.topk_ids.shape[1] == pairs, (cur.topk_ids.shape, pairs)
+        # [N, P, k]: the distribution at m comes from the pair ending at m (the previous pass
+        # for the first root)
+        ids = torch.cat([prev.topk_ids[:, -1:], cur.topk_ids[:, : pairs - 1]], dim=1)
+        logp = torch.cat([prev.topk_logp[:, -1:], cur.topk_logp[:, : pairs - 1]], dim=1)
+        parts.append((cur.indices, target.evidence(ids.cpu().numpy(), logp.cpu().numpy())))
+    pool = with_model_free(state, parts, start, pairs, target)
+    state.feedback.add_evidence(start, pool.evidence, pool.trees)
+    state.learn()
+
+
+def _target_side(v: Verified, n: int) -> DeferredRound:
+    if not v.sampled:
+        return DeferredRound(n, v.rows.penalised(v.path).argmax(dim=-1), None, tuple(v.new))
+    return DeferredRound(n, None, v.rows.probs(v.path), tuple(v.new))
+
+
+def _processed(logits: Tensor, state: RequestState) -> Tensor:
+    p = state.params
+    return process_logits(logits, p.temperature, p.top_p, p.top_k)
+
+
+def _maybe_logprobs(state: RequestState, logits: Tensor | None,
+                    tokens: list[int]) -> list[TokenLogprob] | None:
+    """Target log-probabilities of `tokens`, row j of `logits` being the distribution of token j.
+    These are the raw model's, before penalties and temperature (vLLM's default
+    `logprobs_mode`, raw_logprobs), so they do not depend on how the request samples."""
+    k = state.params.logprobs
+    if k is None or logits is None:
+        return None
+    return _token_logprobs(log_probs(logits), tokens, k)
+
+
+# Rows of the prompt's [P, V] logits turned into log-probabilities at a time: bounds the
+# float32 temporaries of a long echoed prompt (2048 x 49k floats is 400 MB per copy).
+PROMPT_LOGPROB_ROWS = 256
+
+
+def prompt_logprobs(logits: Tensor, prompt: list[int], k: int,
+                    start: int = 0) -> list[TokenLogprob | None]:
+    """Raw target log-probabilities of the prompt tokens (completions `echo`) that the rows of
+    `logits` [T, V] predict: row j is position start + j and predicts prompt token start + j + 1.
+    From the first chunk (start 0) the list opens with None for the first token, which nothing
+    predicts (as OpenAI reports it)."""
+    out: list[TokenLogprob | None] = [None] if start == 0 else []
+    rows_used = min(logits.shape[0], len(prompt) - 1 - start)
+    for lo in range(0, rows_used, PROMPT_LOGPROB_ROWS):
+        rows = logits[lo : min(lo + PROMPT_LOGPROB_ROWS, rows_used)]
+        first = start + lo + 1
+        out.extend(_token_logprobs(log_probs(rows), prompt[first : first + rows.shape[0]], k))
+    return out
+
+
+def _token_logprobs(lp: Tensor, tokens: list[int], k: int) -> list[TokenLogprob]:
+    out = []
+    for j, tok in enumerate(tokens):
+        top: tuple[tuple[int, float], ...] = ()
+        if k > 0:
+            vals, idx = torch.topk(lp[j], min(k, lp.shape[-1]))
+            top = tuple((int(i), float(v))
+                        for i, v in zip(idx.tolist(), vals.tolist(), strict=False))
+        out.append(TokenLogprob(tok, float(lp[j, tok]), top))
+    return out

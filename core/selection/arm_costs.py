@@ -1,0 +1,238 @@
+"""What a round costs, measured in place, and each arm's time per committed token: the
+learner's "time" loss (SelectorConfig.loss; DESIGN.md section 3.1).
+
+The arms of a request's learner are its pool's drafters and plain decoding. An arm a, chosen
+for one request's round in a step of b requests, costs
+
+    c_a(b) = α_b / b + β_b · rows_a + draft_a(b) + e(b) + o(b)      seconds,
+
+where the step's target pass is modelled as α_b + β_b · R for R verified rows (α: reading the
+weights and the step's fixed overhead, shared by its b requests; β: each row's arithmetic),
+rows_a is the arm's tree (nodes + root: 1 for plain decoding), draft_a the drafting of its
+kind per request (an EAGLE drafter's passes, a model-free lookup's CPU time, nothing for
+plain), e(b) the counterfactual evaluation's share per request-round (every drafter catches up
+whatever was chosen, so the same for every arm) and o(b) the rest of a step per request.
+Its time per committed token over a request is Σ c_a / Σ ÂL_a (ÂL_plain = 1).
+
+The loss. A round's net seconds s_a = c_a - λ·ÂL_a, λ = c_plain (its tokens valued at plain
+decoding's time per token): summed over a request, the arm with the least Σ s_a is the one
+whose time per token Σ c / Σ ÂL beats plain decoding's by most (`time_losses`). The per-round
+ratio c_a/ÂL_a, averaged, would not be: a drafter whose ÂL alternates 1 and 4 has a mean ratio
+near plain's while committing 2.5 tokens a round (measured on the demo pool at one stream: with
+the ratio the learner decoded plain in 40-60% of rounds where drafting every round ran 1.3-1.6x
+plain decoding; with net seconds in 3% once its plain rounds score the drafters as often as
+drafting ones, core/decoding/request.evaluation_due). ℓ_a rescales s_a to [0, 1]
+by its bounds over ÂL in [1, K + 1]; NormalHedge's guarantee holds for any losses in [0, 1],
+so the regret against the best arm is O(sqrt(T ln N)) in these units, at most
+max_t (max c - min c + λ·K)_t times as many net seconds over the T windows.
+
+Measurement. Each step's phases (core/batching/step.py) are
+recorded per batch-size bucket (`bucket`); α_b and β_b by least squares of the
+verification time on R over the bucket's last WINDOW steps (steps over three times their fit
+refit without), the other terms as ratios of sums over them. β needs steps of different sizes:
+so the first PROBE_STEPS steps of a bucket alternate speculative and plain, and after that
+every PROBE_EVERY-th step is plain (what measuring costs when speculation pays: a thirty-second
+of the steps commit one token instead of MAT). Until a bucket has steps whose rows per request
+differ by 2x, `model` returns None and the learner's loss falls back to 1/ÂL (time per token
+with every arm costing the same, which ranks drafters as the acceptance loss does).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+WINDOW = 128  # steps per bucket the fit reads (the load drifts)
+PROBE_STEPS = 8  # a bucket's first steps, every second one plain
+PROBE_EVERY = 32  # then one plain step in this many
+STALL = 3.0  # a step slower than STALL x its fit is a stall (a page fault, GC): left out
+MIN_SPREAD = 2.0  # rows per request must vary this much in a bucket before β is trusted
+NEURAL, FREE, PLAIN = "neural", "free", "plain"  # how an arm drafts
+MAX_BUCKET = 16
+
+
+def bucket(requests: int) -> int:
+    """The batch-size bucket a step is measured in (here, by the speculation gate and by the
+    LM-head setting, core/batching/): powers of two up to MAX_BUCKET. The costs change with the
+    batch (the target pass is memory-bound at few rows, compute-bound at many); one bucket per
+    size would spread the measurements thin."""
+    return min(1 << (max(requests, 1).bit_length() - 1), MAX_BUCKET)
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One step's round: its size and where its time went."""
+
+    requests: int  # requests whose trees the pass verified
+    rows: int  # rows verified (each tree's nodes + root)
+    verify_s: float  # the target pass, LM head and acceptance
+    neural_rows: int = 0  # requests that drafted with an EAGLE drafter
+    neural_s: float = 0.0  # their drafting (catch-up of the chosen drafter + tree growth)
+    free_rows: int = 0  # requests that drafted with a model-free drafter
+    free_s: float = 0.0
+    evaluate_s: float = 0.0  # the evaluation phase (every drafter's catch-up, γ, learners)
+    other_s: float = 0.0  # the rest of the step (selection, bookkeeping)
+
+
+@dataclass(frozen=True)
+class PlannedRow:
+    """One request's part of the next step, as its learner chose: its tree's rows, how it
+    drafts, and the tokens its learner expects it to commit (its ÂL; None: no estimate yet)."""
+
+    rows: float
+    kind: str
+    expected: float | None
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The fitted terms of one bucket (seconds); `arm_cost` is c_a of the module docstring."""
+
+    requests: int
+    alpha: float
+    beta: float
+    neural: float  # drafting per request, EAGLE
+    free: float  # drafting per request, model-free
+    evaluate: float  # per request-round in steps that drafted
+    evaluate_plain: float  # per request-round in plain steps (the evaluation runs less often)
+    other: float  # per request-round
+
+    def arm_cost(self, rows: float, kind: str) -> float:
+        draft = {NEURAL: self.neural, FREE: self.free, PLAIN: 0.0}[kind]
+        evaluate = self.evaluate_plain if kind == PLAIN else self.evaluate
+        return self.alpha / self.requests + self.beta * rows + draft + evaluate + self.other
+
+    def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
+        """Whether the step as planned commits tokens at least as fast as the same requests
+        decoding plain: the pass, the drafting and the evaluation are paid once a step, so a
+        request that alone chose plain decoding saves only its rows and its drafting while
+        the others draft (the coupling per-request arm costs cannot see)."""
+        b = len(plan)
+        if any(p.expected is None for p in plan if p.kind != PLAIN):
+            return True  # nothing to judge by yet: draft, and learn
+        drafting = sum({NEURAL: self.neural, FREE: self.free, PLAIN: 0.0}[p.kind] for p in plan)
+        spec_s = (self.alpha + self.beta * sum(p.rows for p in plan) + drafting
+                  + b * (self.evaluate + self.other))
+        plain_s = self.alpha + self.beta * b + b * (self.evaluate_plain + self.other)
+        tokens = sum(p.expected or 1.0 for p in plan)
+        return tokens * plain_s >= b * spec_s
+
+
+class StepCosts:
+    """The engine's measurements (one per engine, shared by its requests)."""
+
+    def __init__(self, window: int = WINDOW, probe_steps: int = PROBE_STEPS,
+                 probe_every: int = PROBE_EVERY) -> None:
+        self.window, self.probe_steps, self.probe_every = window, probe_steps, probe_every
+        self._samples: dict[int, deque[StepSample]] = {}
+        self._steps: dict[int, int] = {}  # steps recorded per bucket
+        self._nodes: dict[str, tuple[float, int]] = {}  # drafter id -> (Σ nodes, rounds)
+        # Each bucket's fit until its next sample: every window and every planned row of a step
+        # reads it, and a fit walks the bucket's WINDOW samples.
+        self._fitted: dict[int, CostModel | None] = {}
+
+    def speculate(self, requests: int) -> bool:
+        """Whether the next step over `requests` requests may draft (False: a plain probe)."""
+        n = self._steps.get(bucket(requests), 0)
+        if n < self.probe_steps:
+            return n % 2 == 0
+        return n % self.probe_every != 0
+
+    def record(self, sample: StepSample) -> None:
+        if sample.requests < 1 or sample.verify_s <= 0.0:
+            return
+        b = bucket(sample.requests)
+        self._samples.setdefault(b, deque(maxlen=self.window)).append(sample)
+        self._steps[b] = self._steps.get(b, 0) + 1
+        self._fitted.pop(b, None)
+
+    def record_drafted(self, drafter_id: str, nodes: int) -> None:
+        """A round drafted `nodes` nodes with `drafter_id` (a model-free tree's size varies)."""
+        total, count = self._nodes.get(drafter_id, (0.0, 0))
+        self._nodes[drafter_id] = (total + nodes, count + 1)
+
+    def mean_nodes(self, drafter_id: str, default: float) -> float:
+        total, count = self._nodes.get(drafter_id, (0.0, 0))
+        return total / count if count else default
+
+    def model(self, requests: int) -> CostModel | None:
+        """The bucket's fitted terms for a step of `requests`, or None until they can be told
+        apart."""
+        b = bucket(requests)
+        if b not in self._fitted:
+            self._fitted[b] = _fit(list(self._samples.get(b, ())))
+        fitted = self._fitted[b]
+        return None if fitted is None else replace(fitted, requests=max(1, requests))
+
+    def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
+        """Whether the step may draft as planned (True until the bucket is measured)."""
+        model = self.model(len(plan)) if plan else None
+        return model is None or model.step_pays(plan)
+
+
+def _fit(samples: list[StepSample]) -> CostModel | None:
+    """A bucket's terms from its samples (`requests` 1: StepCosts.model sets the step's)."""
+    per_request = [s.rows / s.requests for s in samples]
+    if not samples or max(per_request) < MIN_SPREAD * min(per_request):
+        return None
+    alpha, beta = fit_pass(samples)
+    plain = [s for s in samples if s.rows == s.requests]
+    drafted = [s for s in samples if s.rows > s.requests]
+    return CostModel(
+        requests=1, alpha=alpha, beta=beta,
+        neural=_per(sum(s.neural_s for s in samples), sum(s.neural_rows for s in samples)),
+        free=_per(sum(s.free_s for s in samples), sum(s.free_rows for s in samples)),
+        evaluate=_evaluate_per_request(drafted or samples),
+        evaluate_plain=_evaluate_per_request(plain or samples),
+        other=_per(sum(s.other_s for s in samples), sum(s.requests for s in samples)))
+
+
+def fit_pass(samples: Sequence[StepSample]) -> tuple[float, float]:
+    """α, β ≥ 0 of verify_s ≈ α + β·rows, refit once without the stalls."""
+    alpha, beta = _least_squares(samples)
+    kept = [s for s in samples if s.verify_s <= STALL * (alpha + beta * s.rows)]
+    return _least_squares(kept) if len(kept) >= 2 else (alpha, beta)
+
+
+def _least_squares(samples: Sequence[StepSample]) -> tuple[float, float]:
+    x = np.array([s.rows for s in samples], dtype=np.float64)
+    y = np.array([s.verify_s for s in samples], dtype=np.float64)
+    var = float(((x - x.mean()) ** 2).sum())
+    beta = float(((x - x.mean()) * (y - y.mean())).sum() / var) if var > 0 else 0.0
+    beta = max(beta, 0.0)
+    alpha = float(y.mean() - beta * x.mean())
+    if alpha < 0.0:  # the rows explain everything: a line through the origin
+        return 0.0, float(y.sum() / x.sum())
+    return alpha, beta
+
+
+def _evaluate_per_request(samples: Sequence[StepSample]) -> float:
+    return _per(sum(s.evaluate_s for s in samples), sum(s.requests for s in samples))
+
+
+def _per(seconds: float, count: int) -> float:
+    return seconds / count if count else 0.0
+
+
+def time_losses(est_len: FloatArray, costs: FloatArray,
+                max_len: float) -> tuple[FloatArray, FloatArray]:
+    """The arms' losses and net seconds from their ÂL and round costs c (both [A], plain
+    decoding last with ÂL 1); `max_len` bounds every ÂL (the deepest tree + the bonus).
+
+    Net seconds s_a = c_a - λ·ÂL_a, the round's time less its tokens valued at plain decoding's
+    time per token λ = c_plain: over a request the arm with the least Σ s_a is the one whose
+    Σ c / Σ ÂL is least against plain's (Dinkelbach's linearisation of a ratio at the
+    reference rate; a mean of per-round c/ÂL would favour plain decoding wherever a drafter's
+    ÂL varies, by Jensen). Plain decoding's s is 0. Loss ℓ_a = (s_a - m) / (M - m) in [0, 1]
+    with m = min c - λ·max_len and M = max c - λ, the bounds of s over every ÂL in
+    [1, max_len]."""
+    lam = float(costs[-1])
+    net = costs - lam * est_len
+    lo, hi = float(costs.min()) - lam * max_len, float(costs.max()) - lam
+    return (net - lo) / (hi - lo), net
