@@ -7,8 +7,9 @@ in-process and through the gateway.
 
 Method. Two engines over the same target and drafters differ only in
 `EngineConfig.batching` (batched: one step = one round for every running request, their
-trees verified in one target pass; round-robin: one request's round per step, the engine as
-it was before batching). Two `hedgespec serve` processes differ only in HEDGESPEC_BATCHING.
+trees verified in one target pass; round-robin: a step holds one request's round, the
+requests taking turns, through the same code). Two `hedgespec serve` processes differ only
+in HEDGESPEC_BATCHING.
 At each concurrency level N, N streams start together (prompts cycled, greedy, `ignore_eos`,
 a fixed token count, stream i seeded with i in both modes, so that each request's learner
 draws the same drafters and both schedulers do the same rounds); the modes alternate at each

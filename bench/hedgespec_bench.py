@@ -56,6 +56,8 @@ class Run:
     estimates: list[tuple[float, int]] = field(default_factory=list)
     drafters: list[str | None] = field(default_factory=list)
     est_len_sum: dict[str, float] = field(default_factory=dict)  # Σ ÂL_d over the windows
+    # Under the time loss: the regret in seconds after each costed window.
+    regret_seconds_curve: list[float] = field(default_factory=list)
 
     @property
     def mat(self) -> float:
@@ -101,7 +103,7 @@ def run_method(engine: SpecEngine, prompts: Iterable[Prompt], method: str, polic
         round_s = st.time_draft_s + st.time_verify_s + st.time_evaluate_s + st.time_bookkeeping_s
         runs.append(Run(method, p, len(ids), st.rounds, wall, st.time_evaluate_s, round_s,
                         list(st.regret_curve), list(st.estimates), list(st.drafter_per_round),
-                        dict(st.est_len_sum)))
+                        dict(st.est_len_sum), list(st.regret_seconds_curve)))
     return runs
 
 

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: files only
 import matplotlib.pyplot as plt
 
-CURVES = ("hedgespec", "hedgespec_ada", "ucbspec", "exp3spec", "generalist")
+CURVES = ("hedgespec", "hedgespec_ada", "hedgespec_time", "ucbspec", "exp3spec", "generalist")
 
 
 def write_report(r: dict[str, Any], out: Path) -> None:
@@ -131,8 +131,8 @@ def _calibration_lines(calib: list[tuple[float, float, int]]) -> list[str]:
             "| ÂL bin | mean realised | windows |", "|---|---|---|",
             *[f"| {lo:.1f} | {mean:.2f} | {n} |" for lo, mean, n in calib],
             "", "Plots: `hedgespec_regret.png` (mean cumulative regret in tokens vs feedback "
-            "window), `hedgespec_calibration.png`, `hedgespec_pool_size.png`, "
-            "`hedgespec_domains.png`.", ""]
+            "window, and in seconds for the time loss), `hedgespec_calibration.png`, "
+            "`hedgespec_pool_size.png`, `hedgespec_domains.png`.", ""]
 
 
 def markdown(r: dict[str, Any], calib: list[tuple[float, float, int]]) -> str:
@@ -150,23 +150,32 @@ def calibration(runs: list[Any], width: float = 0.5) -> list[tuple[float, float,
     return [(lo, sum(v) / len(v), len(v)) for lo, v in sorted(bins.items())]
 
 
-def mean_curve(runs: list[Any]) -> list[float]:
-    length = max((len(r.regret_curve) for r in runs), default=0)
-    out = []
-    for t in range(length):
-        vals = [r.regret_curve[min(t, len(r.regret_curve) - 1)] for r in runs if r.regret_curve]
-        out.append(sum(vals) / len(vals) if vals else 0.0)
-    return out
+def mean_curve(runs: list[Any], curve: str = "regret_curve") -> list[float]:
+    """The mean over requests of a per-window curve (a request that ended holds its last
+    value)."""
+    curves = [c for r in runs if (c := getattr(r, curve))]
+    length = max((len(c) for c in curves), default=0)
+    return [sum(c[min(t, len(c) - 1)] for c in curves) / len(curves) for t in range(length)]
 
 
 def plot_regret(runs: dict[str, list[Any]], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4))
+    """Left: regret in tokens (every learner). Right: in seconds, for the runs whose learner
+    costed its windows (the time loss)."""
+    fig, (ax, sec) = plt.subplots(1, 2, figsize=(12, 4))
     for name in CURVES:
         if name in runs:
             ax.plot(mean_curve(runs[name]), label=name)
     ax.set(xlabel="feedback window (round)", ylabel="cumulative regret (tokens, from ÂL)",
-           title="Regret vs the best single drafter in hindsight (mean over requests)")
+           title="Regret vs the best single drafter in hindsight")
     ax.legend()
+    for name, rs in runs.items():
+        if seconds := mean_curve(rs, "regret_seconds_curve"):
+            sec.plot([1000 * s for s in seconds], label=name)
+    sec.set(xlabel="costed feedback window (round)", ylabel="cumulative regret (ms)",
+            title="In seconds, vs the best single arm (plain decoding included)")
+    if sec.lines:
+        sec.legend()
+    fig.suptitle("Mean over requests")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -50,6 +50,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "hedgespec_tree": {"estimator": "tree", "loss": "length"},
     "hedgespec_prob": {"estimator": "topk", "loss": "prob"},
     "hedgespec_tree_prob": {"estimator": "tree", "loss": "prob"},
+    # The time loss (core/selection/arm_costs.py): plain decoding one more arm, losses in
+    # seconds per committed token; its regret is also drawn in seconds.
+    "hedgespec_time": {"estimator": "tree", "loss": "time"},
 }
 
 

@@ -75,6 +75,8 @@ class RequestStats:
     # 0) and for the arms chosen; their difference to the best is the regret in seconds.
     arm_seconds: dict[str, float] = field(default_factory=dict)
     chosen_seconds: float = 0.0
+    # The regret in seconds after each costed window (as regret_curve is in tokens).
+    regret_seconds_curve: list[float] = field(default_factory=list)
     time_draft_s: float = 0.0
     time_verify_s: float = 0.0
     time_evaluate_s: float = 0.0
@@ -128,6 +130,8 @@ class RequestStats:
             for a, v in seconds.items():
                 self.arm_seconds[a] = self.arm_seconds.get(a, 0.0) + v
             self.chosen_seconds += seconds[chosen]
+            self.regret_seconds_curve.append(self.chosen_seconds
+                                             - min(self.arm_seconds.values()))
 
     def snapshot(self) -> StatsSnapshot:
         """An immutable copy: sequences as tuples, mappings as read-only views of copies."""
@@ -157,6 +161,7 @@ class StatsSnapshot:
     estimates: tuple[tuple[float, int], ...]
     arm_seconds: Mapping[str, float]
     chosen_seconds: float
+    regret_seconds_curve: tuple[float, ...]
     time_draft_s: float
     time_verify_s: float
     time_evaluate_s: float

@@ -22,7 +22,7 @@ def test_bench_writes_tables_plots_and_json(tmp_path: Path,
                  "8", "--pool-sizes", "2,3"]) == 0
     printed = json.loads(capsys.readouterr().out)
     for name in ("plain", "generalist", "ucbspec", "exp3spec", "hedgespec", "router",
-                 "hedgespec_router", "hedgespec_cold", "oracle"):
+                 "hedgespec_router", "hedgespec_cold", "hedgespec_time", "oracle"):
         assert set(printed["methods"][name]) >= {"mat", "tokens_per_s", "speedup_vs_plain"}
     assert set(printed["sampling"]) == {"plain", "generalist", "hedgespec", "hedgespec_router"}
     assert {"hedgespec_router: MAT >= 0.95x oracle",
@@ -87,3 +87,18 @@ def test_padded_pool_adds_perturbed_copies(tmp_path: Path) -> None:
     pool = padded_pool(base, 5, scale=0.3)
     assert list(pool)[:2] == ["x", "y"] and len(pool) == 5
     assert not (pool["x~0"].fc.weight == base["x"].fc.weight).all()
+
+
+def test_the_mean_regret_curve_holds_each_requests_last_value() -> None:
+    """Requests end after different numbers of windows; a request with no costed window (the
+    length loss) has no seconds curve and is left out of that mean."""
+    from bench.hedgespec_report import mean_curve
+
+    prompt = Prompt("p", "a", [1])
+    runs = [Run("m", prompt, 5, 2, 1.0, 0.1, 0.9, regret_curve=[0.5, 1.0],
+                regret_seconds_curve=[0.01, 0.02, 0.03]),
+            Run("m", prompt, 5, 2, 1.0, 0.1, 0.9, regret_curve=[1.5],
+                regret_seconds_curve=[0.05]),
+            Run("m", prompt, 5, 2, 1.0, 0.1, 0.9, regret_curve=[0.0, 0.0, 3.0])]
+    assert mean_curve(runs) == pytest.approx([2.0 / 3, 2.5 / 3, 5.5 / 3])
+    assert mean_curve(runs, "regret_seconds_curve") == pytest.approx([0.03, 0.035, 0.04])

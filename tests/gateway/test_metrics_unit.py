@@ -197,6 +197,7 @@ def test_regret_in_seconds_is_summed_where_the_time_loss_costed_windows() -> Non
     stats.record_window({"a": 1.0}, PLAIN_ARM, 1, {"a": 0.012, PLAIN_ARM: 0.006})
     snap = stats.snapshot()
     assert snap.regret_seconds == pytest.approx(0.026 - 0.018)
+    assert snap.regret_seconds_curve == pytest.approx((0.02 - 0.012, 0.026 - 0.018))
     assert snap.regret_tokens == pytest.approx(3.0 - 3.0)  # plain committed its one token
     m = GatewayMetrics()
     m.observe_request_stats(snap)
