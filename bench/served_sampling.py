@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from bench.hedgespec_bench import DEFAULT_POOL, Prompt, load_prompts
+from bench.hedgespec_bench import DEFAULT_POOL, Prompt, fresh_model_free, load_prompts
 from bench.machine import describe_machine
 from bench.served_sampling_report import METHODS, Cell, plot, render
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
@@ -39,6 +39,7 @@ def settings(engine: SpecEngine) -> dict[str, dict[str, float]]:
 def one_pass(engine: SpecEngine, prompts: list[Prompt], setting: str,
              sampling: dict[str, float], method: str, max_new: int) -> Cell:
     tokens = spec_tokens = rounds = 0
+    fresh_model_free(engine)  # no pass drafts an answer an earlier pass gave
     t0 = time.perf_counter()
     for i, p in enumerate(prompts):
         params = SamplingParams(max_new_tokens=max_new, seed=i,

@@ -102,3 +102,19 @@ def test_the_mean_regret_curve_holds_each_requests_last_value() -> None:
             Run("m", prompt, 5, 2, 1.0, 0.1, 0.9, regret_curve=[0.0, 0.0, 3.0])]
     assert mean_curve(runs) == pytest.approx([2.0 / 3, 2.5 / 3, 5.5 / 3])
     assert mean_curve(runs, "regret_seconds_curve") == pytest.approx([0.03, 0.035, 0.04])
+
+
+def test_every_method_starts_with_empty_model_free_members() -> None:
+    """Run twice over the same prompt, fixed on the suffix member: a cache left warm would
+    draft the first run's answer whole the second time."""
+    from bench.harness.tiny_models import make_engine, tiny_target
+    from bench.hedgespec_bench import run_method
+    from core.config import TreeConfig
+    from core.speculation.model_free.kinds import make_model_free
+
+    engine = make_engine(tiny_target(), {"suffix": make_model_free("suffix")},  # type: ignore[dict-item]
+                         TreeConfig(top_k=2, depth=4, total_tokens=8))
+    prompt = Prompt("p", "a", [5, 9, 2, 7])
+    first, second = (run_method(engine, [prompt], "suffix", "fixed:suffix", 40)[0]
+                     for _ in range(2))
+    assert first.rounds == second.rounds and first.tokens == second.tokens == 40
