@@ -59,10 +59,13 @@ class Run:
     est_len_sum: dict[str, float] = field(default_factory=dict)  # Σ ÂL_d over the windows
     # Under the time loss: the regret in seconds after each costed window.
     regret_seconds_curve: list[float] = field(default_factory=list)
+    plain_tokens: int = 0  # committed by plain rounds (the gate's, the time loss's plain arm)
 
     @property
     def mat(self) -> float:
-        return (self.tokens - 1) / self.rounds if self.rounds else 0.0
+        """Tokens per speculative round, as StatsSnapshot.mean_acceptance_length: the prefill's
+        token and the plain rounds' tokens are not the rounds'."""
+        return (self.tokens - 1 - self.plain_tokens) / self.rounds if self.rounds else 0.0
 
 
 def load_prompts(pool_json: Path, tokenizer: Any, per_domain: int, max_prompt_tokens: int,
@@ -115,17 +118,17 @@ def run_method(engine: SpecEngine, prompts: Iterable[Prompt], method: str, polic
         round_s = st.time_draft_s + st.time_verify_s + st.time_evaluate_s + st.time_bookkeeping_s
         runs.append(Run(method, p, len(ids), st.rounds, wall, st.time_evaluate_s, round_s,
                         list(st.regret_curve), list(st.estimates), list(st.drafter_per_round),
-                        dict(st.est_len_sum), list(st.regret_seconds_curve)))
+                        dict(st.est_len_sum), list(st.regret_seconds_curve), st.plain_tokens))
     return runs
 
 
 def variant(engine: SpecEngine, drafters: dict[str, Eagle3Drafter] | None = None,
             **selector: Any) -> SpecEngine:
-    """An engine sharing the target (and the drafters) with a different selector or pool."""
+    """An engine sharing the target (and the pool's members, model-free ones included) with a
+    different selector, or over `drafters` instead."""
     cfg = replace(engine.config, selector=replace(engine.config.selector, **selector))
-    return SpecEngine(engine.target,
-                      drafters if drafters is not None else dict(engine.snapshot.drafters), cfg,
-                      engine.model_name)
+    members = drafters if drafters is not None else dict(engine.snapshot.members)
+    return SpecEngine(engine.target, members, cfg, engine.model_name)  # type: ignore[arg-type]
 
 
 def perturbed(drafter: Eagle3Drafter, seed: int, scale: float) -> Eagle3Drafter:

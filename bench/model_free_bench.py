@@ -190,7 +190,8 @@ def run_rows(engine: SpecEngine, prompts: list[Prompt], method: str, policy: str
         assert st is not None
         round_s = st.time_draft_s + st.time_verify_s + st.time_evaluate_s + st.time_bookkeeping_s
         runs.append(TimedRun(method, p, len(ids), st.rounds, wall, st.time_evaluate_s, round_s,
-                             drafters=list(st.drafter_per_round), ttft_s=first or 0.0))
+                             drafters=list(st.drafter_per_round), plain_tokens=st.plain_tokens,
+                             ttft_s=first or 0.0))
     return runs
 
 

@@ -118,3 +118,21 @@ def test_every_method_starts_with_empty_model_free_members() -> None:
     first, second = (run_method(engine, [prompt], "suffix", "fixed:suffix", 40)[0]
                      for _ in range(2))
     assert first.rounds == second.rounds and first.tokens == second.tokens == 40
+
+
+def test_mat_counts_speculative_rounds_only() -> None:
+    """48 tokens: the prefill's, 20 from 20 plain rounds, 27 from 9 speculative rounds."""
+    run = Run("m", Prompt("p", "a", [1]), 48, 9, 1.0, 0.1, 0.9, plain_tokens=20)
+    assert run.mat == pytest.approx(3.0)
+
+
+def test_a_variant_keeps_the_pools_model_free_members() -> None:
+    from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
+    from bench.hedgespec_bench import variant
+    from core.config import TreeConfig
+    from core.speculation.model_free.kinds import make_model_free
+
+    target = tiny_target()
+    members = {"d0": random_drafter(target, seed=0), "suffix": make_model_free("suffix")}
+    engine = make_engine(target, members, TreeConfig(top_k=2, depth=3, total_tokens=6))  # type: ignore[arg-type]
+    assert variant(engine, prompt_windows=0).drafter_ids() == ["d0", "suffix"]
