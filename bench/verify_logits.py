@@ -1,17 +1,16 @@
-"""The target's LM head over the visited nodes of a verified tree against every node, and the
-measured choice between them ("auto", core/batching/head_rows.py), side by side on the shipped pool
-(EngineConfig.verify_logits).
+"""The target's LM head over the visited nodes of a verified tree against every node, side by
+side on the shipped pool (EngineConfig.verify_logits; "auto" is a rule by device,
+core/batching/head_rows.py, and this is the measurement behind it).
 
     python -m bench.verify_logits [--quick] [--pool demo/pool/pool.json] [--threads 2]
                                   [--dtype auto] [--per-domain 1] [--max-new 48] [--repeats 2]
                                   [--streams 1]
 
-The same target and pool run plain decoding, the generalist and HedgeSpec under each setting
-("auto": one engine that measures in its first speculative rounds, as a server does), greedy,
-on held-out prompts; the settings alternate pass by pass and each keeps its fastest pass. Also
-counted: the LM-head rows computed per round, and whether every setting commits the tokens of
-"all". `--streams N` runs N requests at a time in batched steps (the head's cost per request
-changes with the batch). Writes bench/results/verify_logits{,_s<N>}.{md,json,png}. Run it on
+The same target and pool run plain decoding, the generalist and HedgeSpec under each setting,
+greedy, on held-out prompts; the settings alternate pass by pass and each keeps its fastest
+pass. Also counted: the LM-head rows computed per round, and whether every setting commits the
+tokens of "all". `--streams N` runs N requests at a time in batched steps (the head's cost per
+request changes with the batch). Writes bench/results/verify_logits{,_s<N>}.{md,json,png}. Run it on
 an idle machine.
 """
 
@@ -33,7 +32,7 @@ from core.engine import SpecEngine
 from core.model.precision import auto_dtype
 
 RESULTS = Path(__file__).resolve().parent / "results"
-MODES = ("all", "visited", "auto")
+MODES = ("all", "visited")
 POLICIES = {"plain": "none", "generalist": "fixed:generalist", "hedgespec": "normalhedge"}
 
 
@@ -131,8 +130,6 @@ def render(cells: list[Cell], meta: dict[str, Any]) -> str:
         "Both settings share one engine's target and drafters and alternate pass by pass; "
         f"each keeps the fastest of {meta['repeats']} passes. Rows per pass = LM-head rows "
         "computed per target pass (prefill included).", "",
-        *([f"'auto' measured both settings in place and chose: {meta['auto']}.", ""]
-          if meta.get("auto") else []),
         "| method | logits of | tokens/s | MAT | head rows per pass | x plain (same setting) "
         "| x 'all' | same tokens as 'all' |",
         "|---|---|---|---|---|---|---|---|",
@@ -145,16 +142,6 @@ def render(cells: list[Cell], meta: dict[str, Any]) -> str:
             f"| {c.head_rows / c.rounds:.1f} | {c.tokens_per_s / plain:.2f} "
             f"| {c.tokens_per_s / ref.tokens_per_s:.2f} | {c.outputs == ref.outputs} |")
     return "\n".join(lines) + "\n"
-
-
-def _auto_choice(engine: SpecEngine, streams: int) -> str:
-    head = engine.head_rows
-    return (f"{head.describe(streams)} (median head-and-walk ms per request and round: "
-            f"{_rounded(head.medians_ms(streams))})")
-
-
-def _rounded(ms: dict[str, float]) -> str:
-    return ", ".join(f"{k} {v:.2f}" for k, v in ms.items())
 
 
 def plot(cells: list[Cell], path: Path) -> None:
@@ -170,11 +157,10 @@ def plot(cells: list[Cell], path: Path) -> None:
         vals = [next(c.tokens_per_s for c in cells if c.method == m and c.mode == mode)
                 for m in POLICIES]
         ax.bar([x + (i - (len(modes) - 1) / 2) * width for x in range(len(POLICIES))], vals,
-               width, label="measured choice (auto)" if mode == "auto"
-               else f"logits of {mode} nodes")
+               width, label=f"logits of {mode} nodes")
     ax.set_xticks(range(len(POLICIES)), list(POLICIES))
     ax.set_ylabel("tokens/s")
-    ax.set_title("Verification LM head: visited nodes, all, measured (SmolLM2-135M, CPU)")
+    ax.set_title("Verification LM head: visited nodes against all (SmolLM2-135M, CPU)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -214,8 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     meta = {"machine": describe_machine(),
             "dtype": dtype, "threads": args.threads, "prompts": len(prompts),
             "max_new": args.max_new, "repeats": args.repeats, "streams": args.streams,
-            "tree": (tree.top_k, tree.depth, tree.total_tokens),
-            "auto": _auto_choice(engines["auto"], args.streams)}
+            "tree": (tree.top_k, tree.depth, tree.total_tokens)}
     stem = "verify_logits" if args.streams == 1 else f"verify_logits_s{args.streams}"
     args.out.mkdir(parents=True, exist_ok=True)
     rows = [{**{k: v for k, v in asdict(c).items() if k != "outputs"},

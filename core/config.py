@@ -293,10 +293,10 @@ class EngineConfig:
     # Target logits of a verified tree: "visited" runs the LM head on the root up front and on
     # each further node the acceptance walk reaches (about MAT one-row calls), "all" on every
     # node in one call (a GPU, where 60 rows cost what one does and each further call is a
-    # launch and a sync). "auto": "all" on an accelerator; on a CPU, where the cheaper one
-    # depends on the CPU (bench/results/verify_logits.md), both are measured in place and the
-    # faster kept (core/batching/head_rows.py). The committed tokens are the same either way.
-    # `--verify-logits` pins one (bench/verify_logits.py measures both).
+    # launch and a sync). "auto": "all" on an accelerator, "visited" on a CPU, the choice on
+    # both CPUs measured (core/batching/head_rows.py, bench/results/verify_logits.md). The
+    # committed tokens are the same either way. `--verify-logits` pins one
+    # (bench/verify_logits.py measures both).
     verify_logits: str = "auto"
     # "always": every round drafts. "auto": per batch size, speculate or decode plain,
     # whichever commits more tokens per second, measured in place (core/batching/spec_gate.py):

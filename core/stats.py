@@ -89,6 +89,10 @@ class RequestStats:
     # The round index (RoundStats.round_index: speculative and plain rounds counted together)
     # of each plain round, so a per-round view can interleave them with `drafter_per_round`.
     plain_round_indices: list[int] = field(default_factory=list)
+    # Rounds run while the request's EAGLE-3 drafters slept (core/decoding/request.py), and
+    # how often they were woken to be scored again.
+    asleep_rounds: int = 0
+    wakes: int = 0
 
     def record_round(self, rs: RoundStats) -> None:
         self.target_forwards += 1
@@ -170,6 +174,8 @@ class StatsSnapshot:
     plain_rounds: int
     plain_tokens: int
     plain_round_indices: tuple[int, ...]
+    asleep_rounds: int
+    wakes: int
 
     @property
     def mean_acceptance_length(self) -> float:

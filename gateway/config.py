@@ -147,8 +147,8 @@ class Settings(BaseSettings):
     # "lookup": bench/results/model_free.md). None: off.
     hybrid: str | None = Field(default=None, min_length=1)
     # Rows of a verified tree the LM head computes up front (EngineConfig.verify_logits):
-    # "auto" measures both on a CPU and keeps the faster (core/batching/head_rows.py), "visited" or
-    # "all" pins one (reproducible benchmarks).
+    # "auto" is "visited" on a CPU and "all" on an accelerator (core/batching/head_rows.py);
+    # "visited" or "all" pins one.
     verify_logits: Literal["auto", "visited", "all"] | None = None
     # Whether batched steps draft (EngineConfig.speculation; None: SERVED_SPECULATION): "auto"
     # measures, per batch size, speculative against plain steps and keeps the faster

@@ -39,7 +39,7 @@ LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 10)
 # Prometheus drops `_sum` from a histogram with negative buckets: the histogram observes
 # max(0, regret) (its le="0" bucket counts the requests at or below zero) and a gauge keeps the
 # signed sum, so mean regret = signed sum / count.
-HEAD_SETTINGS = ("visited", "all", "measuring")  # core/batching/head_rows.HeadRows.describe()
+HEAD_SETTINGS = ("visited", "all")  # core/batching/head_rows.HeadRows.describe()
 SPEC_SETTINGS = ("speculative", "plain", "measuring")  # core/batching/spec_gate.SpecGate.describe()
 REGRET_BUCKETS = (0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 
@@ -177,9 +177,9 @@ class GatewayMetrics:
         )
         self.head_setting = Gauge(
             "hedgespec_verify_head_setting",
-            "1 on the rows verification's LM head computed up front in the last round: 'visited' "
-            "(the root, then each node the walk reaches), 'all' (every node), or 'measuring' "
-            "(a CPU timing both for that batch size, core/batching/head_rows.py).",
+            "1 on the rows verification's LM head computes up front: 'visited' (the root, then "
+            "each node the walk reaches; a CPU's default) or 'all' (every node; an "
+            "accelerator's), core/batching/head_rows.py.",
             ["setting"],
             registry=r,
         )

@@ -117,6 +117,8 @@ def _feed(state: RequestState, features: torch.Tensor, next_tokens: torch.Tensor
         return
     state.dstate.record(features, next_tokens)
     fixed = state.learner is not None and state.learner.fixed_index is not None
+    if state.drafters_asleep:
+        return  # record() keeps the pairs a wake restarts from
     if state.evaluate:
         state.pending = state.dstate.sync(state.snapshot, config.tree.top_k, scored=scored)
     elif fixed:

@@ -56,19 +56,21 @@ class BatchScheduler:
             self._hold(s)
         ready = [s for s in states if s.prefilled and not s.finished]
         rows = self._rows(ready)
-        visited = self.head_rows.visited(len(rows))
+        visited = self.head_rows.visited()
         speculate = self.gate.speculate(len(rows)) and self._probe_allows(rows)
         results = (batched_round(self.target, self.cache, rows, self.config, visited, speculate,
                                  self.clock, self.costs) if rows else [])
         wall = self.clock() - t0
-        self._measured(results, visited)
         if any(s.learner is not None for s, _ in rows):  # a step the gate could change
             self.gate.record(speculate, sum(len(r.tokens) for r in results), wall, len(rows))
         self.round_passes += bool(rows)
         results = [with_bookkeeping(r, wall) for r in results]
         budget = self.config.max_step_tokens
         left = max(budget - len(rows) * self._tree_tokens, budget // 4, 1)
-        return results + self._prefill([s for s in states if not s.prefilled], left)
+        waiting = [s for s in states if not s.prefilled]
+        for s in waiting:  # the step size its first rounds will run at (its costs' bucket)
+            s.step_requests = len(states)
+        return results + self._prefill(waiting, left)
 
     def _probe_allows(self, rows: list[tuple[RequestState, int]]) -> bool:
         """False for the plain steps the time loss's cost model measures with (a step of
@@ -77,12 +79,6 @@ class BatchScheduler:
         if not any(s.plain_arm for s, _ in rows):
             return True
         return self.costs.speculate(len(rows))
-
-    def _measured(self, results: list[RowResult], visited: bool) -> None:
-        """The round's head-and-walk time, when it verified at least one drafted tree."""
-        rounds = [r.round for r in results if r.round is not None]
-        if any(rs.drafted > 0 for rs in rounds):
-            self.head_rows.record(visited, rounds[0].head_s, len(results))
 
     def release(self, request_id: str) -> None:
         """Free the request's slot (the last slot's request moves into it)."""

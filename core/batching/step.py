@@ -76,6 +76,7 @@ class _Row:
     v: Verified | None = None
     committed: list[int] | None = None
     cur: Candidates | None = None
+    due: bool = False  # the request's evaluation runs this step
     error: Exception | None = None
 
 
@@ -254,14 +255,29 @@ def _evaluate(rows: list[_Row], config: EngineConfig) -> None:
                 feeding.append(r)
         except Exception as exc:
             _fail(r, exc)
-    due = [r for r in feeding if r.state.evaluation_due(plain=r.chosen is None)]
-    _batched(due, lambda rs: _sync_all(rs, config))
+    for r in feeding:
+        r.due = r.state.evaluation_due(plain=r.chosen is None)
+    _batched([r for r in feeding if r.due and not r.state.drafters_asleep],
+             lambda rs: _sync_all(rs, config))
     _each(_live(feeding), lambda r: _learn(r, config))
+    _batched([r for r in _live(feeding) if r.state.wake_due()], lambda rs: _wake(rs, config))
 
 
 def _learn(r: _Row, config: EngineConfig) -> None:
     assert r.v is not None
-    learn_from(r.state, r.v, r.chosen, r.n, config, r.cur)
+    learn_from(r.state, r.v, r.chosen, r.n, config, r.cur, r.due)
+
+
+def _wake(rows: list[_Row], config: EngineConfig) -> None:
+    """Sleeping drafters restart from their requests' last verified pairs (DrafterState.wake),
+    batched; only the last pair's top-k is needed: the next evaluation's first root."""
+    for r in rows:
+        r.state.dstate.wake()  # type: ignore[union-attr]
+    curs = sync_many([(r.state.dstate, r.state.snapshot, None) for r in rows],  # type: ignore[misc]
+                     config.tree.top_k, scored=1)
+    for r, cur in zip(rows, curs, strict=True):
+        r.state.pending, r.state.asleep_rounds = cur, 0
+        r.state.stats.wakes += 1
 
 
 def _sync_all(rows: list[_Row], config: EngineConfig) -> None:

@@ -72,7 +72,7 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
     w = config.selector.prompt_windows
     cands = state.pending
     if (w == 0 or not state.evaluate or state.feedback is None or state.finished
-            or (cands is None and state.snapshot.neural)):
+            or (cands is None and state.snapshot.neural and not state.drafters_asleep)):
         return
     first_root = len(state.token_ids) - 1  # the first generated token's position
     first_row = first_root - len(out)  # position of out's row 0
@@ -94,6 +94,9 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
         pairs = slice(lo - chunk_start - 1, first_root - chunk_start - 1)
         parts.append((cands.indices, target.evidence(cands.topk_ids[:, pairs].cpu().numpy(),
                                                      cands.topk_logp[:, pairs].cpu().numpy())))
+    elif state.snapshot.neural:  # asleep (plain decoding dominates them): no candidates
+        parts.append((state.snapshot.neural, Evidence.none(len(state.snapshot.neural),
+                                                           first_root - lo)))
     pool = with_model_free(state, parts, lo, first_root - lo, target)
     if config.selector.prompt_evidence == "losses":
         for m in range(lo, first_root):

@@ -103,6 +103,18 @@ class DeferredRound:
 # plain decoding at 8 streams (8 drafters). The learner gets the same losses, later.
 PLAIN_EVAL_STRETCH = 4
 
+# Sleeping drafters. Under the time loss a request whose learner would give its EAGLE-3 drafters
+# less than SLEEP_SHARE against plain decoding stops feeding them (DrafterState.sleep): asleep
+# experts (core/selection/learners.py), their regrets frozen, while it decodes plain or with a
+# model-free member. Every PROBE_ROUNDS rounds they restart from the last WAKE_PAIRS verified
+# pairs and are scored for one evaluation period, so the learner sees them again. Why: on a CPU
+# one pair through the demo pool's eight drafters costs about a third of a target row, so at 8
+# and 16 streams feeding them every pair cost a quarter of plain decoding's rate while the
+# learner decoded plain (bench/results/time_loss_held_out.md); asleep, that cost falls to
+# (WAKE_PAIRS + eval_every) / PROBE_ROUNDS of it.
+SLEEP_SHARE = 0.05
+PROBE_ROUNDS = 64
+
 
 @dataclass
 class RequestState:
@@ -153,6 +165,8 @@ class RequestState:
     round_max: int = 2
     # A running ÂL per member (EXPECTED_DECAY), for the step check (core/selection/arm_costs.py).
     expected: npt.NDArray[np.float64] | None = None
+    # Rounds since the EAGLE-3 drafters fell asleep (SLEEP_SHARE).
+    asleep_rounds: int = 0
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
@@ -215,13 +229,66 @@ class RequestState:
         return None if arm == len(self.snapshot) else arm
 
     def awake(self) -> npt.NDArray[np.bool_] | None:
-        """Which members can draft from the root; None when all can (no model-free member)."""
-        if self.lookups is None or not self.lookups.lookups:
+        """Which members can draft from the root; None when all can: a model-free member with
+        no guess there sleeps, and so do the EAGLE-3 drafters while they are not fed."""
+        free = self.lookups is not None and bool(self.lookups.lookups)
+        if not free and not self.drafters_asleep:
             return None
         mask = np.ones(len(self.snapshot), dtype=bool)
-        for i, up in self.lookups.awake().items():
-            mask[i] = up
+        if self.lookups is not None:
+            for i, up in self.lookups.awake().items():
+                mask[i] = up
+        if self.drafters_asleep:
+            mask[self.snapshot.neural] = False
         return mask
+
+    @property
+    def drafters_asleep(self) -> bool:
+        return self.dstate is not None and self.dstate.asleep
+
+    def should_sleep(self) -> bool:
+        """Whether the EAGLE-3 drafters go to sleep at this evaluation: under the time loss,
+        when the learner would give them less than SLEEP_SHARE of its weight in a round where
+        no model-free member has a guess (they and plain decoding awake). Their share of the
+        whole distribution is no test: a learner that favours a lookup falls back on them
+        wherever the lookup has nothing to propose (measured: with that test the one-stream
+        rounds ran plain there, 35% of them, at 0.77x the tokens/s)."""
+        if (not self.plain_arm or self.learner is None or self.dstate is None
+                or not self.dstate.full or self.dstate.asleep or not self.snapshot.neural):
+            return False
+        if self.drafters_dominated():
+            return True
+        fallback = np.zeros(len(self.snapshot) + 1, dtype=bool)
+        fallback[self.snapshot.neural] = True
+        fallback[-1] = True  # plain decoding
+        share = self.learner.awake_distribution(fallback)[self.snapshot.neural].sum()
+        return float(share) < SLEEP_SHARE
+
+    def sleep(self) -> None:
+        assert self.dstate is not None
+        self.dstate.sleep()
+        self.pending = None
+        self.asleep_rounds = 0
+
+    def wake_due(self) -> bool:
+        """Asleep for PROBE_ROUNDS rounds, with no round waiting to be scored, and no longer
+        dominated by plain decoding."""
+        return (self.drafters_asleep and self.asleep_rounds >= PROBE_ROUNDS and not self.deferred
+                and not self.drafters_dominated())
+
+    def drafters_dominated(self) -> bool:
+        """Under the time loss, whether every EAGLE-3 drafter is dominated by plain decoding at
+        the request's step size (CostModel.dominated): none can be the best arm in hindsight,
+        so feeding them buys nothing. On two cores this holds from about 4 streams on (a
+        13-row tree costs more than 5 plain rows' worth there), where the drafters then sleep
+        from the prompt on (no prompt catch-up) until the load falls."""
+        model = self.costs.model(self.step_requests) if self.costs is not None else None
+        if not self.plain_arm or model is None or not self.snapshot.neural:
+            return False
+        assert self.feedback is not None
+        rows = self._arm_rows()
+        return all(model.dominated(rows[i], NEURAL, float(self.feedback.depths[i] + 1))
+                   for i in self.snapshot.neural)
 
     def weights(self) -> dict[str, float]:
         if self.learner is None:

@@ -17,6 +17,7 @@ from core.decoding.node_logits import NodeLogits, penalise
 from core.decoding.pool_evidence import TargetSide, with_model_free
 from core.decoding.request import DeferredRound, RequestState, max_len
 from core.model.target import TargetOutput
+from core.selection.counterfactual import Evidence
 from core.speculation.drafter_pool import Candidates, DrafterState
 from core.speculation.drafting import DraftRow, tree_scratch
 from core.speculation.model_free.base import OutputGrammar
@@ -45,13 +46,16 @@ def commit_first(state: RequestState, tok: int, raw: Tensor) -> list[int]:
 
 
 def start_drafters(state: RequestState) -> None:
-    """The request's drafter caches: every drafter under full evaluation, else lazily caught up."""
+    """The request's drafter caches: every drafter under full evaluation, else lazily caught up;
+    asleep from the start where plain decoding dominates them (RequestState.drafters_dominated)."""
     assert state.learner is not None
     fixed = state.learner.fixed_index
     state.dstate = DrafterState(state.snapshot, full=state.evaluate,
                                 drafters=None if fixed is None else [fixed])
     if state.grammar_trail is not None:
         state.dstate.grammar = state.grammar_trail
+    if state.evaluate and state.drafters_dominated():
+        state.sleep()  # no prompt catch-up: plain decoding dominates them at this load
 
 
 def start_lookups(state: RequestState, config: EngineConfig) -> None:
@@ -126,13 +130,14 @@ def record_pairs(state: RequestState, v: Verified) -> bool:
 
 
 def learn_from(state: RequestState, v: Verified, chosen: int | None, n: int, config: EngineConfig,
-               cur: Candidates | None) -> None:
+               cur: Candidates | None, due: bool = False) -> None:
     """Evaluation phase, no target call. Under full evaluation every drafter has caught up on
     the recorded pairs (`cur`, one batched pass per group), which yields γ_d(m) for m = n..n+L
     and the learner update. Bandits and fixed drafters only need the chosen drafter's realised
-    length: their drafters catch up lazily when they draft."""
+    length: their drafters catch up lazily when they draft. `due`: this round's evaluation was
+    due (with the EAGLE-3 drafters asleep, no catch-up ran: `cur` is None)."""
     if state.evaluate:
-        _counterfactual(state, v, chosen, n, cur)
+        _counterfactual(state, v, chosen, n, cur, due)
     if state.learner is not None and not state.learner.full_information and chosen is not None:
         state.learner.update_bandit(chosen, float(len(v.new)), max_len(state.snapshot, config))
 
@@ -188,7 +193,7 @@ def draft_row(state: RequestState, chosen: int, n: int, config: EngineConfig) ->
 
 
 def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int,
-                    cur: Candidates | None) -> None:
+                    cur: Candidates | None, due: bool) -> None:
     """The round's windows open now; its evidence (each drafter's top-k at m = n..n+L against
     the target's p̃_m and the realised x_{m+1}) is scored when every drafter has caught up:
     this round (`cur`, the drafters' top-k over every pair since the last evaluation), or a
@@ -201,7 +206,10 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
     plain_round = chosen is None and state.plain_arm
     state.feedback.open_window(n, chosen, steps if chosen is not None or plain_round else None)
     state.deferred.append(_target_side(v, n))
-    if cur is None and state.snapshot.neural:
+    asleep = state.drafters_asleep
+    state.asleep_rounds += asleep
+    state.stats.asleep_rounds += asleep
+    if cur is None and state.snapshot.neural and not (asleep and due):
         return
     rounds, state.deferred = state.deferred, []
     prev = state.pending  # top-k at the first root, from the previous catch-up
@@ -216,6 +224,7 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
         new = np.array([t for r in rounds for t in r.new])
         target = TargetSide(None, probs.cpu().numpy().astype(np.float64), new)
     parts = []
+    sleeping = state.should_sleep()
     if cur is not None:
         assert prev is not None and cur.indices == prev.indices == state.snapshot.neural
         assert cur.topk_ids.shape[1] == pairs, (cur.topk_ids.shape, pairs)
@@ -224,9 +233,22 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
         ids = torch.cat([prev.topk_ids[:, -1:], cur.topk_ids[:, : pairs - 1]], dim=1)
         logp = torch.cat([prev.topk_logp[:, -1:], cur.topk_logp[:, : pairs - 1]], dim=1)
         parts.append((cur.indices, target.evidence(ids.cpu().numpy(), logp.cpu().numpy())))
+    elif state.snapshot.neural:  # asleep: no catch-up ran
+        parts.append((state.snapshot.neural, Evidence.none(len(state.snapshot.neural), pairs)))
     pool = with_model_free(state, parts, start, pairs, target)
     state.feedback.add_evidence(start, pool.evidence, pool.trees)
+    if sleeping:  # the windows they could not finish have them asleep
+        state.feedback.asleep_from(state.snapshot.neural,
+                                   start + pairs - _eagle_depth(state) + 1)
     state.learn()
+    if sleeping:
+        state.sleep()
+
+
+def _eagle_depth(state: RequestState) -> int:
+    """The levels an EAGLE-3 drafter's window reads (the engine's tree depth)."""
+    assert state.feedback is not None
+    return int(state.feedback.depths[state.snapshot.neural].max())
 
 
 def _target_side(v: Verified, n: int) -> DeferredRound:

@@ -108,6 +108,13 @@ class CostModel:
         evaluate = self.evaluate_plain if kind == PLAIN else self.evaluate
         return self.alpha / self.requests + self.beta * rows + draft + evaluate + self.other
 
+    def dominated(self, rows: float, kind: str, most_tokens: float) -> bool:
+        """Whether an arm cannot beat plain decoding's time per token even if every round
+        committed `most_tokens` (its tree's depth + 1): then its net seconds
+        s_a = c_a - λ·ÂL_a >= c_a - λ·most_tokens > 0 = s_plain on every window, so its loss
+        exceeds plain decoding's whatever it drafts and it is never the best arm in hindsight."""
+        return self.arm_cost(rows, kind) > most_tokens * self.arm_cost(1.0, PLAIN)
+
     def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
         """Whether the step as planned commits tokens at least as fast as the same requests
         decoding plain: the pass, the drafting and the evaluation are paid once a step, so a

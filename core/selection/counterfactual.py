@@ -144,6 +144,24 @@ class Evidence:
                         np.concatenate([e.path_rank for e in parts], axis=1),
                         np.concatenate([e.mass for e in parts], axis=1))
 
+    def widened(self, k: int) -> Evidence:
+        """The same evidence with `k` candidate slots (at least its own): the extra ones hold
+        no candidate."""
+        n, m, own = self.logp.shape
+        if k <= own:
+            return self
+        pad = (n, m, k - own)
+        return Evidence(np.concatenate([self.logp, np.full(pad, -np.inf)], axis=2),
+                        np.concatenate([self.credit, np.zeros(pad)], axis=2),
+                        self.path_rank, self.path_mass)
+
+    @staticmethod
+    def none(drafters: int, positions: int) -> Evidence:
+        """Positions where `drafters` have no candidate: asleep there (no catch-up ran)."""
+        return Evidence(np.full((drafters, positions, 1), -np.inf),
+                        np.zeros((drafters, positions, 1)),
+                        np.full((drafters, positions), -1, dtype=np.int64))
+
     @staticmethod
     def from_gammas(gammas: npt.ArrayLike) -> Evidence:
         """Positions known only by their γ ([N, M]): one candidate worth γ, the realised one
@@ -229,7 +247,10 @@ def tree_kept(window: Evidence, total_tokens: TotalTokens,
 def gammas_tree(window: Evidence, total_tokens: TotalTokens,
                 override: KeptOverride | None = None) -> FloatArray:
     """γ with C = the children the drafter's modelled tree keeps under the path: [N, K]."""
-    kept = tree_kept(window, total_tokens, override)
+    return _kept_gammas(window, tree_kept(window, total_tokens, override))
+
+
+def _kept_gammas(window: Evidence, kept: BoolArray) -> FloatArray:
     return np.clip(np.where(kept, window.credit, 0.0).sum(axis=-1), 0.0, 1.0)
 
 
@@ -237,13 +258,28 @@ def tree_length(window: Evidence, total_tokens: TotalTokens,
                 override: KeptOverride | None = None) -> FloatArray:
     """ÂL under the "tree" estimator, 1 + Σ_k Π_{j<k} 1{x_j ∈ C_j} · γ_k (module docstring):
     [N] for a window [N, K, k]."""
-    kept = tree_kept(window, total_tokens, override)
-    gammas = np.clip(np.where(kept, window.credit, 0.0).sum(axis=-1), 0.0, 1.0)  # [N, K]
+    return _kept_length(window, tree_kept(window, total_tokens, override))
+
+
+def _kept_length(window: Evidence, kept: BoolArray) -> FloatArray:
+    gammas = _kept_gammas(window, kept)  # [N, K]
     rank = np.maximum(window.path_rank, 0)[..., None]  # [N, K, 1]
     on_path = np.take_along_axis(kept, rank, axis=-1)[..., 0] * window.mass  # [N, K]
     reach = np.cumprod(np.concatenate([np.ones_like(on_path[:, :1]), on_path[:, :-1]],
                                       axis=1), axis=1)  # Π_{j<k}
     return 1.0 + (reach * gammas).sum(axis=-1)
+
+
+def window_estimates(window: Evidence, estimator: str, total_tokens: TotalTokens,
+                     override: KeptOverride | None = None) -> tuple[FloatArray, FloatArray]:
+    """γ ([N, K]) and ÂL ([N]) of one round's window, as `window_gammas` and `window_length`
+    give them, with the tree's kept candidates computed once (the feedback queue judges a few
+    thousand windows a second at 16 streams)."""
+    if estimator == "tree":
+        kept = tree_kept(window, total_tokens, override)
+        return _kept_gammas(window, kept), _kept_length(window, kept)
+    gammas = window_gammas(window, estimator, total_tokens)
+    return gammas, estimate_length(gammas)
 
 
 def window_length(window: Evidence, estimator: str, total_tokens: TotalTokens,

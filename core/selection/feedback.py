@@ -51,8 +51,7 @@ from core.selection.counterfactual import (
     TotalTokens,
     length_loss,
     prob_loss,
-    window_gammas,
-    window_length,
+    window_estimates,
 )
 
 
@@ -127,6 +126,8 @@ class _Pending:
     chosen: int | None
     realised: int | None
     learned: bool = False  # its loss was handed out by pop_losses
+    asleep: tuple[int, ...] = ()  # drafters asleep for this window (asleep_from)
+    verdict: _Verdict | None = None  # once every position is known (`_verdict`)
 
 
 class FeedbackQueue:
@@ -214,8 +215,9 @@ class FeedbackQueue:
             raise ValueError(f"γ must arrive contiguously: "
                              f"expected position {expected}, got {start}")
         held = self._evidence
-        if held is not None and held.logp.shape[2] != evidence.logp.shape[2]:
-            raise ValueError("every position must carry the same number of candidates")
+        if held is not None:  # candidate slots padded to the wider (asleep drafters carry one)
+            k = max(held.logp.shape[2], evidence.logp.shape[2])
+            held, evidence = held.widened(k), evidence.widened(k)
         before = self.buffered_positions
         self._evidence = evidence if held is None else Evidence.concat([held, evidence])
         for d in set(self._trees) | set(trees or {}):
@@ -224,6 +226,16 @@ class FeedbackQueue:
             held_trees.extend(given if given is not None else [None] * evidence.positions)
         self._trim()
 
+    def asleep_from(self, drafters: list[int], position: int) -> None:
+        """`drafters` are fed no more pairs: the open windows rooted at `position` or later (the
+        first whose levels they would not see to the end) have them asleep instead of judging
+        them on a window cut short (γ = 0 past the cut would bias their ÂL down). Later
+        positions carry no candidate of theirs (Evidence.none), so later windows have them
+        asleep anyway."""
+        for pending in self._pending:
+            if pending.start >= position:
+                pending.asleep = tuple(drafters)
+
     def pop_losses(self) -> list[WindowLoss]:
         """Loss vectors ([N] each, with the awake set) that became known, in window order;
         each exactly once."""
@@ -231,7 +243,7 @@ class FeedbackQueue:
         for pending in self._pending:
             if pending.learned:
                 continue
-            verdict = self._verdict(pending.start)
+            verdict = self._verdict(pending)
             if not self._loss_ready(verdict):
                 break  # FIFO: a later window never overtakes an earlier one
             out.append(WindowLoss(self._loss(verdict), verdict.awake, verdict.est_len))
@@ -243,7 +255,7 @@ class FeedbackQueue:
         yet is marked as handed out: its loss is in the Window."""
         done: list[Window] = []
         while self._pending:
-            verdict = self._verdict(self._pending[0].start)
+            verdict = self._verdict(self._pending[0])
             if not self._is_complete(verdict):
                 break
             done.append(self._window(self._pending.popleft(), verdict, censored=False))
@@ -260,7 +272,7 @@ class FeedbackQueue:
         """
         done: list[Window] = []
         while self._pending:
-            verdict = self._verdict(self._pending[0].start)
+            verdict = self._verdict(self._pending[0])
             pending = self._pending.popleft()
             if verdict.known == 0:
                 continue
@@ -296,9 +308,24 @@ class FeedbackQueue:
         return Window(pending.start, pending.chosen, pending.realised, v.gammas, v.est_len,
                       self._loss(v), censored=censored)
 
-    def _verdict(self, start: int) -> _Verdict:
-        """γ ([N, K], zero where unknown) and ÂL of the window rooted at `start`, judged on
-        its known leading positions."""
+    def _verdict(self, pending: _Pending) -> _Verdict:
+        """γ ([N, K], zero where unknown) and ÂL of the window, judged on its known leading
+        positions; the drafters asleep for it (`asleep_from`) as drafters with no candidate.
+        A window whose every position is known is judged once (nothing can change it: its
+        positions are held and `asleep_from` marks only windows it could not finish)."""
+        if pending.verdict is not None:
+            return pending.verdict
+        v = self._judged(pending.start)
+        if pending.asleep:
+            off = list(pending.asleep)
+            gammas, est, awake = v.gammas.copy(), v.est_len.copy(), v.awake.copy()
+            gammas[off], est[off], awake[off] = 0.0, 1.0, False
+            v = _Verdict(gammas, est, v.known, awake)
+        if v.known == self.depth:
+            pending.verdict = v
+        return v
+
+    def _judged(self, start: int) -> _Verdict:
         n = self.num_drafters
         if self._base is None or self._evidence is None:
             return _Verdict(np.zeros((n, self.depth)), np.ones(n), 0, np.ones(n, dtype=bool))
@@ -306,11 +333,10 @@ class FeedbackQueue:
         known = max(0, min(self.depth, self._evidence.positions - lo))
         window = self._evidence.slice(lo, lo + known).padded(self.depth).truncated(self.depths)
         exact = self._exact_trees(window, lo, known)
-        gammas = window_gammas(window, self.estimator, self.total_tokens, exact)
+        gammas, est_len = window_estimates(window, self.estimator, self.total_tokens, exact)
         gammas[:, known:] = 0.0
         awake = window.awake[:, 0] if known else np.ones(n, dtype=bool)
-        return _Verdict(gammas, window_length(window, self.estimator, self.total_tokens, exact),
-                        known, awake)
+        return _Verdict(gammas, est_len, known, awake)
 
     def _exact_trees(self, window: Evidence, lo: int, known: int) -> KeptOverride:
         """The kept children along the realised path of each recorded tree rooted at the

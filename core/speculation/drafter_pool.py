@@ -314,6 +314,9 @@ class _Unit:
     kv: KVBuffer  # [rows, nkv, synced, hd] (+ scratch capacity)
     h_last: Tensor | None  # [rows, H] pre-norm output of the last consumed pair
     synced: int  # pairs consumed = absolute position of the next pair to consume
+    # Pairs never consumed (skipped while the drafters slept, DrafterState.sleep): the cache
+    # holds synced - skipped entries, each at its own absolute position (RoPE), with a gap.
+    skipped: int = 0
     # Full evaluation: the top-k of every pair consumed since the last evaluation window was
     # taken ([rows, T, k] ids and log q per catch-up).
     window: list[tuple[Tensor, Tensor]] = field(default_factory=list)
@@ -363,6 +366,7 @@ class DrafterState:
         self._tokens = torch.empty(0, dtype=torch.long)
         self._base = 0
         self.catch_up_pairs = 0  # drafter-pairs processed (one drafter consuming one pair = 1)
+        self._asleep = False
         # The request's grammar, if any: catch-up top-k are drawn from what it allowed.
         self.grammar: AllowedTrail | None = None
 
@@ -371,10 +375,47 @@ class DrafterState:
         return int(self._tokens.numel())
 
     def record(self, features: Tensor, tokens: Tensor) -> None:
-        """Append the next verified pairs (features [T, 3Ht], tokens [T]); nothing runs."""
+        """Append the next verified pairs (features [T, 3Ht], tokens [T]); nothing runs. While
+        the drafters sleep only the last WAKE_PAIRS are held (what `wake` restarts from)."""
         feats = features.detach()
         self._features = feats if self._features is None else torch.cat([self._features, feats])
         self._tokens = torch.cat([self._tokens, tokens.detach().cpu().long()])
+        if self.asleep:
+            self._drop(self.held_pairs - WAKE_PAIRS)
+
+    @property
+    def asleep(self) -> bool:
+        return self._asleep
+
+    def sleep(self) -> None:
+        """Stop feeding the EAGLE drafters (full evaluation only): the verified pairs are no
+        longer consumed, so a request that decodes plain or drafts with a model-free member
+        stops paying a catch-up per pair (core/decoding/request.py says when). The caches keep
+        what they hold."""
+        assert self.full, "only full evaluation has drafters to put to sleep"
+        self._asleep = True
+        self._copies.clear()
+        self._drop(self.held_pairs - WAKE_PAIRS)
+
+    def wake(self) -> None:
+        """Resume from the last WAKE_PAIRS verified pairs: every unit skips the pairs before
+        them (its cache keeps the pairs it consumed before sleeping, then a gap) and the next
+        sync catches it up on those held pairs."""
+        self._asleep = False
+        self._copies.clear()
+        for u in self.units:
+            if u.synced < self._base:
+                u.skipped += self._base - u.synced
+                u.synced = self._base
+                u.window = []
+
+    def _drop(self, count: int) -> None:
+        """Forget the oldest `count` held pairs."""
+        if count > 0 and self._features is not None:
+            self._features, self._tokens = self._features[count:], self._tokens[count:]
+            self._base += count
+            if self.grammar is not None:
+                self.grammar.trim(self._base + 1)
 
     def sync(self, snapshot: PoolSnapshot, top_k: int, drafters: list[int] | None = None,
              scored: int | None = None) -> Candidates | None:
@@ -389,6 +430,7 @@ class DrafterState:
     def plan(self, drafters: list[int] | None = None,
              scored: int | None = None) -> list[tuple[_Unit, CatchUpJob]]:
         """The catch-ups `sync` would run for these drafters, not run yet."""
+        assert not self.asleep, "wake the drafters before catching them up"
         end = self._base + self.held_pairs
         if drafters is None:
             units = self.units
@@ -417,7 +459,8 @@ class DrafterState:
         kv = KVBuffer.of((keys[j : j + 1], values[j : j + 1]))  # a copy with room to grow
         rows = slice(group.rows.start + j, group.rows.start + j + 1)
         # No h_last: a copy is made only when its group lags, so it catches up at once.
-        return _Unit(group.group, rows, [index], kv, None, group.synced, draft_copy=True)
+        return _Unit(group.group, rows, [index], kv, None, group.synced, skipped=group.skipped,
+                     draft_copy=True)
 
     def finish(self, done: list[tuple[_Unit, CatchUp]],
                everyone: bool = False) -> Candidates | None:
@@ -479,7 +522,8 @@ class DrafterState:
     def _job(self, u: _Unit, end: int) -> CatchUpJob:
         assert self._features is not None
         lo = u.synced - self._base
-        u.kv.length = u.synced  # drops what a failed pass may have appended: a rerun is exact
+        # drops what a failed pass may have appended: a rerun is exact
+        u.kv.length = u.synced - u.skipped
         # pair j's prefix ends at token j + 1: its top-k are for the token after position j + 1
         allowed = self.grammar.masks(u.synced + 1, end + 1) if self.grammar is not None else None
         return CatchUpJob(u.kv, self._features[lo:], self._tokens[lo:], torch.arange(u.synced, end),
@@ -488,13 +532,10 @@ class DrafterState:
     def _trim(self) -> None:
         """Drop pairs every held drafter has consumed (draft copies are never behind their
         group)."""
+        if self.asleep:
+            return  # record() bounds the held pairs
         floor = min((u.synced for u in self.units), default=self._base + self.held_pairs)
-        drop = floor - self._base
-        if drop > 0 and self._features is not None:
-            self._features, self._tokens = self._features[drop:], self._tokens[drop:]
-            self._base = floor
-            if self.grammar is not None:
-                self.grammar.trim(floor + 1)
+        self._drop(floor - self._base)
 
 
 def _candidates(parts: list[tuple[_Unit, Tensor, Tensor]]) -> Candidates:
@@ -505,6 +546,12 @@ def _candidates(parts: list[tuple[_Unit, Tensor, Tensor]]) -> Candidates:
     return Candidates(indices=sorted(indices),
                       topk_ids=torch.cat([ids for _, ids, _ in parts])[order],
                       topk_logp=torch.cat([lp for _, _, lp in parts])[order])
+
+
+# Verified pairs a sleeping request keeps for its drafters' restart (DrafterState.wake): the
+# EAGLE-3 drafter reads the target's features, so a short recent window restores most of its
+# prediction (a fresh restart costs these pairs through every drafter once).
+WAKE_PAIRS = 16
 
 
 SyncRequest = tuple[DrafterState, PoolSnapshot, "list[int] | None"]

@@ -42,9 +42,8 @@ def counted(engine: SpecEngine) -> list[int]:
     return calls
 
 
-def test_auto_is_measured_on_a_cpu_and_all_on_a_gpu() -> None:
-    assert HeadRows("auto", "cpu").measured
-    assert not HeadRows("auto", "cuda").measured and not HeadRows("auto", "cuda").visited()
+def test_auto_is_visited_on_a_cpu_and_all_on_a_gpu() -> None:
+    assert HeadRows("auto", "cpu").visited() and not HeadRows("auto", "cuda").visited()
     assert HeadRows("visited").visited() and not HeadRows("all").visited()
     with pytest.raises(ValueError, match="verify_logits"):
         EngineConfig(verify_logits="some")
@@ -72,7 +71,7 @@ def test_visited_rows_keep_greedy_lossless_with_penalties_logprobs_and_hedgespec
     target = tiny_target("llama")
     drafters = {f"d{i}": random_drafter(target, seed=i) for i in range(3)}
     engine = make_engine(target, drafters, TREE)
-    assert engine.head_rows.measured  # greedy identity below holds under both settings
+    assert engine.head_rows.visited()  # greedy identity below holds under both settings
     prompt = [5, 9, 2, 7]
     ids, _ = engine.generate_ids(prompt, SamplingParams(max_new_tokens=24, ignore_eos=True))
     assert ids == hf_greedy(target, prompt, 24)

@@ -266,9 +266,12 @@ def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation
     """Unlike the gate's plain steps (every PLAIN_EVAL_STRETCH x eval_every rounds), the plain
     arm's rounds keep the evaluation period: the learner must see its drafters' losses as often
     to leave plain decoding when one pays again (the stretch made plain rounds look cheaper and
-    kept the learner plain)."""
+    kept the learner plain). The drafters kept awake here: asleep, they are not scored at all
+    (tests/core/test_sleeping_drafters.py)."""
     import core.batching.step as batch_rounds
+    from core.decoding.request import RequestState
 
+    monkeypatch.setattr(RequestState, "should_sleep", lambda self: False)
     engine = time_engine()
     slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)  # the learner goes plain
     catch_ups = 0

@@ -160,11 +160,10 @@ def test_a_step_observes_the_rows_its_verification_pass_held() -> None:
 
 def test_the_head_setting_gauge_marks_the_current_setting_only() -> None:
     m = GatewayMetrics()
-    m.observe_head_setting("measuring")
+    m.observe_head_setting("all")
     m.observe_head_setting("visited")
-    got = {s: value(m, "hedgespec_verify_head_setting", setting=s)
-           for s in ("visited", "all", "measuring")}
-    assert got == {"visited": 1.0, "all": 0.0, "measuring": 0.0}
+    got = {s: value(m, "hedgespec_verify_head_setting", setting=s) for s in ("visited", "all")}
+    assert got == {"visited": 1.0, "all": 0.0}
 
 
 def test_a_policy_that_scores_no_drafter_has_no_regret_observed() -> None:

@@ -1,0 +1,230 @@
+"""Sleeping EAGLE-3 drafters (core/decoding/request.py, SLEEP_SHARE): under the time loss a
+request whose learner has left its EAGLE-3 drafters stops feeding them, they are asleep experts
+meanwhile, and every PROBE_ROUNDS rounds they restart from the last WAKE_PAIRS verified pairs.
+Tokens never depend on it; the learner never sees a window the drafters could not finish."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+import core.batching.step as step_module
+import core.decoding.request as request_module
+from bench.harness.tiny_models import random_drafter, tiny_target
+from core.decoding.request import RequestState
+from core.engine import SpecEngine
+from core.model.kv_buffer import KVBuffer
+from core.selection.arm_costs import NEURAL, CostModel
+from core.selection.feedback import FeedbackQueue, WindowLoss
+from core.speculation.drafter_pool import (
+    WAKE_PAIRS,
+    CatchUpJob,
+    DrafterState,
+    PoolSnapshot,
+    StackedGroup,
+)
+from tests.core.test_spec_gate import slowed_rows
+from tests.core.test_time_loss import ids, run, time_engine
+from tests.modelled_clock import ModelledClock
+
+# -- the drafters' caches ----------------------------------------------------------------------
+
+
+def pairs(target_hidden: int, count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(count, 3 * target_hidden, generator=gen),
+            torch.randint(0, 64, (count,), generator=gen))
+
+
+def test_a_woken_drafter_continues_its_cache_past_a_gap_at_the_right_positions() -> None:
+    """Asleep, the pairs are not consumed; awake again, each drafter's cache holds the pairs it
+    consumed before, then the last WAKE_PAIRS at their own positions: exactly a catch-up over
+    those two stretches, and the draft cache's length counts consumed pairs, not positions."""
+    target = tiny_target()
+    snapshot = PoolSnapshot({f"d{i}": random_drafter(target, seed=i) for i in range(2)})
+    group = snapshot.groups[0]
+    hidden = target.config.hidden_size
+    before, asleep = pairs(hidden, 10, 1), pairs(hidden, 30, 2)
+    state = DrafterState(snapshot, full=True)
+    state.record(*before)
+    state.sync(snapshot, top_k=3)
+    state.sleep()
+    for j in range(30):  # one verified pair a plain round
+        state.record(asleep[0][j : j + 1], asleep[1][j : j + 1])
+    assert state.held_pairs == WAKE_PAIRS
+    state.wake()
+    got = state.sync(snapshot, top_k=3)
+    assert got is not None and got.topk_ids.shape[1] == WAKE_PAIRS
+
+    kv = group.empty_kv()
+    group.catch_up_many([CatchUpJob(kv, before[0], before[1], torch.arange(10))], 3)
+    skip = 30 - WAKE_PAIRS
+    want = group.catch_up_many([CatchUpJob(kv, asleep[0][skip:], asleep[1][skip:],
+                                           torch.arange(10 + skip, 40))], 3)[0]
+    assert torch.equal(got.topk_ids, want.topk_ids)
+    assert torch.allclose(got.topk_logp, want.topk_logp)
+    assert torch.equal(state.h_last(0), want.h_last[0])
+    _, _, length = state.draft_cache(0, scratch=4)
+    assert length == 10 + WAKE_PAIRS
+
+
+def test_asleep_drafters_cannot_be_caught_up() -> None:
+    target = tiny_target()
+    snapshot = PoolSnapshot({"d0": random_drafter(target)})
+    state = DrafterState(snapshot, full=True)
+    state.record(*pairs(target.config.hidden_size, 4, 1))
+    state.sync(snapshot, top_k=3)
+    state.sleep()
+    with pytest.raises(AssertionError, match="wake"):
+        state.sync(snapshot, top_k=3)
+    assert isinstance(state.units[0].kv, KVBuffer)
+
+
+# -- in the engine ---------------------------------------------------------------------------------
+
+
+def test_a_learner_decoding_plain_stops_feeding_its_drafters_but_for_probes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No drafter pays (two random ones), though none is dominated (a pass costs 20 rows):
+    the learner goes plain, its drafters fall asleep, and only the probes (every PROBE_ROUNDS
+    rounds) catch them up again; the learner still sees them after each probe."""
+    monkeypatch.setattr(request_module, "PROBE_ROUNDS", 16)
+    catch_ups = 0
+    sync_all = step_module._sync_all
+
+    def counted(rows: list[object], config: object) -> None:
+        nonlocal catch_ups
+        catch_ups += 1
+        sync_all(rows, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(step_module, "_sync_all", counted)
+    engine = random_pool_engine("time")
+    slowed_rows(engine, per_call_s=0.01, per_row_s=0.0005)
+    outs = run(engine, streams=1, tokens=128)
+    stats = outs["r0"][-1].stats
+    rounds = stats.rounds + stats.plain_rounds
+    assert stats.asleep_rounds > rounds / 2
+    assert stats.wakes >= 3
+    # awake: every round (eval_every 1); asleep: the one evaluation after each wake
+    assert catch_ups <= rounds - stats.asleep_rounds + stats.wakes + 1
+    assert catch_ups < rounds / 2
+    assert ids(outs) == ids(run(random_pool_engine("length"), streams=1, tokens=128))
+
+
+def random_pool_engine(loss: str) -> SpecEngine:
+    """time_engine's pool without its copy drafter: two drafters that rarely pay."""
+    engine = time_engine(loss)
+    drafters = {d: m for d, m in engine.snapshot.drafters.items() if d != "copy"}
+    return SpecEngine(engine.target, drafters, engine.config, clock=ModelledClock())
+
+
+def test_woken_drafters_draft_again_and_the_tokens_stay_the_targets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put to sleep while the copy drafter pays (forced), its regret frozen meanwhile: woken
+    by a probe it drafts again from its restarted cache, and greedy output is unchanged."""
+    monkeypatch.setattr(request_module, "PROBE_ROUNDS", 8)
+    slept = []
+    should_sleep = RequestState.should_sleep
+
+    def once(self: RequestState) -> bool:
+        if not slept and self.generated >= 24 and self.plain_arm and not self.drafters_asleep:
+            slept.append(self.generated)
+            return True
+        return should_sleep(self)
+
+    monkeypatch.setattr(RequestState, "should_sleep", once)
+    engine = time_engine()
+    slowed_rows(engine, per_call_s=0.01, per_row_s=0.0)  # memory-bound: the copy drafter pays
+    outs = run(engine, streams=1, tokens=96)
+    rounds = [o.round for o in outs["r0"] if o.round is not None]
+    stats = outs["r0"][-1].stats
+    assert slept and stats.wakes >= 1 and stats.asleep_rounds >= 8
+    asleep_from = next(i for i, o in enumerate(outs["r0"]) if o.stats.asleep_rounds > 0)
+    later = [r.drafter for r in rounds[asleep_from + 8 + 2:]]
+    assert later.count("copy") >= 3  # drafting again after the wake
+    assert ids(outs) == ids(run(time_engine("length"), streams=1, tokens=96))
+
+
+def windows_learned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, WindowLoss]]:
+    """Record every window the learners are handed, with its start."""
+    seen: list[tuple[int, WindowLoss]] = []
+    pop = FeedbackQueue.pop_losses
+
+    def recording(self: FeedbackQueue) -> list[WindowLoss]:
+        starts = [p.start for p in self._pending if not p.learned]
+        out = pop(self)
+        seen.extend(zip(starts, out, strict=False))
+        return out
+
+    monkeypatch.setattr(FeedbackQueue, "pop_losses", recording)
+    return seen
+
+
+def test_windows_the_drafters_cannot_finish_have_them_asleep(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every round plain (so two runs root their windows at the same positions); one run's
+    drafters fall asleep at an evaluation. Each window in which a drafter is awake must judge it
+    exactly as the run that never sleeps does (no window cut short by the sleep, which would
+    count γ = 0 past it), and the windows rooted up to the sleep keep it awake."""
+    monkeypatch.setattr(RequestState, "select", lambda self: None)
+    monkeypatch.setattr(request_module, "PROBE_ROUNDS", 1 << 20)
+    runs = {}
+    for sleeps in (False, True):
+        def decide(self: RequestState, sleeps: bool = sleeps) -> bool:
+            return sleeps and self.generated >= 20 and not self.drafters_asleep
+
+        monkeypatch.setattr(RequestState, "should_sleep", decide)
+        seen = windows_learned(monkeypatch)
+        engine = time_engine()
+        run(engine, streams=1, tokens=48)
+        runs[sleeps] = {start: w for start, w in seen}
+    awake, asleep = runs[False], runs[True]
+    drafters = [0, 1, 2]
+    judged = [s for s, w in asleep.items() if w.awake[drafters].any()]
+    assert judged and max(judged) >= 18
+    for s in judged:
+        np.testing.assert_allclose(asleep[s].est_len[drafters], awake[s].est_len[drafters])
+    assert any(not w.awake[drafters].any() for w in asleep.values())
+
+
+# -- dominated by plain decoding -------------------------------------------------------------------
+
+
+def test_an_arm_that_cannot_beat_plain_decoding_even_committing_its_most_is_dominated() -> None:
+    # compute-bound (rows dear): 13 rows cost 0.026 s a round, more than 5 plain rounds
+    dear = CostModel(requests=4, alpha=0.0, beta=0.002, neural=0.001, free=0.0, evaluate=0.0,
+                     evaluate_plain=0.0, other=0.0)
+    assert dear.dominated(13.0, NEURAL, 5.0)
+    assert not dear.dominated(13.0, NEURAL, 14.0)  # a deeper tree could still pay
+    # memory-bound (the pass is a pass): 5 tokens for 0.0123 s against 0.0102 s for one
+    cheap = replace(dear, alpha=0.04, beta=0.0001)
+    assert not cheap.dominated(13.0, NEURAL, 5.0)
+
+
+def test_where_plain_decoding_dominates_new_requests_never_feed_their_drafters(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the engine has measured a step size where a tree's rows cost more than its most
+    tokens, requests that start there skip their drafters' prompt catch-up and keep them
+    asleep; their tokens are the target's."""
+    engine = time_engine()
+    slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
+    run(engine, streams=4, tokens=48)  # the bucket of 4 measured
+    catch_ups: list[int] = []
+    real = StackedGroup.catch_up_many
+
+    def counting(self: StackedGroup, jobs: list[CatchUpJob], top_k: int,
+                 rows: slice | None = None) -> list[object]:
+        catch_ups.append(sum(j.tokens.numel() for j in jobs))
+        return real(self, jobs, top_k, rows)  # type: ignore[return-value]
+
+    monkeypatch.setattr(StackedGroup, "catch_up_many", counting)
+    outs = run(engine, streams=4, tokens=48)
+    assert catch_ups == []
+    for o in outs.values():
+        stats = o[-1].stats
+        # every round but the last, which ends the request unscored
+        assert stats.asleep_rounds == stats.rounds + stats.plain_rounds - 1 > 40
+    assert ids(outs) == ids(run(time_engine("length"), streams=4, tokens=48))
