@@ -77,8 +77,8 @@ class SpecEngine:
                  model_name: str | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.target = target
-        # What every in-place measurement reads (the gate's step times, the LM head's times,
-        # the phase times in the statistics). A test of a choice made from measured time
+        # What every in-place measurement reads (the gate's step times, the time loss's round
+        # costs, the phase times in the statistics). A test of a choice made from measured time
         # passes a modelled clock, so the choice follows the costs it models on any CPU.
         self.clock = clock
         self.config = config
@@ -95,7 +95,7 @@ class SpecEngine:
         self.sessions = LearnerSessions(config.selector.max_sessions)
         self._order: list[str] = []
         self._next = 0
-        # Which LM-head rows a verified tree gets up front (measured in place on a CPU).
+        # Which LM-head rows a verified tree gets up front (a rule by device).
         self.head_rows = HeadRows(config.verify_logits, config.device)
         # Whether a step drafts at all, per batch size (measured in place under "auto").
         self.gate = SpecGate(config.speculation, config.selector.eval_every)

@@ -39,7 +39,7 @@ class RoundStats:
     weights: dict[str, float] = field(default_factory=dict)  # learner distribution used this round
     # Requests whose trees this round's target pass verified together (1: round-robin, plain).
     batch_rows: int = 1
-    # Of verify_s: the LM head and the acceptance walk (what core/batching/head_rows.py compares).
+    # Of verify_s: the LM head and the acceptance walk (what bench/verify_logits.py compares).
     head_s: float = 0.0
     # A plain round of a request that speculates: nothing drafted (the speculation gate turned
     # drafting off for the step, the time loss chose its plain arm, or no drafter was awake).

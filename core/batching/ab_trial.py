@@ -1,6 +1,5 @@
 """An in-place A/B measurement of two settings (True and False) for one batch size, and the
-choice it leads to: what core/batching/head_rows.py (the verification head's rows) and
-core/batching/spec_gate.py (drafting on or off) each keep per batch size.
+choice it leads to: what core/batching/spec_gate.py (drafting on or off) keeps per batch size.
 
 While measuring, the settings alternate in blocks of `block` rounds, True first, until each
 has `probe` samples; `decide` then picks from the samples. The choice holds for

@@ -69,7 +69,7 @@ class BatchScheduler:
         left = max(budget - len(rows) * self._tree_tokens, budget // 4, 1)
         waiting = [s for s in states if not s.prefilled]
         for s in waiting:  # the step size its first rounds will run at (its costs' bucket)
-            s.step_requests = len(states)
+            s.step_requests = s.start_requests = len(states)
         return results + self._prefill(waiting, left)
 
     def _probe_allows(self, rows: list[tuple[RequestState, int]]) -> bool:

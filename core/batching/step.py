@@ -77,6 +77,7 @@ class _Row:
     committed: list[int] | None = None
     cur: Candidates | None = None
     due: bool = False  # the request's evaluation runs this step
+    restart: bool = False  # its sleeping EAGLE-3 drafters restart this step
     error: Exception | None = None
 
 
@@ -260,7 +261,9 @@ def _evaluate(rows: list[_Row], config: EngineConfig) -> None:
     _batched([r for r in feeding if r.due and not r.state.drafters_asleep],
              lambda rs: _sync_all(rs, config))
     _each(_live(feeding), lambda r: _learn(r, config))
-    _batched([r for r in _live(feeding) if r.state.wake_due()], lambda rs: _wake(rs, config))
+    waking = [r for r in _live(feeding) if r.state.wake_due()]
+    _each(waking, _wake)
+    _batched([r for r in waking if r.restart], lambda rs: _restart(rs, config))
 
 
 def _learn(r: _Row, config: EngineConfig) -> None:
@@ -268,16 +271,21 @@ def _learn(r: _Row, config: EngineConfig) -> None:
     learn_from(r.state, r.v, r.chosen, r.n, config, r.cur, r.due)
 
 
-def _wake(rows: list[_Row], config: EngineConfig) -> None:
-    """Sleeping drafters restart from their requests' last verified pairs (DrafterState.wake),
-    batched; only the last pair's top-k is needed: the next evaluation's first root."""
-    for r in rows:
+def _wake(r: _Row) -> None:
+    """A probe: the request's pool evaluates again (RequestState.wake); its sleeping EAGLE-3
+    drafters restart from their last verified pairs unless plain decoding dominates them."""
+    r.restart = r.state.wake()
+    if r.restart:
         r.state.dstate.wake()  # type: ignore[union-attr]
+
+
+def _restart(rows: list[_Row], config: EngineConfig) -> None:
+    """The woken drafters' catch-up on the pairs they restart from, batched over requests;
+    only the last pair's top-k is needed: the next evaluation's first root."""
     curs = sync_many([(r.state.dstate, r.state.snapshot, None) for r in rows],  # type: ignore[misc]
                      config.tree.top_k, scored=1)
     for r, cur in zip(rows, curs, strict=True):
-        r.state.pending, r.state.asleep_rounds = cur, 0
-        r.state.stats.wakes += 1
+        r.state.pending = cur
 
 
 def _sync_all(rows: list[_Row], config: EngineConfig) -> None:

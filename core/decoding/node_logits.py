@@ -5,8 +5,8 @@ What verification and the counterfactual evaluation read at node i: the raw logi
 core/speculation/grammar.py, each over node i's own path), and under sampling p̃ after temperature,
 top-k and top-p. Only the nodes the acceptance walk visits are ever asked for (the accepted path, L
 + 1 of the tree's N + 1), so the LM head can run on those rows alone (TargetOutput.rows); whether
-that beats one head call over every node depends on the machine (core/batching/head_rows.py measures
-both on a CPU).
+that beats one head call over every node depends on the machine (core/batching/head_rows.py: the
+visited rows on a CPU, every node on an accelerator).
 """
 
 from __future__ import annotations

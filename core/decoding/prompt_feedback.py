@@ -72,6 +72,7 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
     w = config.selector.prompt_windows
     cands = state.pending
     if (w == 0 or not state.evaluate or state.feedback is None or state.finished
+            or state.asleep
             or (cands is None and state.snapshot.neural and not state.drafters_asleep)):
         return
     first_root = len(state.token_ids) - 1  # the first generated token's position

@@ -112,8 +112,19 @@ PLAIN_EVAL_STRETCH = 4
 # and 16 streams feeding them every pair cost a quarter of plain decoding's rate while the
 # learner decoded plain (bench/results/time_loss_held_out.md); asleep, that cost falls to
 # (WAKE_PAIRS + eval_every) / PROBE_ROUNDS of it.
+# When the learner gives every drafter together less than SLEEP_SHARE, the whole pool sleeps
+# (`asleep`): the model-free members stop recording guesses and no window opens, so a round
+# costs what plain decoding's does but for the lookups' indexing; the same probes wake it. A
+# request starts asleep where the last request at its step size ended asleep, but for one in
+# StepCosts.PROBE_REQUESTS (core/selection/arm_costs.py). Why: at 16 streams on two cores the
+# evaluation's bookkeeping (windows, lookups' guesses) cost about 2.5 ms a request-round, half of
+# a plain row's 4.5 ms; even the speculation gate, 98% plain, ran at 0.72x plain decoding.
 SLEEP_SHARE = 0.05
 PROBE_ROUNDS = 64
+# Rounds after a wake before the learner may put the drafters back to sleep: long enough for
+# the windows rooted at the wake to complete (the pool's deepest window, 8 plain rounds) and
+# reach the learner.
+PROBE_LENGTH = 16
 
 
 @dataclass
@@ -159,14 +170,25 @@ class RequestState:
     plain_arm: bool = False
     costs: StepCosts | None = None
     step_requests: int = 1
+    start_requests: int = 1  # the step size when it was prefilled
+    # It started with its pool awake, so how it ends is what its learner learned (a request
+    # that started asleep only repeats the memory it started from: StepCosts.note_end).
+    learned_awake: bool = True
     # The tree rows each member drafts per round (nodes + root), for the time loss.
     tree_rows: tuple[float, ...] = ()
     # The most tokens a round can commit (the deepest member's tree + the bonus): ÂL's bound.
     round_max: int = 2
     # A running ÂL per member (EXPECTED_DECAY), for the step check (core/selection/arm_costs.py).
     expected: npt.NDArray[np.float64] | None = None
-    # Rounds since the EAGLE-3 drafters fell asleep (SLEEP_SHARE).
+    # The whole pool asleep (SLEEP_SHARE): rounds run plain and nothing is evaluated.
+    asleep: bool = False
+    # Rounds since the EAGLE-3 drafters (or the pool) fell asleep, and since the request started
+    # or they last woke: no sleep before PROBE_LENGTH (at the start the learner's regrets are
+    # its exploration's noise, and a sleep then lasts PROBE_ROUNDS: at one stream the EAGLE-3
+    # specialists slept after the first evaluations and 68% of rounds ran plain, 1.15x plain
+    # decoding where the suffix member alone ran 1.77x).
     asleep_rounds: int = 0
+    awake_rounds: int = 0
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
@@ -232,6 +254,8 @@ class RequestState:
         """Which members can draft from the root; None when all can: a model-free member with
         no guess there sleeps, and so do the EAGLE-3 drafters while they are not fed."""
         free = self.lookups is not None and bool(self.lookups.lookups)
+        if self.asleep:
+            return np.zeros(len(self.snapshot), dtype=bool)
         if not free and not self.drafters_asleep:
             return None
         mask = np.ones(len(self.snapshot), dtype=bool)
@@ -258,23 +282,74 @@ class RequestState:
             return False
         if self.drafters_dominated():
             return True
+        if self.awake_rounds < PROBE_LENGTH:
+            return False
         fallback = np.zeros(len(self.snapshot) + 1, dtype=bool)
         fallback[self.snapshot.neural] = True
         fallback[-1] = True  # plain decoding
         share = self.learner.awake_distribution(fallback)[self.snapshot.neural].sum()
         return float(share) < SLEEP_SHARE
 
+    def pool_should_sleep(self) -> bool:
+        """Whether the whole pool goes to sleep at this evaluation: under the time loss, when
+        the learner would give each drafter less than SLEEP_SHARE against plain decoding in a
+        round where only the two are awake. Not their share of the whole distribution: a
+        lookup is awake only where it has a guess, so plain decoding, always awake, gathers
+        regret over more windows; judged on the whole distribution the pool slept at one
+        stream where the suffix member ran 1.74x plain decoding (69% of rounds plain, 1.28x)."""
+        if not self.plain_arm or self.learner is None or self.asleep:
+            return False
+        return self.awake_rounds >= PROBE_LENGTH and self.leaves_pool()
+
+    def leaves_pool(self) -> bool:
+        """The learner's verdict behind `pool_should_sleep`: under SLEEP_SHARE against plain
+        decoding for every member not already asleep."""
+        assert self.learner is not None
+        n = len(self.snapshot)
+        sleeping = set(self.snapshot.neural) if self.drafters_asleep else set()
+        for i in set(range(n)) - sleeping:  # EAGLE-3 drafters already asleep do not count
+            pair = np.zeros(n + 1, dtype=bool)
+            pair[[i, n]] = True
+            if self.learner.awake_distribution(pair)[i] >= SLEEP_SHARE:
+                return False
+        return True
+
     def sleep(self) -> None:
+        """The EAGLE-3 drafters stop being fed."""
         assert self.dstate is not None
-        self.dstate.sleep()
+        if not self.dstate.asleep:
+            self.dstate.sleep()
+            self.asleep_rounds = 0
         self.pending = None
-        self.asleep_rounds = 0
+
+    def sleep_pool(self) -> None:
+        """Every member sleeps: the EAGLE-3 drafters are not fed, the lookups record nothing
+        and no window opens until a probe wakes them (the queue holds none by now)."""
+        if self.dstate is not None and self.dstate.full and self.snapshot.neural:
+            self.sleep()
+        if self.lookups is not None:
+            self.lookups.pause()
+        self.asleep, self.asleep_rounds = True, 0
 
     def wake_due(self) -> bool:
-        """Asleep for PROBE_ROUNDS rounds, with no round waiting to be scored, and no longer
-        dominated by plain decoding."""
-        return (self.drafters_asleep and self.asleep_rounds >= PROBE_ROUNDS and not self.deferred
-                and not self.drafters_dominated())
+        """Asleep for PROBE_ROUNDS rounds with no round waiting to be scored; the EAGLE-3
+        drafters alone only once plain decoding no longer dominates them."""
+        if self.asleep_rounds < PROBE_ROUNDS or self.deferred:
+            return False
+        return self.asleep or (self.drafters_asleep and not self.drafters_dominated())
+
+    def wake(self) -> bool:
+        """End a sleep (a probe): the pool records and opens windows again from the next
+        root; True when the EAGLE-3 drafters are to restart too (not dominated)."""
+        if self.asleep:
+            self.asleep = False
+            if self.lookups is not None:
+                self.lookups.resume()
+            if self.feedback is not None:
+                self.feedback.restart()
+        self.asleep_rounds, self.awake_rounds = 0, 0
+        self.stats.wakes += 1
+        return self.drafters_asleep and not self.drafters_dominated()
 
     def drafters_dominated(self) -> bool:
         """Under the time loss, whether every EAGLE-3 drafter is dominated by plain decoding at
@@ -315,6 +390,8 @@ class RequestState:
             self.matcher.commit(out)
         if self.finished and self.feedback is not None:
             self.record(self.feedback.close())  # statistics only: censored windows are biased low
+        if self.finished and self.plain_arm and self.costs is not None and self.learned_awake:
+            self.costs.note_end(self.start_requests, self.asleep or self.leaves_pool())
         return out
 
     def learn(self) -> None:

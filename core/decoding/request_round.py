@@ -47,14 +47,26 @@ def commit_first(state: RequestState, tok: int, raw: Tensor) -> list[int]:
 
 def start_drafters(state: RequestState) -> None:
     """The request's drafter caches: every drafter under full evaluation, else lazily caught up;
-    asleep from the start where plain decoding dominates them (RequestState.drafters_dominated)."""
+    asleep from the start where plain decoding dominates them (RequestState.drafters_dominated),
+    or the whole pool where the last request at this step size ended asleep."""
     assert state.learner is not None
     fixed = state.learner.fixed_index
     state.dstate = DrafterState(state.snapshot, full=state.evaluate,
                                 drafters=None if fixed is None else [fixed])
     if state.grammar_trail is not None:
         state.dstate.grammar = state.grammar_trail
-    if state.evaluate and state.drafters_dominated():
+    if not state.evaluate:
+        return
+    if not state.drafters_dominated():
+        return
+    if state.costs is not None and state.costs.starts_asleep(state.step_requests):
+        # Most requests that learned at this load ended asleep: start as they ended. Only
+        # where plain decoding dominates the EAGLE-3 drafters: below that load a lookup's
+        # worth depends on the request's text (one stream: lookups ran 1.6-1.7x plain decoding
+        # on some prompts, nothing on others, and a start asleep ran 68% of rounds plain).
+        state.sleep_pool()
+        state.learned_awake = False
+    else:
         state.sleep()  # no prompt catch-up: plain decoding dominates them at this load
 
 
@@ -70,7 +82,8 @@ def start_lookups(state: RequestState, config: EngineConfig) -> None:
     grammar = (OutputGrammar(state.matcher, len(state.token_ids))
                if state.matcher is not None else None)
     state.lookups = RequestLookups.start(free, state.token_ids, record_from,
-                                         record=state.evaluate, grammar=grammar)
+                                         record=state.evaluate and not state.asleep,
+                                         grammar=grammar)
 
 
 def logit_rows(tree: DraftTree, visited: bool) -> list[int]:
@@ -200,6 +213,11 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
     later one (SelectorConfig.eval_every), then the losses that became known update the
     learner."""
     assert state.dstate is not None and state.feedback is not None
+    if state.asleep:  # the whole pool: nothing to score
+        state.asleep_rounds += 1
+        state.stats.asleep_rounds += 1
+        return
+    state.awake_rounds += 1
     steps = len(v.path)
     # A round run plain (nothing chosen) scores the drafters at its root like any position; it
     # is a round of the plain arm under the time loss, else it has no acceptance to report.
@@ -224,7 +242,8 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
         new = np.array([t for r in rounds for t in r.new])
         target = TargetSide(None, probs.cpu().numpy().astype(np.float64), new)
     parts = []
-    sleeping = state.should_sleep()
+    pool_sleeping = state.pool_should_sleep()
+    sleeping = pool_sleeping or state.should_sleep()
     if cur is not None:
         assert prev is not None and cur.indices == prev.indices == state.snapshot.neural
         assert cur.topk_ids.shape[1] == pairs, (cur.topk_ids.shape, pairs)
@@ -237,18 +256,23 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
         parts.append((state.snapshot.neural, Evidence.none(len(state.snapshot.neural), pairs)))
     pool = with_model_free(state, parts, start, pairs, target)
     state.feedback.add_evidence(start, pool.evidence, pool.trees)
-    if sleeping:  # the windows they could not finish have them asleep
-        state.feedback.asleep_from(state.snapshot.neural,
-                                   start + pairs - _eagle_depth(state) + 1)
+    _mark_asleep(state, start + pairs, pool_sleeping, sleeping)
     state.learn()
-    if sleeping:
+    if pool_sleeping:
+        state.sleep_pool()
+    elif sleeping and state.snapshot.neural:
         state.sleep()
 
 
-def _eagle_depth(state: RequestState) -> int:
-    """The levels an EAGLE-3 drafter's window reads (the engine's tree depth)."""
+def _mark_asleep(state: RequestState, end: int, pool: bool, eagle: bool) -> None:
+    """The windows that the members going to sleep could not finish (their evidence ends at
+    `end`) have them asleep: a member of depth D sees no window rooted past end - D through."""
     assert state.feedback is not None
-    return int(state.feedback.depths[state.snapshot.neural].max())
+    going = [i for i in range(len(state.snapshot))
+             if pool or (eagle and i in state.snapshot.neural)]
+    for depth in sorted({int(state.feedback.depths[i]) for i in going}):
+        members = [i for i in going if int(state.feedback.depths[i]) == depth]
+        state.feedback.asleep_from(members, end - depth + 1)
 
 
 def _target_side(v: Verified, n: int) -> DeferredRound:

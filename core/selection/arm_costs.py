@@ -55,6 +55,12 @@ STALL = 3.0  # a step slower than STALL x its fit is a stall (a page fault, GC):
 MIN_SPREAD = 2.0  # rows per request must vary this much in a bucket before β is trusted
 NEURAL, FREE, PLAIN = "neural", "free", "plain"  # how an arm drafts
 MAX_BUCKET = 16
+# A request starts with its pool asleep (RequestState.asleep) where most of the last ENDINGS
+# requests that started awake at its step size ended asleep, but for one in PROBE_REQUESTS,
+# which starts awake: the load, the workload and the pool change, and a request that starts
+# asleep only learns at its probes (and is not counted: it would repeat the memory).
+ENDINGS = 8
+PROBE_REQUESTS = 8
 
 
 def bucket(requests: int) -> int:
@@ -143,6 +149,13 @@ class StepCosts:
         # Each bucket's fit until its next sample: every window and every planned row of a step
         # reads it, and a fit walks the bucket's WINDOW samples.
         self._fitted: dict[int, CostModel | None] = {}
+        # The last fit that could be made: kept while a bucket's steps are all plain (its
+        # requests' pools asleep), whose rows cannot tell α from β.
+        self._last_fit: dict[int, CostModel] = {}
+        # Per bucket a request started in: whether each of the last ENDINGS to end had its pool
+        # asleep, and how many requests started there (`starts_asleep`).
+        self._endings: dict[int, deque[bool]] = {}
+        self._starts: dict[int, int] = {}
 
     def speculate(self, requests: int) -> bool:
         """Whether the next step over `requests` requests may draft (False: a plain probe)."""
@@ -174,8 +187,24 @@ class StepCosts:
         b = bucket(requests)
         if b not in self._fitted:
             self._fitted[b] = _fit(list(self._samples.get(b, ())))
-        fitted = self._fitted[b]
+            if self._fitted[b] is not None:
+                self._last_fit[b] = self._fitted[b]  # type: ignore[assignment]
+        fitted = self._fitted[b] or self._last_fit.get(b)
         return None if fitted is None else replace(fitted, requests=max(1, requests))
+
+    def note_end(self, started_at: int, asleep: bool) -> None:
+        """A request under the time loss that started awake at this step size ended, its pool
+        asleep or not (keyed by where it started: where it ends depends on when the others
+        finish)."""
+        self._endings.setdefault(bucket(started_at), deque(maxlen=ENDINGS)).append(asleep)
+
+    def starts_asleep(self, requests: int) -> bool:
+        """Whether a request starting at this step size starts with its pool asleep: where most
+        of the last ENDINGS that started there ended asleep, but for one in PROBE_REQUESTS."""
+        b = bucket(requests)
+        n = self._starts[b] = self._starts.get(b, 0) + 1
+        ends = self._endings.get(b, ())
+        return 2 * sum(ends) > len(ends) and n % PROBE_REQUESTS != 0
 
     def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
         """Whether the step may draft as planned (True until the bucket is measured)."""

@@ -236,6 +236,13 @@ class FeedbackQueue:
             if pending.start >= position:
                 pending.asleep = tuple(drafters)
 
+    def restart(self) -> None:
+        """Forget the held evidence: the next positions need not follow it (a request whose
+        drafters slept, core/decoding/request.py). No window may be open."""
+        if self._pending:
+            raise ValueError(f"{len(self._pending)} windows still open")
+        self._evidence, self._base, self._trees = None, None, {}
+
     def pop_losses(self) -> list[WindowLoss]:
         """Loss vectors ([N] each, with the awake set) that became known, in window order;
         each exactly once."""

@@ -272,6 +272,7 @@ def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation
     from core.decoding.request import RequestState
 
     monkeypatch.setattr(RequestState, "should_sleep", lambda self: False)
+    monkeypatch.setattr(RequestState, "pool_should_sleep", lambda self: False)
     engine = time_engine()
     slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)  # the learner goes plain
     catch_ups = 0

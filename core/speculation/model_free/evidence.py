@@ -81,6 +81,18 @@ class RequestLookups:
         if not self.record:
             self.first = self.indexed - 1
 
+    def pause(self) -> None:
+        """Stop recording guesses (the request's pool sleeps); the lookups keep indexing."""
+        self.record = False
+        self.guesses = {i: [] for i in self.guesses}
+        self.trees = {i: [] for i in self.trees}
+        self.first = self.indexed - 1
+
+    def resume(self) -> None:
+        """Record again from the root on (the last indexed token's position)."""
+        self.record = True
+        self.first = self.indexed - 1
+
     def awake(self) -> dict[int, bool]:
         """Whether each member has a guess at the root (the last indexed token)."""
         return {i: bool(lookup.guess()) for i, lookup in self.lookups.items()}
