@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-import core.batching.step as step_module
 import core.decoding.request as request_module
 import core.selection.arm_costs as arm_costs
 from bench.harness.tiny_models import random_drafter, tiny_target
@@ -30,7 +29,7 @@ from core.speculation.drafter_pool import (
 )
 from core.speculation.model_free.kinds import make_model_free
 from tests.core.test_spec_gate import slowed_rows
-from tests.core.test_time_loss import ids, run, time_engine
+from tests.core.test_time_loss import counted_catch_ups, ids, run, time_engine
 from tests.modelled_clock import ModelledClock
 
 # -- the drafters' caches ----------------------------------------------------------------------
@@ -95,15 +94,7 @@ def test_a_learner_decoding_plain_stops_feeding_its_drafters_but_for_probes(
     the learner goes plain, its drafters fall asleep, and only the probes (every PROBE_ROUNDS
     rounds) catch them up again; the learner still sees them after each probe."""
     monkeypatch.setattr(request_module, "PROBE_ROUNDS", 16)
-    catch_ups = 0
-    sync_all = step_module._sync_all
-
-    def counted(rows: list[object], config: object) -> None:
-        nonlocal catch_ups
-        catch_ups += 1
-        sync_all(rows, config)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(step_module, "_sync_all", counted)
+    catch_ups = counted_catch_ups(monkeypatch)
     engine = random_pool_engine("time")
     slowed_rows(engine, per_call_s=0.01, per_row_s=0.0005)
     outs = run(engine, streams=1, tokens=128)
@@ -112,7 +103,7 @@ def test_a_learner_decoding_plain_stops_feeding_its_drafters_but_for_probes(
     assert stats.asleep_rounds > rounds / 3
     assert stats.wakes >= 3
     # awake: every round (eval_every 1); asleep: the one evaluation after each wake
-    assert catch_ups <= rounds - stats.asleep_rounds + stats.wakes + 1 < rounds
+    assert len(catch_ups) <= rounds - stats.asleep_rounds + stats.wakes + 1 < rounds
     assert ids(outs) == ids(run(random_pool_engine("length"), streams=1, tokens=128))
 
 

@@ -268,23 +268,29 @@ def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation
     to leave plain decoding when one pays again (the stretch made plain rounds look cheaper and
     kept the learner plain). The drafters kept awake here: asleep, they are not scored at all
     (tests/core/test_sleeping_drafters.py)."""
-    import core.batching.step as batch_rounds
     from core.decoding.request import RequestState
 
     monkeypatch.setattr(RequestState, "should_sleep", lambda self: False)
     monkeypatch.setattr(RequestState, "pool_should_sleep", lambda self: False)
     engine = time_engine()
     slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)  # the learner goes plain
-    catch_ups = 0
-    sync_all = batch_rounds._sync_all
-
-    def counted(rows: list[object], config: object) -> None:
-        nonlocal catch_ups
-        catch_ups += 1
-        sync_all(rows, config)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(batch_rounds, "_sync_all", counted)
+    catch_ups = counted_catch_ups(monkeypatch)
     outs = run(engine, streams=1, tokens=64)
     rounds = [o.round for o in outs["r0"] if o.round is not None]
     assert sum(r.plain for r in rounds) > 40
-    assert catch_ups >= len(rounds) - 1  # eval_every 1: every round but the last
+    assert len(catch_ups) >= len(rounds) - 1  # eval_every 1: every round but the last
+
+
+def counted_catch_ups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The evaluation's catch-ups (core/batching/step._sync_all), the requests of each."""
+    import core.batching.step as step_module
+
+    calls: list[int] = []
+    sync_all = step_module._sync_all
+
+    def counted(rows: list[object], config: object) -> None:
+        calls.append(len(rows))
+        sync_all(rows, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(step_module, "_sync_all", counted)
+    return calls
