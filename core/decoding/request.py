@@ -107,15 +107,16 @@ PLAIN_EVAL_STRETCH = 4
 # less than SLEEP_SHARE against plain decoding stops feeding them (DrafterState.sleep): asleep
 # experts (core/selection/learners.py), their regrets frozen, while it decodes plain or with a
 # model-free member. Every PROBE_ROUNDS rounds they restart from the last WAKE_PAIRS verified
-# pairs and are scored for one evaluation period, so the learner sees them again. Why: on a CPU
-# one pair through the demo pool's eight drafters costs about a third of a target row, so at 8
-# and 16 streams feeding them every pair cost a quarter of plain decoding's rate while the
+# pairs and are scored for at least PROBE_LENGTH rounds, so the learner sees them again. Why:
+# on a CPU one pair through the demo pool's eight drafters costs about a third of a target row,
+# so at 8 and 16 streams feeding them every pair cost a quarter of plain decoding's rate while the
 # learner decoded plain (bench/results/time_loss_held_out.md); asleep, that cost falls to
 # (WAKE_PAIRS + eval_every) / PROBE_ROUNDS of it.
-# When the learner gives every drafter together less than SLEEP_SHARE, the whole pool sleeps
-# (`asleep`): the model-free members stop recording guesses and no window opens, so a round
-# costs what plain decoding's does but for the lookups' indexing; the same probes wake it. A
-# request starts asleep where the last request at its step size ended asleep, but for one in
+# When the learner would give each drafter less than SLEEP_SHARE against plain decoding, the
+# whole pool sleeps (`asleep`): the model-free members stop recording guesses and no window
+# opens, so a round costs what plain decoding's does but for the lookups' indexing; the same
+# probes wake it. Where plain decoding dominates the EAGLE-3 drafters, a request starts asleep
+# if most requests that learned at its step size ended leaving the pool, but for one in
 # StepCosts.PROBE_REQUESTS (core/selection/arm_costs.py). Why: at 16 streams on two cores the
 # evaluation's bookkeeping (windows, lookups' guesses) cost about 2.5 ms a request-round, half of
 # a plain row's 4.5 ms; even the speculation gate, 98% plain, ran at 0.72x plain decoding.
@@ -253,9 +254,9 @@ class RequestState:
     def awake(self) -> npt.NDArray[np.bool_] | None:
         """Which members can draft from the root; None when all can: a model-free member with
         no guess there sleeps, and so do the EAGLE-3 drafters while they are not fed."""
-        free = self.lookups is not None and bool(self.lookups.lookups)
         if self.asleep:
             return np.zeros(len(self.snapshot), dtype=bool)
+        free = self.lookups is not None and bool(self.lookups.lookups)
         if not free and not self.drafters_asleep:
             return None
         mask = np.ones(len(self.snapshot), dtype=bool)
@@ -284,11 +285,7 @@ class RequestState:
             return True
         if self.awake_rounds < PROBE_LENGTH:
             return False
-        fallback = np.zeros(len(self.snapshot) + 1, dtype=bool)
-        fallback[self.snapshot.neural] = True
-        fallback[-1] = True  # plain decoding
-        share = self.learner.awake_distribution(fallback)[self.snapshot.neural].sum()
-        return float(share) < SLEEP_SHARE
+        return self._share_against_plain(self.snapshot.neural) < SLEEP_SHARE
 
     def pool_should_sleep(self) -> bool:
         """Whether the whole pool goes to sleep at this evaluation: under the time loss, when
@@ -304,15 +301,19 @@ class RequestState:
     def leaves_pool(self) -> bool:
         """The learner's verdict behind `pool_should_sleep`: under SLEEP_SHARE against plain
         decoding for every member not already asleep."""
-        assert self.learner is not None
-        n = len(self.snapshot)
         sleeping = set(self.snapshot.neural) if self.drafters_asleep else set()
-        for i in set(range(n)) - sleeping:  # EAGLE-3 drafters already asleep do not count
-            pair = np.zeros(n + 1, dtype=bool)
-            pair[[i, n]] = True
-            if self.learner.awake_distribution(pair)[i] >= SLEEP_SHARE:
-                return False
-        return True
+        # EAGLE-3 drafters already asleep do not count
+        return all(self._share_against_plain([i]) < SLEEP_SHARE
+                   for i in set(range(len(self.snapshot))) - sleeping)
+
+    def _share_against_plain(self, members: list[int]) -> float:
+        """The weight the learner gives `members` in a round where only they and plain
+        decoding are awake."""
+        assert self.learner is not None
+        awake = np.zeros(len(self.snapshot) + 1, dtype=bool)
+        awake[members] = True
+        awake[-1] = True  # plain decoding
+        return float(self.learner.awake_distribution(awake)[members].sum())
 
     def sleep(self) -> None:
         """The EAGLE-3 drafters stop being fed."""

@@ -48,7 +48,8 @@ def commit_first(state: RequestState, tok: int, raw: Tensor) -> list[int]:
 def start_drafters(state: RequestState) -> None:
     """The request's drafter caches: every drafter under full evaluation, else lazily caught up;
     asleep from the start where plain decoding dominates them (RequestState.drafters_dominated),
-    or the whole pool where the last request at this step size ended asleep."""
+    and then the whole pool where most requests that learned at this step size ended leaving
+    it (StepCosts.starts_asleep)."""
     assert state.learner is not None
     fixed = state.learner.fixed_index
     state.dstate = DrafterState(state.snapshot, full=state.evaluate,
