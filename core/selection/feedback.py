@@ -233,8 +233,8 @@ class FeedbackQueue:
         positions carry no candidate of theirs (Evidence.none), so later windows have them
         asleep anyway."""
         for pending in self._pending:
-            if pending.start >= position:
-                pending.asleep = tuple(drafters)
+            if pending.start >= position:  # with those already asleep for it
+                pending.asleep = tuple(sorted({*pending.asleep, *drafters}))
 
     def restart(self) -> None:
         """Forget the held evidence: the next positions need not follow it (a request whose

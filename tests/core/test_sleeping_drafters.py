@@ -318,3 +318,18 @@ def test_the_step_size_memory_keeps_the_majority_of_the_last_endings() -> None:
     costs.note_end(16, False)
     costs.note_end(16, False)
     assert not any(costs.starts_asleep(16) for _ in range(3))  # 2 of 5: awake
+
+
+def test_members_put_to_sleep_in_two_groups_are_both_asleep_in_the_windows_both_reach() -> None:
+    """The pool sleeps by depth groups (EAGLE-3 drafters of depth 4, a chain of depth 8): a
+    window rooted where neither could finish must have both asleep, not only the last group."""
+    queue = FeedbackQueue(3, 8, loss="time", depths=[4, 4, 8])
+    for m in range(12):
+        queue.open_window(m, None, 1)
+    queue.add_gammas(0, np.full((3, 12), 0.5))
+    queue.asleep_from([0, 1], 12 - 4 + 1)  # EAGLE-3: windows rooted at 9 on
+    queue.asleep_from([2], 12 - 8 + 1)  # the chain: windows rooted at 5 on
+    awake = {p.start: queue._verdict(p).awake for p in queue._pending}
+    assert awake[4].tolist() == [True, True, True]
+    assert awake[6].tolist() == [True, True, False]
+    assert awake[10].tolist() == [False, False, False]
