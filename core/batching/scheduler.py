@@ -143,7 +143,11 @@ class BatchScheduler:
         out: list[RowResult] = []
         for chunk, target_out in zip(chunks, outs, strict=True):
             try:
+                t0 = self.clock()
                 committed = finish_chunk(self.cache, chunk, target_out, self.config)
+                # The drafters' catch-up on the prompt and its windows: what a request that
+                # starts awake pays beyond plain decoding (RequestState.awake_cost_s).
+                chunk.state.awake_cost_s += self.clock() - t0
             except Exception as exc:
                 log.exception("prefill of request %s failed", chunk.state.request_id)
                 out.append(RowResult(chunk.state, [], None, exc))

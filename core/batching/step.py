@@ -107,8 +107,10 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     cache.keep([r.slot for r in live], [r.v.path for r in live if r.v is not None])
     _each(live, _commit)
     t2 = clock()
-    _evaluate(_live(work), config)
+    evaluated = _evaluate(_live(work), config)
     t3 = clock()
+    for r in evaluated:  # the evaluation is what staying awake costs (awake_cost_s)
+        r.state.awake_cost_s += (t3 - t2) / len(evaluated)
     rows_in_pass = sum(r.out is not None for r in work)
     if costs is not None:
         _measure(costs, work, drafting, (t1 - t0, t2 - t1, t3 - t2))
@@ -246,9 +248,10 @@ def _commit(r: _Row) -> None:
     r.committed = commit_verified(r.state, r.v)
 
 
-def _evaluate(rows: list[_Row], config: EngineConfig) -> None:
+def _evaluate(rows: list[_Row], config: EngineConfig) -> list[_Row]:
     """Record every row's verified pairs; catch every drafter of the fully evaluated rows up
-    (batched over requests and drafters); then γ and the learner per row."""
+    (batched over requests and drafters); then γ and the learner per row. The rows whose pool
+    was awake (a pool asleep records pairs but evaluates nothing)."""
     feeding: list[_Row] = []
     for r in rows:
         try:
@@ -264,6 +267,7 @@ def _evaluate(rows: list[_Row], config: EngineConfig) -> None:
     waking = [r for r in _live(feeding) if r.state.wake_due()]
     _each(waking, _wake)
     _batched([r for r in waking if r.restart], lambda rs: _restart(rs, config))
+    return [r for r in feeding if not r.state.asleep]
 
 
 def _learn(r: _Row, config: EngineConfig) -> None:

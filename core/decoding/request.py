@@ -172,8 +172,8 @@ class RequestState:
     costs: StepCosts | None = None
     step_requests: int = 1
     start_requests: int = 1  # the step size when it was prefilled
-    # It started with its pool awake, so how it ends is what its learner learned (a request
-    # that started asleep only repeats the memory it started from: StepCosts.note_end).
+    # It started with its pool awake, so what that saved it tells the next requests whether to
+    # (a request that started asleep only learns at its probes: StepCosts.note_end).
     learned_awake: bool = True
     # The tree rows each member drafts per round (nodes + root), for the time loss.
     tree_rows: tuple[float, ...] = ()
@@ -190,6 +190,13 @@ class RequestState:
     # decoding where the suffix member alone ran 1.77x).
     asleep_rounds: int = 0
     awake_rounds: int = 0
+    # Under the time loss, what starting awake earned this request against plain decoding
+    # (StepCosts.note_end): its rounds' net seconds by the cost model without the evaluation
+    # (tokens at plain decoding's bare cost less the chosen arm's bare cost), and the measured
+    # seconds that being awake cost it: the drafters' catch-up on the prompt, its windows and
+    # its share of every evaluation phase (core/batching/).
+    awake_saving_s: float = 0.0
+    awake_cost_s: float = 0.0
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
@@ -391,8 +398,9 @@ class RequestState:
             self.matcher.commit(out)
         if self.finished and self.feedback is not None:
             self.record(self.feedback.close())  # statistics only: censored windows are biased low
-        if self.finished and self.plain_arm and self.costs is not None and self.learned_awake:
-            self.costs.note_end(self.start_requests, self.asleep or self.leaves_pool())
+        if (self.finished and self.plain_arm and self.costs is not None and self.learned_awake
+                and self.costs.model(self.start_requests) is not None):  # its rounds costed
+            self.costs.note_end(self.start_requests, self.awake_saving_s - self.awake_cost_s)
         return out
 
     def learn(self) -> None:
@@ -467,8 +475,19 @@ class RequestState:
             if w.realised is None:
                 continue
             chosen = self.snapshot.ids[w.chosen] if w.chosen is not None else PLAIN_ARM
+            self.awake_saving_s += self._bare_saving(w.chosen, w.realised)
             est = {d: float(v) for d, v in zip(self.snapshot.ids, w.est_len, strict=False)}
             self.stats.record_window(est, chosen, w.realised, self._seconds(w))
+
+    def _bare_saving(self, chosen: int | None, realised: int) -> float:
+        """A round's tokens at plain decoding's bare cost less its arm's (CostModel.bare_cost;
+        0 for a plain round): what it saved against the same round decoded plain by a request
+        whose pool sleeps."""
+        model = self.costs.model(self.step_requests) if self.costs is not None else None
+        if not self.plain_arm or model is None or chosen is None:
+            return 0.0
+        rows, kind = self._arm_rows()[chosen], self._arm_kinds()[chosen]
+        return realised * model.bare_cost(1.0, PLAIN) - model.bare_cost(rows, kind)
 
     def _seconds(self, w: Window) -> dict[str, float] | None:
         """Each arm's net seconds for the window (core/selection/arm_costs.time_losses)."""

@@ -46,28 +46,27 @@ def commit_first(state: RequestState, tok: int, raw: Tensor) -> list[int]:
 
 
 def start_drafters(state: RequestState) -> None:
-    """The request's drafter caches: every drafter under full evaluation, else lazily caught up;
-    asleep from the start where plain decoding dominates them (RequestState.drafters_dominated),
-    and then the whole pool where most requests that learned at this step size ended leaving
-    it (StepCosts.starts_asleep)."""
+    """The request's drafter caches: every drafter under full evaluation, else lazily caught up.
+    Under the time loss the whole pool starts asleep where starting awake lost time for the
+    last requests that did at this step size (StepCosts.starts_asleep), else the EAGLE-3
+    drafters alone where plain decoding dominates them (RequestState.drafters_dominated)."""
     assert state.learner is not None
     fixed = state.learner.fixed_index
     state.dstate = DrafterState(state.snapshot, full=state.evaluate,
                                 drafters=None if fixed is None else [fixed])
     if state.grammar_trail is not None:
         state.dstate.grammar = state.grammar_trail
-    if not state.evaluate:
-        return
-    if not state.drafters_dominated():
+    if not state.evaluate or not state.plain_arm:
         return
     if state.costs is not None and state.costs.starts_asleep(state.step_requests):
-        # Most requests that learned at this load ended asleep: start as they ended. Only
-        # where plain decoding dominates the EAGLE-3 drafters: below that load a lookup's
-        # worth depends on the request's text (one stream: lookups ran 1.6-1.7x plain decoding
-        # on some prompts, nothing on others, and a start asleep ran 68% of rounds plain).
+        # What the learner saves a request here does not pay for its evaluation and prompt
+        # catch-up (measured on two cores from about 4 streams on; at one stream a lookup's
+        # rounds save several times what they cost). A majority vote of how requests ended
+        # could not tell those apart: at one stream most ended with the pool asleep while the
+        # few that copied their prompt ran 1.7x plain decoding.
         state.sleep_pool()
         state.learned_awake = False
-    else:
+    elif state.drafters_dominated():
         state.sleep()  # no prompt catch-up: plain decoding dominates them at this load
 
 

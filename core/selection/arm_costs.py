@@ -35,6 +35,12 @@ every PROBE_EVERY-th step is plain (what measuring costs when speculation pays: 
 of the steps commit one token instead of MAT). Until a bucket has steps whose rows per request
 differ by 2x, `model` returns None and the learner's loss falls back to 1/ÂL (time per token
 with every arm costing the same, which ranks drafters as the acceptance loss does).
+
+Where to start. e(b) is paid whichever arm the learner picks, so its loss cannot weigh it; only
+sleeping saves it (core/decoding/request.py). A request that started awake ends with what that
+earned it: Σ over its rounds of ÂL·c⁰_plain - c⁰_a (c⁰: `bare_cost`, c_a without e(b)) less
+the seconds its evaluation phases and prompt catch-up measured. `starts_asleep` sums the last
+ENDINGS of those per step size: negative, and the next requests there start asleep.
 """
 
 from __future__ import annotations
@@ -55,10 +61,11 @@ STALL = 3.0  # a step slower than STALL x its fit is a stall (a page fault, GC):
 MIN_SPREAD = 2.0  # rows per request must vary this much in a bucket before β is trusted
 NEURAL, FREE, PLAIN = "neural", "free", "plain"  # how an arm drafts
 MAX_BUCKET = 16
-# A request starts with its pool asleep (RequestState.asleep) where most of the last ENDINGS
-# requests that started awake at its step size ended asleep, but for one in PROBE_REQUESTS,
-# which starts awake: the load, the workload and the pool change, and a request that starts
-# asleep only learns at its probes (and is not counted: it would repeat the memory).
+# A request starts with its pool asleep (RequestState.asleep) where the last ENDINGS requests
+# that started awake at its step size lost time by it on balance (their rounds' savings less
+# what their evaluation and prompt catch-up measured), but for one in PROBE_REQUESTS, which
+# starts awake: the load, the workload and the pool change, and a request that starts asleep
+# only learns at its probes (and is not counted: it would repeat the memory).
 ENDINGS = 8
 PROBE_REQUESTS = 8
 
@@ -114,6 +121,12 @@ class CostModel:
         evaluate = self.evaluate_plain if kind == PLAIN else self.evaluate
         return self.alpha / self.requests + self.beta * rows + draft + evaluate + self.other
 
+    def bare_cost(self, rows: float, kind: str) -> float:
+        """c_a without the evaluation e(b): what the round costs a request whose pool sleeps
+        (plain decoding) or would cost it with no learner to feed."""
+        draft = {NEURAL: self.neural, FREE: self.free, PLAIN: 0.0}[kind]
+        return self.alpha / self.requests + self.beta * rows + draft + self.other
+
     def dominated(self, rows: float, kind: str, most_tokens: float) -> bool:
         """Whether an arm cannot beat plain decoding's time per token even if every round
         committed `most_tokens` (its tree's depth + 1): then its net seconds
@@ -152,9 +165,9 @@ class StepCosts:
         # The last fit that could be made: kept while a bucket's steps are all plain (its
         # requests' pools asleep), whose rows cannot tell α from β.
         self._last_fit: dict[int, CostModel] = {}
-        # Per bucket a request started in: whether each of the last ENDINGS to end had its pool
-        # asleep, and how many requests started there (`starts_asleep`).
-        self._endings: dict[int, deque[bool]] = {}
+        # Per bucket a request started in: what starting awake saved each of the last ENDINGS
+        # to end (seconds), and how many requests started there (`starts_asleep`).
+        self._endings: dict[int, deque[float]] = {}
         self._starts: dict[int, int] = {}
 
     def speculate(self, requests: int) -> bool:
@@ -192,19 +205,21 @@ class StepCosts:
         fitted = self._fitted[b] or self._last_fit.get(b)
         return None if fitted is None else replace(fitted, requests=max(1, requests))
 
-    def note_end(self, started_at: int, asleep: bool) -> None:
-        """A request under the time loss that started awake at this step size ended, its pool
-        asleep or not (keyed by where it started: where it ends depends on when the others
-        finish)."""
-        self._endings.setdefault(bucket(started_at), deque(maxlen=ENDINGS)).append(asleep)
+    def note_end(self, started_at: int, saving_s: float) -> None:
+        """A request under the time loss that started awake at this step size ended; what
+        starting awake saved it against plain decoding with its pool asleep (seconds, negative
+        when it cost; RequestState.awake_saving_s - awake_cost_s). Keyed by where it started:
+        where it ends depends on when the others finish."""
+        self._endings.setdefault(bucket(started_at), deque(maxlen=ENDINGS)).append(saving_s)
 
     def starts_asleep(self, requests: int) -> bool:
-        """Whether a request starting at this step size starts with its pool asleep: where most
-        of the last ENDINGS that started there ended asleep, but for one in PROBE_REQUESTS."""
+        """Whether a request starting at this step size starts with its pool asleep: where the
+        last ENDINGS that started awake there lost time on balance by it, but for one in
+        PROBE_REQUESTS."""
         b = bucket(requests)
         n = self._starts[b] = self._starts.get(b, 0) + 1
         ends = self._endings.get(b, ())
-        return 2 * sum(ends) > len(ends) and n % PROBE_REQUESTS != 0
+        return bool(ends) and sum(ends) < 0.0 and n % PROBE_REQUESTS != 0
 
     def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
         """Whether the step may draft as planned (True until the bucket is measured)."""

@@ -6,11 +6,13 @@ Tokens never depend on it; the learner never sees a window the drafters could no
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+import core.batching.step as step_module
 import core.decoding.request as request_module
 import core.selection.arm_costs as arm_costs
 from bench.harness.tiny_models import random_drafter, tiny_target
@@ -280,13 +282,14 @@ def test_where_no_drafter_pays_the_whole_pool_sleeps_and_nothing_is_evaluated(
     assert [t for o in outs for t in o.token_ids] == ids_ref
 
 
-def test_where_requests_ended_asleep_the_next_start_asleep_but_one_in_probe_requests(
+def test_where_awake_starts_lost_time_the_next_start_asleep_but_one_in_probe_requests(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a group at 4 streams ended with its pools asleep (two drafters that never pay,
-    rows dear), the next group's requests start asleep (no catch-up), but for one in
-    PROBE_REQUESTS."""
+    """After a group at 4 streams whose drafters never paid (two random ones, rows dear) and
+    whose evaluation cost time, the next group's requests start asleep (no catch-up), but for
+    one in PROBE_REQUESTS."""
     engine = random_pool_engine("time")
     slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
+    priced_evaluation(monkeypatch, engine, 0.01)
     run(engine, streams=4, tokens=96)
     monkeypatch.setattr(arm_costs, "PROBE_REQUESTS", 4)
     catch_ups: list[int] = []
@@ -307,17 +310,58 @@ def test_where_requests_ended_asleep_the_next_start_asleep_but_one_in_probe_requ
     assert catch_ups == []  # plain decoding dominates the EAGLE-3 drafters here anyway
 
 
-def test_the_step_size_memory_keeps_the_majority_of_the_last_endings() -> None:
+def priced_evaluation(monkeypatch: pytest.MonkeyPatch, engine: SpecEngine,
+                      seconds: float) -> None:
+    """Each evaluation phase's catch-up costs `seconds` on the engine's modelled clock (which
+    only the target's passes advance otherwise)."""
+    clock, real = engine.clock, step_module._sync_all
+    assert isinstance(clock, ModelledClock)
+
+    def priced(rows: list[Any], config: Any) -> None:
+        clock.advance(seconds)
+        real(rows, config)
+
+    monkeypatch.setattr(step_module, "_sync_all", priced)
+
+
+@pytest.mark.parametrize(("evaluation_s", "starts_asleep"),
+                         [(0.0, [False, False, False, False]), (1.0, [False, True, True, True])])
+def test_the_next_requests_start_asleep_where_the_evaluation_cost_more_than_drafting_saved(
+        monkeypatch: pytest.MonkeyPatch, evaluation_s: float, starts_asleep: list[bool]) -> None:
+    """The copy drafter pays where rows are cheap: with an evaluation that costs nothing the
+    requests that learned saved time and the next group starts awake; where each evaluation
+    phase costs a second (the catch-up of many drafters on a slow CPU), starting awake lost
+    time and the next group starts asleep, but for one in PROBE_REQUESTS."""
+    engine = time_engine("time")
+    slowed_rows(engine, per_call_s=0.02, per_row_s=0.0005)
+    priced_evaluation(monkeypatch, engine, evaluation_s)
+    monkeypatch.setattr(arm_costs, "PROBE_REQUESTS", 4)
+    first = run(engine, streams=4, tokens=96)
+    assert any(o.round is not None and o.round.drafter == "copy" for os in first.values()
+               for o in os)
+    params = SamplingParams(max_new_tokens=24, ignore_eos=True)
+    for i in range(4):
+        engine.add_request(f"n{i}", [3, 1, 4, 2 + i, 5], params, "normalhedge")
+    engine.step()  # the prefill
+    assert sorted(s.asleep for s in engine._requests.values()) == starts_asleep
+
+
+def test_the_step_size_memory_weighs_what_the_last_awake_starts_saved() -> None:
+    """Not a majority: one request that saved a second outweighs three that lost a little (at
+    one stream the few requests whose answer copies the prompt are where a lookup pays)."""
     costs = StepCosts()
     assert not costs.starts_asleep(16)  # nothing known
-    for asleep in (True, True, False):
-        costs.note_end(16, asleep)
+    for saving in (-0.1, -0.1, -0.2):
+        costs.note_end(16, saving)
     starts = [costs.starts_asleep(16) for _ in range(2 * arm_costs.PROBE_REQUESTS)]
-    assert starts.count(False) == 2  # the probes; the rest asleep (2 of 3 ended asleep)
-    costs.note_end(9, False)  # bucket 8, not 16
-    costs.note_end(16, False)
-    costs.note_end(16, False)
-    assert not any(costs.starts_asleep(16) for _ in range(3))  # 2 of 5: awake
+    assert starts.count(False) == 2  # the probes; the rest asleep (they lost 0.4 s)
+    costs.note_end(9, 5.0)  # bucket 8, not 16
+    assert costs.starts_asleep(16) or costs.starts_asleep(16)
+    costs.note_end(16, 1.0)
+    assert not any(costs.starts_asleep(16) for _ in range(3))  # saved 0.6 s on balance
+    for _ in range(arm_costs.ENDINGS):
+        costs.note_end(16, -0.01)
+    assert sum(costs.starts_asleep(16) for _ in range(3)) >= 2  # the saving left the memory
 
 
 def test_members_put_to_sleep_in_two_groups_are_both_asleep_in_the_windows_both_reach() -> None:
