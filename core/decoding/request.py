@@ -115,11 +115,11 @@ PLAIN_EVAL_STRETCH = 4
 # When the learner would give each drafter less than SLEEP_SHARE against plain decoding, the
 # whole pool sleeps (`asleep`): the model-free members stop recording guesses and no window
 # opens, so a round costs what plain decoding's does but for the lookups' indexing; the same
-# probes wake it. Where plain decoding dominates the EAGLE-3 drafters, a request starts asleep
-# if most requests that learned at its step size ended leaving the pool, but for one in
-# StepCosts.PROBE_REQUESTS (core/selection/arm_costs.py). Why: at 16 streams on two cores the
-# evaluation's bookkeeping (windows, lookups' guesses) cost about 2.5 ms a request-round, half of
-# a plain row's 4.5 ms; even the speculation gate, 98% plain, ran at 0.72x plain decoding.
+# probes wake it. A request starts asleep where starting awake lost time for the last requests
+# that did at its step size, but for one in PROBE_REQUESTS (StepCosts.starts_asleep,
+# core/selection/arm_costs.py). Why: at 16 streams on two cores the evaluation's bookkeeping
+# (windows, lookups' guesses) cost about 2.5 ms a request-round, half of a plain row's 4.5 ms;
+# even the speculation gate, 98% plain, ran at 0.72x plain decoding.
 SLEEP_SHARE = 0.05
 PROBE_ROUNDS = 64
 # Rounds after a wake before the learner may put the drafters back to sleep: long enough for

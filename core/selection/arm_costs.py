@@ -117,15 +117,17 @@ class CostModel:
     other: float  # per request-round
 
     def arm_cost(self, rows: float, kind: str) -> float:
-        draft = {NEURAL: self.neural, FREE: self.free, PLAIN: 0.0}[kind]
         evaluate = self.evaluate_plain if kind == PLAIN else self.evaluate
-        return self.alpha / self.requests + self.beta * rows + draft + evaluate + self.other
+        return self.bare_cost(rows, kind) + evaluate
 
     def bare_cost(self, rows: float, kind: str) -> float:
         """c_a without the evaluation e(b): what the round costs a request whose pool sleeps
         (plain decoding) or would cost it with no learner to feed."""
-        draft = {NEURAL: self.neural, FREE: self.free, PLAIN: 0.0}[kind]
-        return self.alpha / self.requests + self.beta * rows + draft + self.other
+        return self.alpha / self.requests + self.beta * rows + self.drafting(kind) + self.other
+
+    def drafting(self, kind: str) -> float:
+        """draft_a(b): the drafting per request of an arm of this kind."""
+        return {NEURAL: self.neural, FREE: self.free, PLAIN: 0.0}[kind]
 
     def dominated(self, rows: float, kind: str, most_tokens: float) -> bool:
         """Whether an arm cannot beat plain decoding's time per token even if every round
@@ -142,7 +144,7 @@ class CostModel:
         b = len(plan)
         if any(p.expected is None for p in plan if p.kind != PLAIN):
             return True  # nothing to judge by yet: draft, and learn
-        drafting = sum({NEURAL: self.neural, FREE: self.free, PLAIN: 0.0}[p.kind] for p in plan)
+        drafting = sum(self.drafting(p.kind) for p in plan)
         spec_s = (self.alpha + self.beta * sum(p.rows for p in plan) + drafting
                   + b * (self.evaluate + self.other))
         plain_s = self.alpha + self.beta * b + b * (self.evaluate_plain + self.other)
