@@ -289,10 +289,14 @@ class FeedbackQueue:
         return done
 
     def _is_complete(self, v: _Verdict) -> bool:
-        if v.known == self.depth:
-            return True
         if v.known == 0:
             return False
+        # Every awake member is judged on its own levels only: a window is final once the
+        # deepest of them is known. Waiting for the queue's depth instead held a window whose
+        # deeper members had gone to sleep forever (no evidence arrives while the pool
+        # sleeps), and with it every later one (FIFO).
+        if v.known >= int(self.depths[v.awake].max(initial=0)):
+            return True
         if self.estimator == "tree":  # only a first-level zero is final (module docstring)
             return bool((v.gammas[:, 0] == 0.0).all())
         # Every drafter's running product is already zero: the unknown tail cannot matter.
