@@ -19,7 +19,15 @@ from core.config import (
     SamplingParams,
 )
 from core.errors import PolicyError
-from core.selection.arm_costs import FREE, NEURAL, PLAIN, PlannedRow, StepCosts, time_losses
+from core.selection.arm_costs import (
+    FREE,
+    NEURAL,
+    PLAIN,
+    PlannedRow,
+    Start,
+    StepCosts,
+    time_losses,
+)
 from core.selection.feedback import FeedbackQueue, Window, WindowLoss
 from core.selection.learners import Learner, make_learner
 from core.speculation.drafter_pool import Candidates, DrafterState, PoolSnapshot
@@ -115,9 +123,10 @@ PLAIN_EVAL_STRETCH = 4
 # When the learner would give each drafter less than SLEEP_SHARE against plain decoding, the
 # whole pool sleeps (`asleep`): the model-free members stop recording guesses and no window
 # opens, so a round costs what plain decoding's does but for the lookups' indexing; the same
-# probes wake it. A request starts asleep where starting awake lost time for the last requests
-# that did at its step size, but for one in PROBE_REQUESTS (StepCosts.starts_asleep,
-# core/selection/arm_costs.py). Why: at 16 streams on two cores the evaluation's bookkeeping
+# probes wake it. A request starts with its EAGLE-3 drafters asleep where starting awake lost
+# time for the last requests that did at its step size, and with its whole pool asleep where
+# starting so lost time too, but for one in PROBE_REQUESTS at each level (StepCosts.start,
+# core/selection/arm_costs.Start). Why: at 16 streams on two cores the evaluation's bookkeeping
 # (windows, lookups' guesses) cost about 2.5 ms a request-round, half of a plain row's 4.5 ms;
 # even the speculation gate, 98% plain, ran at 0.72x plain decoding.
 SLEEP_SHARE = 0.05
@@ -172,9 +181,10 @@ class RequestState:
     costs: StepCosts | None = None
     step_requests: int = 1
     start_requests: int = 1  # the step size when it was prefilled
-    # It started with its pool awake, so what that saved it tells the next requests whether to
-    # (a request that started asleep only learns at its probes: StepCosts.note_end).
-    learned_awake: bool = True
+    # How it started (awake, its model-free members alone, asleep): what being awake saved it
+    # tells the next requests at that level whether to start there (a request that started
+    # asleep only learns at its probes: StepCosts.note_end).
+    start: Start = Start.AWAKE
     # The tree rows each member drafts per round (nodes + root), for the time loss.
     tree_rows: tuple[float, ...] = ()
     # The most tokens a round can commit (the deepest member's tree + the bonus): ÂL's bound.
@@ -398,9 +408,11 @@ class RequestState:
             self.matcher.commit(out)
         if self.finished and self.feedback is not None:
             self.record(self.feedback.close())  # statistics only: censored windows are biased low
-        if (self.finished and self.plain_arm and self.costs is not None and self.learned_awake
+        if (self.finished and self.plain_arm and self.costs is not None
+                and self.start is not Start.ASLEEP
                 and self.costs.model(self.start_requests) is not None):  # its rounds costed
-            self.costs.note_end(self.start_requests, self.awake_saving_s - self.awake_cost_s)
+            self.costs.note_end(self.start_requests, self.start,
+                                self.awake_saving_s - self.awake_cost_s)
         return out
 
     def learn(self) -> None:

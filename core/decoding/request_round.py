@@ -17,6 +17,7 @@ from core.decoding.node_logits import NodeLogits, penalise
 from core.decoding.pool_evidence import TargetSide, with_model_free
 from core.decoding.request import DeferredRound, RequestState, max_len
 from core.model.target import TargetOutput
+from core.selection.arm_costs import Start
 from core.selection.counterfactual import Evidence
 from core.speculation.drafter_pool import Candidates, DrafterState
 from core.speculation.drafting import DraftRow, tree_scratch
@@ -47,27 +48,35 @@ def commit_first(state: RequestState, tok: int, raw: Tensor) -> list[int]:
 
 def start_drafters(state: RequestState) -> None:
     """The request's drafter caches: every drafter under full evaluation, else lazily caught up.
-    Under the time loss the whole pool starts asleep where starting awake lost time for the
-    last requests that did at this step size (StepCosts.starts_asleep), else the EAGLE-3
-    drafters alone where plain decoding dominates them (RequestState.drafters_dominated)."""
+    Under the time loss a request starts with every member awake, its model-free members alone
+    (the EAGLE-3 drafters asleep, with no prompt catch-up) or its pool asleep, as the last
+    requests at this step size fared at each level (StepCosts.start); never with the EAGLE-3
+    drafters awake where plain decoding dominates them (RequestState.drafters_dominated)."""
     assert state.learner is not None
     fixed = state.learner.fixed_index
     state.dstate = DrafterState(state.snapshot, full=state.evaluate,
                                 drafters=None if fixed is None else [fixed])
     if state.grammar_trail is not None:
         state.dstate.grammar = state.grammar_trail
-    if not state.evaluate or not state.plain_arm:
+    if not state.evaluate or not state.plain_arm or state.costs is None:
         return
-    if state.costs is not None and state.costs.starts_asleep(state.step_requests):
-        # What the learner saves a request here does not pay for its evaluation and prompt
-        # catch-up (measured on two cores from about 4 streams on; at one stream a lookup's
-        # rounds save several times what they cost). A majority vote of how requests ended
-        # could not tell those apart: at one stream most ended with the pool asleep while the
-        # few that copied their prompt ran 1.7x plain decoding.
+    # What the learner saves a request does not always pay for its evaluation and prompt
+    # catch-up (on two cores from about 4 streams on; at one stream a lookup's rounds save
+    # several times what they cost, the eight EAGLE-3 drafters' catch-up on a long prompt not).
+    state.start = state.costs.start(state.step_requests, start_levels(state))
+    if state.start is Start.ASLEEP:
         state.sleep_pool()
-        state.learned_awake = False
-    elif state.drafters_dominated():
-        state.sleep()  # no prompt catch-up: plain decoding dominates them at this load
+    elif state.start is Start.MODEL_FREE and state.snapshot.neural:
+        state.sleep()
+
+
+def start_levels(state: RequestState) -> list[Start]:
+    """The levels a request can start at (Start): all awake only where an EAGLE-3 drafter may
+    pay, the model-free members alone only where there are some, asleep always."""
+    levels = [] if not state.snapshot.neural or state.drafters_dominated() else [Start.AWAKE]
+    if state.snapshot.model_free:
+        levels.append(Start.MODEL_FREE)
+    return [*levels, Start.ASLEEP]
 
 
 def start_lookups(state: RequestState, config: EngineConfig) -> None:

@@ -39,8 +39,9 @@ with every arm costing the same, which ranks drafters as the acceptance loss doe
 Where to start. e(b) is paid whichever arm the learner picks, so its loss cannot weigh it; only
 sleeping saves it (core/decoding/request.py). A request that started awake ends with what that
 earned it: Σ over its rounds of ÂL·c⁰_plain - c⁰_a (c⁰: `bare_cost`, c_a without e(b)) less
-the seconds its evaluation phases and prompt catch-up measured. `starts_asleep` sums the last
-ENDINGS of those per step size: negative, and the next requests there start asleep.
+the seconds its evaluation phases and prompt catch-up measured. `start` sums the last ENDINGS
+of those per step size and level (`Start`: all awake, the model-free members alone): negative,
+and the next requests there start a level lower (asleep at the last).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import IntEnum
 
 import numpy as np
 import numpy.typing as npt
@@ -61,13 +63,24 @@ STALL = 3.0  # a step slower than STALL x its fit is a stall (a page fault, GC):
 MIN_SPREAD = 2.0  # rows per request must vary this much in a bucket before β is trusted
 NEURAL, FREE, PLAIN = "neural", "free", "plain"  # how an arm drafts
 MAX_BUCKET = 16
-# A request starts with its pool asleep (RequestState.asleep) where the last ENDINGS requests
-# that started awake at its step size lost time by it on balance (their rounds' savings less
-# what their evaluation and prompt catch-up measured), but for one in PROBE_REQUESTS, which
-# starts awake: the load, the workload and the pool change, and a request that starts asleep
-# only learns at its probes (and is not counted: it would repeat the memory).
 ENDINGS = 8
 PROBE_REQUESTS = 8
+
+
+class Start(IntEnum):
+    """How a request under the time loss starts (StepCosts.start): every member awake; the
+    model-free members alone awake (the EAGLE-3 drafters asleep from the prompt on, with no
+    prompt catch-up: on two cores it cost the copy-heavy prompts about 130 ms a request at one
+    stream, where a lookup alone ran 1.5x plain decoding); or the whole pool asleep
+    (RequestState.asleep). A request starts at a level where the last ENDINGS requests that
+    started at each level above it lost time there on balance (their rounds' savings less what
+    their evaluation and prompt catch-up measured), but for one in PROBE_REQUESTS of those
+    reaching a level, which starts there: the load, the workload and the pool change, and a
+    request that starts asleep only learns at its probes (and is not counted)."""
+
+    AWAKE = 0
+    MODEL_FREE = 1
+    ASLEEP = 2
 
 
 def bucket(requests: int) -> int:
@@ -167,10 +180,10 @@ class StepCosts:
         # The last fit that could be made: kept while a bucket's steps are all plain (its
         # requests' pools asleep), whose rows cannot tell α from β.
         self._last_fit: dict[int, CostModel] = {}
-        # Per bucket a request started in: what starting awake saved each of the last ENDINGS
-        # to end (seconds), and how many requests started there (`starts_asleep`).
-        self._endings: dict[int, deque[float]] = {}
-        self._starts: dict[int, int] = {}
+        # Per bucket and level a request started at: what starting there saved each of the
+        # last ENDINGS to end (seconds), and how many requests reached the level (`start`).
+        self._endings: dict[tuple[int, Start], deque[float]] = {}
+        self._starts: dict[tuple[int, Start], int] = {}
 
     def speculate(self, requests: int) -> bool:
         """Whether the next step over `requests` requests may draft (False: a plain probe)."""
@@ -207,20 +220,28 @@ class StepCosts:
         fitted = self._fitted[b] or self._last_fit.get(b)
         return None if fitted is None else replace(fitted, requests=max(1, requests))
 
-    def note_end(self, started_at: int, saving_s: float) -> None:
-        """A request under the time loss that started awake at this step size ended; what
-        starting awake saved it against plain decoding with its pool asleep (seconds, negative
-        when it cost; RequestState.awake_saving_s - awake_cost_s). Keyed by where it started:
-        where it ends depends on when the others finish."""
-        self._endings.setdefault(bucket(started_at), deque(maxlen=ENDINGS)).append(saving_s)
+    def note_end(self, started_at: int, start: Start, saving_s: float) -> None:
+        """A request under the time loss that started at this step size and level (awake or
+        its model-free members alone) ended; what being awake saved it against plain decoding
+        with its pool asleep (seconds, negative when it cost; RequestState.awake_saving_s -
+        awake_cost_s). Keyed by where it started: where it ends depends on when the others
+        finish."""
+        key = (bucket(started_at), start)
+        self._endings.setdefault(key, deque(maxlen=ENDINGS)).append(saving_s)
 
-    def starts_asleep(self, requests: int) -> bool:
-        """Whether a request starting at this step size starts with its pool asleep: where the
-        last ENDINGS that started awake there lost time on balance by it, but for one in
-        PROBE_REQUESTS."""
-        b = bucket(requests)
-        n = self._starts[b] = self._starts.get(b, 0) + 1
-        ends = self._endings.get(b, ())
+    def start(self, requests: int, levels: Sequence[Start]) -> Start:
+        """The level a request starting at this step size starts at, of the `levels` its pool
+        has (most awake first, Start.ASLEEP last): past each where the last ENDINGS that
+        started there lost time on balance, but for one in PROBE_REQUESTS of the requests
+        reaching it."""
+        for level in levels[:-1]:
+            if not self._lost(bucket(requests), level):
+                return level
+        return levels[-1]
+
+    def _lost(self, b: int, level: Start) -> bool:
+        n = self._starts[b, level] = self._starts.get((b, level), 0) + 1
+        ends = self._endings.get((b, level), ())
         return bool(ends) and sum(ends) < 0.0 and n % PROBE_REQUESTS != 0
 
     def step_pays(self, plan: Sequence[PlannedRow]) -> bool:

@@ -20,7 +20,7 @@ from core.config import SamplingParams
 from core.decoding.request import RequestState
 from core.engine import SpecEngine
 from core.model.kv_buffer import KVBuffer
-from core.selection.arm_costs import NEURAL, CostModel, StepCosts
+from core.selection.arm_costs import NEURAL, CostModel, Start, StepCosts
 from core.selection.feedback import FeedbackQueue, WindowLoss
 from core.speculation.drafter_pool import (
     WAKE_PAIRS,
@@ -282,46 +282,50 @@ def test_where_no_drafter_pays_the_whole_pool_sleeps_and_nothing_is_evaluated(
     assert [t for o in outs for t in o.token_ids] == ids_ref
 
 
-def test_where_awake_starts_lost_time_the_next_start_asleep_but_one_in_probe_requests(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a group at 4 streams whose drafters never paid (two random ones, rows dear) and
-    whose evaluation cost time, the next group's requests start asleep (no catch-up), but for
-    one in PROBE_REQUESTS."""
-    engine = random_pool_engine("time")
-    slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
-    priced_evaluation(monkeypatch, engine, 0.01)
-    run(engine, streams=4, tokens=96)
-    monkeypatch.setattr(arm_costs, "PROBE_REQUESTS", 4)
-    catch_ups: list[int] = []
-    real = StackedGroup.catch_up_many
-
-    def counting(self: StackedGroup, jobs: list[CatchUpJob], top_k: int,
-                 rows: slice | None = None) -> list[object]:
-        catch_ups.append(len(jobs))
-        return real(self, jobs, top_k, rows)  # type: ignore[return-value]
-
-    monkeypatch.setattr(StackedGroup, "catch_up_many", counting)
+def start_group(engine: SpecEngine, tag: str) -> list[Start]:
+    """Four requests added together and prefilled: the levels they started at."""
     params = SamplingParams(max_new_tokens=24, ignore_eos=True)
     for i in range(4):
-        engine.add_request(f"n{i}", [3, 1, 4, 2 + i, 5], params, "normalhedge")
+        engine.add_request(f"{tag}{i}", [3, 1, 4, 2 + i, 5], params, "normalhedge")
     engine.step()  # the prefill
-    states = engine._requests.values()
-    assert sorted(s.asleep for s in states) == [False, True, True, True]
-    assert catch_ups == []  # plain decoding dominates the EAGLE-3 drafters here anyway
+    return sorted(s.start for s in engine._requests.values())
 
 
-def priced_evaluation(monkeypatch: pytest.MonkeyPatch, engine: SpecEngine,
-                      seconds: float) -> None:
-    """Each evaluation phase's catch-up costs `seconds` on the engine's modelled clock (which
-    only the target's passes advance otherwise)."""
-    clock, real = engine.clock, step_module._sync_all
+def test_where_starting_awake_lost_time_requests_start_lower_but_one_in_probe_requests(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows dear, random text, an evaluation that costs: after a group at 4 streams that
+    started awake, the next starts with its model-free members alone (the EAGLE-3 drafters
+    asleep throughout, no prompt catch-up), but for one in PROBE_REQUESTS; when that lost
+    time too, the next starts asleep, but for one in PROBE_REQUESTS at each level. No request
+    fails on the way (the windows a sleep left open close)."""
+    engine = free_pool_engine()
+    slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
+    priced_evaluation(monkeypatch, engine, 0.01, "_learn")
+    first = run(engine, streams=4, tokens=96)
+    assert not any(o.error for outs in first.values() for o in outs)
+    monkeypatch.setattr(arm_costs, "PROBE_REQUESTS", 4)
+    assert start_group(engine, "m") == [Start.AWAKE] + [Start.MODEL_FREE] * 3
+    while engine.has_unfinished():
+        assert all(s.drafters_asleep for s in engine._requests.values()
+                   if s.start is Start.MODEL_FREE)
+        assert not any(o.error for o in engine.step())
+    assert start_group(engine, "a") == [Start.AWAKE, Start.MODEL_FREE] + [Start.ASLEEP] * 2
+    assert sum(s.asleep for s in engine._requests.values()) == 2
+
+
+def priced_evaluation(monkeypatch: pytest.MonkeyPatch, engine: SpecEngine, seconds: float,
+                      phase: str = "_sync_all") -> None:
+    """Each call of an evaluation `phase` in core/batching/step.py (the EAGLE-3 drafters'
+    catch-up, or a row's learning) costs `seconds` on the engine's modelled clock (which only
+    the target's passes advance otherwise)."""
+    clock, real = engine.clock, getattr(step_module, phase)
     assert isinstance(clock, ModelledClock)
 
-    def priced(rows: list[Any], config: Any) -> None:
+    def priced(*args: Any) -> None:
         clock.advance(seconds)
-        real(rows, config)
+        real(*args)
 
-    monkeypatch.setattr(step_module, "_sync_all", priced)
+    monkeypatch.setattr(step_module, phase, priced)
 
 
 @pytest.mark.parametrize(("evaluation_s", "starts_asleep"),
@@ -346,22 +350,30 @@ def test_the_next_requests_start_asleep_where_the_evaluation_cost_more_than_draf
     assert sorted(s.asleep for s in engine._requests.values()) == starts_asleep
 
 
-def test_the_step_size_memory_weighs_what_the_last_awake_starts_saved() -> None:
+def test_the_step_size_memory_weighs_what_the_last_starts_at_each_level_saved() -> None:
     """Not a majority: one request that saved a second outweighs three that lost a little (at
-    one stream the few requests whose answer copies the prompt are where a lookup pays)."""
+    one stream the few requests whose answer copies the prompt are where a lookup pays). Each
+    level and step size has its own memory and its own probes."""
     costs = StepCosts()
-    assert not costs.starts_asleep(16)  # nothing known
+    levels = [Start.AWAKE, Start.MODEL_FREE, Start.ASLEEP]
+    assert costs.start(16, levels) is Start.AWAKE  # nothing known
     for saving in (-0.1, -0.1, -0.2):
-        costs.note_end(16, saving)
-    starts = [costs.starts_asleep(16) for _ in range(2 * arm_costs.PROBE_REQUESTS)]
-    assert starts.count(False) == 2  # the probes; the rest asleep (they lost 0.4 s)
-    costs.note_end(9, 5.0)  # bucket 8, not 16
-    assert costs.starts_asleep(16) or costs.starts_asleep(16)
-    costs.note_end(16, 1.0)
-    assert not any(costs.starts_asleep(16) for _ in range(3))  # saved 0.6 s on balance
+        costs.note_end(16, Start.AWAKE, saving)
+    starts = [costs.start(16, levels) for _ in range(2 * arm_costs.PROBE_REQUESTS)]
+    assert starts.count(Start.AWAKE) == 2  # the probes; the rest lower (they lost 0.4 s)
+    assert starts.count(Start.MODEL_FREE) == 14  # nothing known of that level yet
+    costs.note_end(16, Start.MODEL_FREE, -0.1)
+    starts = [costs.start(16, levels) for _ in range(2 * arm_costs.PROBE_REQUESTS)]
+    assert starts.count(Start.AWAKE) == 2 and starts.count(Start.MODEL_FREE) == 2
+    assert costs.start(16, [Start.MODEL_FREE, Start.ASLEEP]) is Start.ASLEEP  # dominated
+    assert costs.start(4, levels) is Start.AWAKE  # bucket 4, nothing known
+    costs.note_end(9, Start.AWAKE, 5.0)  # bucket 8, not 16
+    assert costs.start(16, levels) is not Start.AWAKE or costs.start(16, levels) is not Start.AWAKE
+    costs.note_end(16, Start.AWAKE, 1.0)
+    assert all(costs.start(16, levels) is Start.AWAKE for _ in range(3))  # saved 0.6 s
     for _ in range(arm_costs.ENDINGS):
-        costs.note_end(16, -0.01)
-    assert sum(costs.starts_asleep(16) for _ in range(3)) >= 2  # the saving left the memory
+        costs.note_end(16, Start.AWAKE, -0.01)
+    assert sum(costs.start(16, levels) is Start.AWAKE for _ in range(3)) <= 1  # forgotten
 
 
 def test_members_put_to_sleep_in_two_groups_are_both_asleep_in_the_windows_both_reach() -> None:
@@ -377,3 +389,18 @@ def test_members_put_to_sleep_in_two_groups_are_both_asleep_in_the_windows_both_
     assert awake[4].tolist() == [True, True, True]
     assert awake[6].tolist() == [True, True, False]
     assert awake[10].tolist() == [False, False, False]
+
+
+def test_a_window_is_final_once_its_awake_members_levels_are_known() -> None:
+    """A pool asleep adds no evidence: a window whose chain (depth 8) went to sleep is final
+    once its EAGLE-3 drafters' 4 levels are known, and the later windows follow it. Held for
+    the queue's depth, the windows stayed open and the probe that woke the pool failed the
+    request ("windows still open")."""
+    queue = FeedbackQueue(3, 8, loss="time", depths=[4, 4, 8])
+    for m in range(8):
+        queue.open_window(m, None, 1)
+    queue.add_gammas(0, np.full((3, 8), 0.5))
+    queue.asleep_from([2], 8 - 8 + 1)  # the chain sleeps: windows rooted at 1 on
+    queue.asleep_from([0, 1], 8 - 4 + 1)  # then the EAGLE-3 drafters: windows rooted at 5 on
+    assert [w.start for w in queue.pop_completed()] == list(range(8))
+    queue.restart()  # the probe: nothing open
