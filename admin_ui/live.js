@@ -289,7 +289,7 @@ function setBadge(el, status) {
   el.className = `badge status-${status}`;
 }
 
-const PLAIN_TITLE = "Rounds decoded without drafting (the speculation gate or the learner chose plain decoding, or no drafter had a guess)";
+const PLAIN_TITLE = "Rounds decoded without drafting (the learner chose plain decoding, or no drafter had a guess)";
 
 function legendChip(name, cls, title) {
   const swatch = h("span", { class: "swatch" });
@@ -317,7 +317,7 @@ function samplingText(rec) {
   return parts.join(", ");
 }
 
-// All target passes after prefill; split when the gate ran some of them plain.
+// All target passes after prefill; split when some of them ran plain.
 function roundsText(rec) {
   if (!rec.plain_rounds) return fmtInt(rec.rounds);
   const spec = rec.rounds - rec.plain_rounds;

@@ -12,7 +12,8 @@ requests taking turns, through the same code). Two `hedgespec serve` processes d
 in HEDGESPEC_BATCHING.
 At each concurrency level N, N streams start together (prompts cycled, greedy, `ignore_eos`,
 a fixed token count, stream i seeded with i in both modes, so that each request's learner
-draws the same drafters and both schedulers do the same rounds); the modes alternate at each
+draws the same drafters and both schedulers do the same rounds: the acceptance loss, drafting
+every round, in-process and `--loss length` on the servers); the modes alternate at each
 level (batched, round-robin, round-robin, batched, ...) so both see the same machine load. One
 stream is measured `--single-repeats` times (default 6): a 5% difference is below this shared
 machine's run-to-run spread (+-10%). Every ratio is the median of the paired runs' ratios.
@@ -223,8 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         pool = resolve_pool(args.pool, Path(tmp))
         load = os.getloadavg()
         dtype = auto_dtype() if args.dtype == "auto" else args.dtype
+        # The acceptance loss (drafting every round, as start_server's `--loss length`): the time
+        # loss's choices follow each scheduler's measured times, so the modes' rounds would differ.
+        selector = replace(served_selector("cpu"), loss="length")
         base = SpecEngine.from_pool_file(pool, EngineConfig(dtype=dtype, tree=served_tree("cpu"),
-                                                            selector=served_selector("cpu")))
+                                                            selector=selector))
         prompts = [list(base.tokenizer(p)["input_ids"]) for p in PROMPTS]
         cells = []
         if not args.no_gateway:  # first: the servers then share the box with an idle client

@@ -97,8 +97,10 @@ def measure(jobs: list[tuple[Any, Setting]], prompts: list[Prompt], max_new: int
 
 
 def open_engine(pool: Path, dtype: str, tree: tuple[int, int, int]) -> Any:
+    # The acceptance loss (drafting every round): the sweeps compare what each setting does to
+    # drafting, which the served time loss could turn off for a learned policy.
     config = EngineConfig(dtype=dtype, tree=tree_config(tree), max_context=4096,
-                          selector=served_selector("cpu"))
+                          selector=replace(served_selector("cpu"), loss="length"))
     return SpecEngine.from_pool_file(pool, config)
 
 

@@ -5,7 +5,8 @@ engine in-process, plus 16 concurrent streams.
 
 What is compared, so the ratio measures the gateway alone:
 - identical prompt token ids (`/v1/completions` with a token-id prompt), greedy decoding,
-  `ignore_eos` with a fixed `max_tokens`, the same policy and tree settings, the same torch
+  `ignore_eos` with a fixed `max_tokens`, the same policy, tree settings and loss (the
+  acceptance loss, drafting every round: `--loss length` on the server), the same torch
   thread count on both sides;
 - `logprobs=0` on both sides, so every round yields an SSE chunk even when the detokenizer
   holds back an incomplete UTF-8 sequence (TTFT is then the first round, not the first
@@ -32,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -177,9 +178,10 @@ def free_port() -> int:
 
 
 def start_server(pool: Path, workdir: Path, threads: int, dtype: str,
-                 speculation: str = "always") -> tuple[subprocess.Popen[bytes], str]:
-    """A server on a free port. `speculation` "always" by default: what these benchmarks
-    compare is drafting (policies, schedulers), so the gate must not turn it off."""
+                 loss: str = "length") -> tuple[subprocess.Popen[bytes], str]:
+    """A server on a free port, its learners minimising `loss` (`--loss`). What these benchmarks
+    compare is drafting (policies, schedulers), so by default the acceptance loss, which drafts
+    every round (the served default, the time loss, may decode plain instead)."""
     log_path = workdir / "server.log"
     url = f"http://127.0.0.1:{free_port()}"
     args = [
@@ -187,7 +189,7 @@ def start_server(pool: Path, workdir: Path, threads: int, dtype: str,
         "--port", url.rsplit(":", 1)[1],
         "--database-url", f"sqlite:///{workdir / 'registry.db'}",
         "--torch-threads", str(threads), "--log-level", "warning", "--dtype", dtype,
-        "--speculation", speculation,
+        "--loss", loss,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
@@ -454,8 +456,10 @@ def main(argv: list[str] | None = None) -> int:
         pool = resolve_pool(args.pool, workdir)
         load = os.getloadavg()
         dtype = auto_dtype() if args.dtype == "auto" else args.dtype  # the same on both sides
-        config = EngineConfig(dtype=dtype, tree=served_tree("cpu"),  # as the server
-                              selector=served_selector("cpu"))
+        # As the server (start_server's default `--loss length`): the acceptance loss drafts
+        # every round on both sides, so both run the same rounds and the ratio is the gateway's.
+        config = EngineConfig(dtype=dtype, tree=served_tree("cpu"),
+                              selector=replace(served_selector("cpu"), loss="length"))
         engine = SpecEngine.from_pool_file(pool, config)
         tok = engine.tokenizer
         prompt_ids = [list(tok(p)["input_ids"]) for p in PROMPTS[:n_prompts]]

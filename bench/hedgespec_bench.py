@@ -59,7 +59,7 @@ class Run:
     est_len_sum: dict[str, float] = field(default_factory=dict)  # Σ ÂL_d over the windows
     # Under the time loss: the regret in seconds after each costed window.
     regret_seconds_curve: list[float] = field(default_factory=list)
-    plain_tokens: int = 0  # committed by plain rounds (the gate's, the time loss's plain arm)
+    plain_tokens: int = 0  # committed by plain rounds (the time loss's plain arm)
 
     @property
     def mat(self) -> float:

@@ -102,7 +102,10 @@ def build_engine(args: argparse.Namespace) -> SpecEngine:
     tree = served_tree(args.device)
     tree = TreeConfig(top_k=args.top_k or tree.top_k, depth=args.depth or tree.depth,
                       total_tokens=args.total_tokens or tree.total_tokens)
-    selector = SelectorConfig(eval_every=args.eval_every or default_eval_every(args.device),
+    # The acceptance loss, pinned (the served loss is the time loss, core.config.served_selector):
+    # `hedgespec` means NormalHedge with the acceptance-length loss; hedgespec_time is a variant.
+    selector = SelectorConfig(loss="length",
+                              eval_every=args.eval_every or default_eval_every(args.device),
                               prompt_windows=PROMPT_WINDOWS if args.prompt_windows is None
                               else args.prompt_windows)
     config = EngineConfig(tree=tree, max_context=4096, device=args.device, dtype=args.dtype,

@@ -14,10 +14,12 @@ only; HedgeSpec over the whole pool (EAGLE-3 + ngram + suffix); hybrid (the same
 ngram member's chain grafted at the root of every EAGLE-3 tree chosen, EngineConfig.hybrid);
 the per-request oracle over
 the whole pool (each request's best fixed drafter by MAT, bench/hedgespec_bench.oracle_runs).
-Then the pool's default sampling (its generation_config: temperature 0.2, top_p 0.9 on the
-demo pool; prompt i seeded with i) for plain and both HedgeSpec rows; then N concurrent
-streams (batched steps, speculation "auto" as `hedgespec serve` runs them, HedgeSpec over the
-whole pool) against plain decoding of the same streams.
+These HedgeSpec rows learn with the acceptance loss (SelectorConfig.loss "length"), which
+drafts every round: they compare drafters. Then the pool's default sampling (its
+generation_config: temperature 0.2, top_p 0.9 on the demo pool; prompt i seeded with i) for
+plain and both HedgeSpec rows; then N concurrent streams (batched steps, HedgeSpec over the
+whole pool with the time loss as `hedgespec serve` runs it: plain decoding an extra arm of each
+request's learner) against plain decoding of the same streams.
 
 Workloads: `held_out`, the demo pool's held-out prompts of every domain interleaved request by
 request (as bench/hedgespec_bench.load_prompts); `copy_heavy`, bench/data/copy_heavy.jsonl
@@ -76,7 +78,9 @@ WORKLOADS = ("held_out", "copy_heavy")
 MODEL_FREE_KINDS = ("ngram", "suffix")
 HEDGE = "normalhedge"
 EAGLE_ONLY, WHOLE_POOL, HYBRID = "hedgespec_eagle", "hedgespec_all", "hedgespec_hybrid"
-WARMUP_GROUPS = 12  # stream groups run at most until the speculation gate chose (quick: 2)
+# Stream groups the time loss's engine runs before the stream rows, so that its cost model
+# (core/selection/arm_costs.py) has measured the batch size, as bench/time_loss.py (quick: 1).
+WARMUP_GROUPS = 2
 Log = Callable[[str], None]
 
 
@@ -274,27 +278,26 @@ def run_group(engine: SpecEngine, prompts: list[Prompt], policy: str,
             last[out.request_id] = out.stats
     wall = time.perf_counter() - t0
     rounds = sum(s.rounds for s in last.values())
-    gated = sum(s.plain_rounds for s in last.values())
+    plain = sum(s.plain_rounds for s in last.values())  # the time learner's plain arm
     spec = sum(s.completion_tokens - s.prefill_tokens - s.plain_tokens for s in last.values())
     return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall if wall else 0.0,
             "mat": spec / rounds if rounds else 0.0,
-            "plain_step_share": gated / (rounds + gated) if rounds + gated else 0.0}
+            "plain_step_share": plain / (rounds + plain) if rounds + plain else 0.0}
 
 
 def stream_rows(base: SpecEngine, eng: Engines, prompts: list[Prompt], n: int, max_new: int,
                 warmup: int, log: Log) -> dict[str, Any]:
-    """Plain vs HedgeSpec over the whole pool under the speculation gate, n streams, in the
-    order plain, gated, gated, plain; each mode's tokens/s is the mean of its two passes."""
-    config = replace(base.config, speculation="auto", max_running=max(16, n))
+    """Plain vs HedgeSpec over the whole pool with the time loss (the served default), n
+    streams, in the order plain, HedgeSpec, HedgeSpec, plain; each mode's tokens/s is the mean
+    of its two passes."""
+    config = replace(base.config, selector=replace(base.config.selector, loss="time"),
+                     max_running=max(16, n))
     engine = engine_over(base, dict(eng.full.snapshot.members), config)
     group = [prompts[i % len(prompts)] for i in range(n)]
-    for _ in range(warmup):  # what a server that has been up has done: the gate chose
-        if engine.gate.describe(n) != "measuring":
-            break
+    for _ in range(warmup):  # what a server that has been up has done: its cost model measured
         refresh(engine, eng.specs)
         run_group(engine, group, HEDGE, max_new)
-    rates = ", ".join(f"{k} {v:.1f}" for k, v in engine.gate.rates(n).items())
-    choice = f"{engine.gate.describe(n)} ({rates})" if rates else engine.gate.describe(n)
+    fitted = engine.costs.model(n) is not None
     passes: dict[str, list[dict[str, Any]]] = {"plain": [], WHOLE_POOL: []}
     for mode in ("plain", WHOLE_POOL, WHOLE_POOL, "plain"):
         refresh(engine, eng.specs)
@@ -304,7 +307,8 @@ def stream_rows(base: SpecEngine, eng: Engines, prompts: list[Prompt], n: int, m
             f"MAT {cell['mat']:.2f}")
     mean = {m: sum(c["tokens_per_s"] for c in cs) / len(cs) for m, cs in passes.items()}
     return {"streams": n, "max_new_tokens": max_new, "warmup_groups": warmup,
-            "gate": choice, "passes": passes,
+            "time_model": "fitted" if fitted else "not fitted (the loss falls back to 1/ÂL)",
+            "passes": passes,
             "tokens_per_s": mean, "x_plain": mean[WHOLE_POOL] / mean["plain"]
             if mean["plain"] else 0.0}
 
@@ -361,7 +365,7 @@ def check_targets(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
         checks[f"{name}: default sampling, whole-pool HedgeSpec tokens/s >= 1.3x plain"] = (
             s[WHOLE_POOL]["x_plain"], 1.3)
     for name in WORKLOADS:
-        checks[f"{name}: {st[name]['streams']} streams, HedgeSpec (speculation auto) tokens/s "
+        checks[f"{name}: {st[name]['streams']} streams, HedgeSpec (time loss) tokens/s "
                ">= 1.0x plain"] = (st[name]["x_plain"], 1.0)
     return {k: {"value": v, "threshold": t, "met": v >= t} for k, (v, t) in checks.items()}
 
@@ -400,7 +404,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.max_new_tokens = args.max_new_tokens or (8 if q else 48)
     args.copy_max_new_tokens = args.copy_max_new_tokens or (8 if q else 64)
     args.stream_tokens = args.stream_tokens or (4 if q else 48)
-    args.warmup_groups = 2 if q else WARMUP_GROUPS
+    args.warmup_groups = 1 if q else WARMUP_GROUPS
     return args
 
 
@@ -408,8 +412,11 @@ def run_all(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     t_start = time.perf_counter()
     torch.set_num_threads(args.threads)
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
+    # The acceptance loss for the one-stream rows, which compare drafters (every HedgeSpec row
+    # drafts every round); the stream rows switch to the served time loss (stream_rows).
+    selector = replace(served_selector(args.device), loss="length")
     config = EngineConfig(max_context=4096, device=args.device, dtype=dtype,
-                          tree=served_tree(args.device), selector=served_selector(args.device))
+                          tree=served_tree(args.device), selector=selector)
     base = SpecEngine.from_pool_file(args.pool, config)
     eng = build_engines(base)
     longest = max(args.max_new_tokens, args.copy_max_new_tokens, args.stream_tokens)

@@ -5,7 +5,8 @@ learner starting uniform, the generalist, the router and the per-request oracle,
                                    [--per-domain 3] [--max-new-tokens 48]
                                    [--windows 0,16,48] [--workloads held-out,mismatched]
 
-One engine (the served selector: NormalHedge, the CPU's eval_every) runs every drafter alone
+One engine (the served selector, NormalHedge and the CPU's eval_every, with the acceptance loss
+pinned: it drafts every round) runs every drafter alone
 (for the generalist and the per-request oracle), then HedgeSpec once per prompt-window count W
 (W = 0: the learner starts uniform, as before prompt windows) and, for W > 0, once per form of
 the evidence (SelectorConfig.prompt_evidence: "prior", the default, and "losses", the form
@@ -27,6 +28,7 @@ import platform
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +80,10 @@ def mismatched(prompts: list[Prompt], tokenizer: Any, pool_json: Path) -> list[P
 
 def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
+    # The acceptance loss (drafting every round): the rows are compared on the drafters their
+    # learners pick, so no learner may decode plain instead (the served time loss could).
     config = EngineConfig(max_context=4096, dtype=args.dtype, tree=served_tree("cpu"),
-                          selector=served_selector("cpu"))
+                          selector=replace(served_selector("cpu"), loss="length"))
     engine = SpecEngine.from_pool_file(args.pool, config)
     held_out = load_prompts(args.pool, engine.tokenizer, args.per_domain, 160)
     engine.generate_ids(held_out[0].ids, SamplingParams(max_new_tokens=8))  # warm-up

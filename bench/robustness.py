@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +103,10 @@ def routed(engine: SpecEngine, prompts: list[Prompt]) -> list[str]:
 def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     args.dtype = auto_dtype() if args.dtype == "auto" else args.dtype
+    # The acceptance loss (drafting every round): the methods are compared on the drafters
+    # they pick, so no learner may decode plain instead (the served time loss could).
     config = EngineConfig(max_context=4096, dtype=args.dtype, tree=served_tree("cpu"),
-                          selector=served_selector("cpu"))
+                          selector=replace(served_selector("cpu"), loss="length"))
     engine = SpecEngine.from_pool_file(args.pool, config)
     if engine.router is None:
         raise SystemExit(f"{args.pool} names no router: run `python -m demo.router --pool "

@@ -1,7 +1,10 @@
 """What a client gets by default: plain decoding, the generalist and HedgeSpec at one stream,
 greedy, at the pool's own sampling defaults (what a request that leaves temperature out gets;
 the demo pool states SmolLM2's model-card values, core/model/sampling_defaults.py) and at OpenAI's
-temperature 1, side by side in one run on the shipped pool.
+temperature 1, side by side in one run on the shipped pool. HedgeSpec runs the served selector
+(core.config.served_selector): NormalHedge with the time loss, plain decoding an extra arm of
+each request's learner, so it may decode plain where drafting would not pay; its MAT counts its
+speculative rounds only.
 
     python -m bench.served_sampling [--quick] [--pool demo/pool/pool.json] [--per-domain 2]
                                     [--max-new 48] [--repeats 2] [--threads 2] [--dtype auto]

@@ -46,8 +46,9 @@ def render(cells: list[Cell], meta: dict[str, Any]) -> str:
         f"{meta['threads']} threads; {meta['prompts']} held-out prompts (one domain after "
         f"another), up to {meta['max_new']} new tokens each, stopping at EOS; one stream; tree "
         f"{tuple(meta['tree'])}; prompt i sampled with seed i; the fastest of "
-        f"{meta['repeats']} passes per cell, methods alternating. MAT: tokens per verification "
-        "round (plain decoding: 1).",
+        f"{meta['repeats']} passes per cell, methods alternating. HedgeSpec: the served "
+        "selector (NormalHedge, the time loss: plain decoding one of its arms). MAT: tokens per "
+        "verification round, HedgeSpec's plain rounds left out (plain decoding: 1).",
         "",
         "| setting | sampling | method | MAT | tokens/s | x plain | tokens |",
         "|---|---|---|---|---|---|---|",

@@ -21,6 +21,7 @@ import platform
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -153,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     started = time.monotonic()
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
+    # The acceptance loss (drafting every round): the policies are compared on the drafters
+    # they pick, so no learner may decode plain instead (the served time loss could).
     config = EngineConfig(max_context=4096, dtype=dtype, tree=served_tree("cpu"),
-                          selector=served_selector("cpu"))
+                          selector=replace(served_selector("cpu"), loss="length"))
     engine = SpecEngine.from_pool_file(args.pool, config)
     prompts = load_prompts(args.pool, engine.tokenizer, per_domain, 160)
     prompts = [p for p in prompts if p.domain in engine.drafter_ids()]

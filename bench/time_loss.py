@@ -1,9 +1,11 @@
 """HedgeSpec with the time loss (SelectorConfig.loss = "time": the learner minimises measured
-time per token, plain decoding one of its arms) against plain decoding, each fixed arm,
-HedgeSpec's acceptance loss drafting every step and HedgeSpec under the speculation gate, side
-by side at 1 to 16 concurrent streams on the shipped pool: the successor of
-bench/speculation_gate.py (retired), asking whether one learner can replace the gate and the
-arm choice.
+time per token, plain decoding one of its arms) against plain decoding, each fixed arm and
+HedgeSpec's acceptance loss drafting every step, side by side at 1 to 16 concurrent streams on
+the shipped pool: the successor of bench/speculation_gate.py (retired), asking whether one
+learner can choose both whether to draft and which arm. The speculation gate this benchmark
+also compared was retired after the runs of 2026-12-05/06 that the committed reports hold (the
+last with a `gate` column, run from a snapshot with the gate still in the code); the time loss
+is now the served default (core.config.served_selector).
 
     python -m bench.time_loss [--quick] [--workload held_out|copy_heavy]
                               [--pool demo/pool/pool.json] [--levels 1,2,4,8,16]
@@ -13,23 +15,21 @@ arm choice.
 Modes (one target and one set of drafters): `plain` (policy none); `fixed:<id>` for every
 model-free member of the pool (`lookup`, `suffix` in the shipped pool.json) and for its first
 EAGLE-3 drafter (the generalist), drafting every step; `length` (NormalHedge, acceptance loss,
-speculation "always"); `gate` (the same under speculation "auto", core/batching/spec_gate.py,
-today's server default); `time` (NormalHedge, time loss, speculation "always").
+drafting every step); `time` (NormalHedge, time loss, plain decoding an extra arm).
 
 Workloads: `held_out` (the demo pool's held-out prompts, 3 per domain, interleaved, as
 the retired bench/speculation_gate.py) and `copy_heavy` (bench/data/copy_heavy.jsonl, kinds
 interleaved, as bench/model_free_bench.py). Method in the report's header
 (bench/time_loss_report.py). Writes bench/results/time_loss_<workload>.{md,json,png}. Sizes: a
-pass is two groups of N requests of 48 tokens; 7 modes x 2 passes plus the gate's and the time
-engine's warm-up at each level: 24 minutes for held_out at 5 levels, 16 for copy_heavy at 3, on
-the two-core VM. Run it on an idle machine.
+pass is two groups of N requests of 48 tokens; 6 modes x 2 passes plus the time engine's
+warm-up at each level: less than the 24 minutes for held_out at 5 levels and 16 for copy_heavy
+at 3 that 7 modes and the gate's warm-up took on the two-core VM. Run it on an idle machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,6 @@ from core.model.precision import auto_dtype
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICY = "normalhedge"
-WARMUP_GROUPS = 12  # groups run at most before a level's measured passes, until the gate chose
 TIME_WARMUP_GROUPS = 2  # groups the time engine runs before a level's passes (its cost model)
 HELD_OUT_PER_DOMAIN = 3
 COPY_PER_KIND = 4  # every record of bench/data/copy_heavy.jsonl
@@ -80,16 +79,14 @@ def build_modes(base: SpecEngine, specs: list[FreeSpec]) -> list[Mode]:
         return engine_over(base, members, replace(base.config, **changes))
 
     sel = base.config.selector
-    always = engine(speculation="always", selector=replace(sel, loss="length"))
+    # The acceptance loss drafts every round: plain decoding and the fixed arms run on it too.
+    length = engine(selector=replace(sel, loss="length"))
     generalist = next(iter(base.snapshot.drafters))
-    modes = [Mode("plain", always, "none")]
-    modes += [Mode(f"fixed:{s.id}", always, f"fixed:{s.id}") for s in specs]
-    modes += [Mode(f"fixed:{generalist}", always, f"fixed:{generalist}"),
-              Mode("length", always, POLICY),
-              Mode("gate", engine(speculation="auto", selector=replace(sel, loss="length")),
-                   POLICY)]
-    modes.append(Mode("time", engine(speculation="always", selector=replace(sel, loss="time")),
-                      POLICY))
+    modes = [Mode("plain", length, "none")]
+    modes += [Mode(f"fixed:{s.id}", length, f"fixed:{s.id}") for s in specs]
+    modes += [Mode(f"fixed:{generalist}", length, f"fixed:{generalist}"),
+              Mode("length", length, POLICY)]
+    modes.append(Mode("time", engine(selector=replace(sel, loss="time")), POLICY))
     return modes
 
 
@@ -132,7 +129,7 @@ def run_group(engine: SpecEngine, prompts: list[Prompt], policy: str, max_new: i
 
 def count_steps(policy: str, stats: list[Any], tally: Tally) -> None:
     """Plain decoding's steps are all plain (its `rounds` draft nothing); a learner's plain
-    steps are its plain_rounds (the gate's, or the time learner's plain arm)."""
+    steps are its plain_rounds (the time learner's plain arm)."""
     if policy == "none":
         tally.plain_steps += sum(s.rounds for s in stats)
         return
@@ -160,26 +157,13 @@ def one_pass(mode: Mode, groups: list[list[Prompt]], max_new: int,
 
 # -- one level -----------------------------------------------------------------------------------
 def warm(mode: Mode, groups: list[list[Prompt]], max_new: int, specs: list[FreeSpec],
-         most: int, done: Callable[[], bool] = lambda: False) -> int:
-    """Run up to `most` groups of this size (as passes: fresh model-free members every
-    len(groups) groups) until `done()`; how many ran."""
-    for i in range(most):
-        if done():
-            return i
+         count: int) -> None:
+    """Run `count` groups of this size (as passes: fresh model-free members every
+    len(groups) groups)."""
+    for i in range(count):
         if i % len(groups) == 0:
             refresh(mode.engine, specs)
         run_group(mode.engine, groups[i % len(groups)], mode.policy, max_new, Tally())
-    return most
-
-
-def warm_gate(mode: Mode, groups: list[list[Prompt]], max_new: int,
-              specs: list[FreeSpec]) -> str:
-    """Run groups of this size until the gate has chosen for it; its choice in words."""
-    n, gate = len(groups[0]), mode.engine.gate
-    ran = warm(mode, groups, max_new, specs, WARMUP_GROUPS,
-               lambda: gate.describe(n) != "measuring")
-    rates = ", ".join(f"{k} {v:.1f}" for k, v in gate.rates(n).items())
-    return f"{gate.describe(n)} ({rates}) after {ran} groups"
 
 
 def cost_model_state(mode: Mode, n: int) -> str:
@@ -208,8 +192,7 @@ def measure_level(modes: list[Mode], prompts: list[Prompt], n: int, max_new: int
     """The level's cells, and what the in-place measurements had settled before its passes."""
     groups = [[prompts[(g * n + i) % len(prompts)] for i in range(n)] for g in range(2)]
     by = {m.name: m for m in modes}
-    state = {"gate": warm_gate(by["gate"], groups, max_new, specs)}
-    log(f"{n} streams: the gate chose {state['gate']}")
+    state: dict[str, str] = {}
     if "time" in by:
         warm(by["time"], groups, max_new, specs, TIME_WARMUP_GROUPS)
         state["time_model"] = cost_model_state(by["time"], n)
@@ -292,7 +275,7 @@ def describe_run(args: argparse.Namespace, base: SpecEngine, config: EngineConfi
         "eval_every": config.selector.eval_every, "workload": args.workload,
         "workload_text": WORKLOADS[args.workload], "prompts": prompts,
         "pool_members": ", ".join(base.snapshot.ids), "modes": [m.name for m in modes],
-        "time_warmup_groups": TIME_WARMUP_GROUPS, "gate_warmup_groups_max": WARMUP_GROUPS,
+        "time_warmup_groups": TIME_WARMUP_GROUPS,
         "torch": torch.__version__,
     }
 

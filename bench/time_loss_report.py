@@ -1,6 +1,6 @@
 """The time-loss benchmark's tables and figure (bench/time_loss.py measures): HedgeSpec
-minimising measured time per token against plain decoding, each fixed arm, HedgeSpec's
-acceptance loss drafting every step and under the speculation gate, per concurrency level."""
+minimising measured time per token against plain decoding, each fixed arm and HedgeSpec's
+acceptance loss drafting every step, per concurrency level."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 # The learners' modes; the others are `plain` and the fixed arms (`fixed:<id>`).
-LEARNED = ("length", "gate", "time")
-LABELS = {"plain": "plain decoding", "length": "HedgeSpec, acceptance loss, always",
-          "gate": "HedgeSpec, acceptance loss, gate (auto)",
-          "time": "HedgeSpec, time loss, always"}
+LEARNED = ("length", "time")
+LABELS = {"plain": "plain decoding", "length": "HedgeSpec, acceptance loss",
+          "time": "HedgeSpec, time loss"}
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,6 @@ def level_row(by: dict[str, Cell]) -> dict[str, Any]:
         **{f"{m}_full_tps": c.full_tokens_per_s for m, c in by.items()},
         "best_fixed": best_fixed,
         "time_x_best_fixed": _ratio(time, fixed.get(best_fixed or "")),
-        "time_x_gate": _ratio(time, tps.get("gate")),
         "time_x_max_plain_length": _ratio(time, never_always),
         "time_plain_share": by["time"].plain_share if "time" in by else None,
     }
@@ -139,41 +137,38 @@ def header(meta: dict[str, Any], med: float | None) -> list[str]:
         "batched steps (prompt i of a pass is prompt i mod the workload's size). Modes: plain "
         "decoding (policy none); each fixed arm (`fixed:<id>`, every model-free member and the "
         "first EAGLE-3 drafter, drafting every step); HedgeSpec (NormalHedge) with the "
-        "acceptance loss drafting every step (`length`) and under the speculation gate "
-        "(`gate`, `speculation=\"auto\"`, core/batching/spec_gate.py); HedgeSpec with the time "
-        "loss "
+        "acceptance loss drafting every step (`length`); HedgeSpec with the time loss "
         "(`time`, plain decoding an extra arm, drafting allowed every step). All share one "
         "target and drafters; the model-free members start fresh at every pass (the suffix "
         "cache learns within a pass only). Modes alternate order pass by pass; each keeps the "
-        f"fastest of {meta['repeats']} passes. Before a level's passes the gate's engine ran "
-        "groups of that size until it had chosen, and the time engine ran "
-        f"{meta['time_warmup_groups']} groups (both measure in place, as a server that has "
-        f"been up has).{repeat} {noise_line}", "",
+        f"fastest of {meta['repeats']} passes. Before a level's passes the time engine ran "
+        f"{meta['time_warmup_groups']} groups of that size (its cost model measures in place, "
+        f"as a server that has been up has).{repeat} {noise_line}", "",
     ]
 
 
 def warmed_lines(meta: dict[str, Any]) -> list[str]:
-    """What the gate chose and whether the time loss's cost model had fitted, per level."""
+    """Whether the time loss's cost model had fitted, per level (nothing without a time
+    mode)."""
     warmed = meta.get("warmed", {})
-    gate = "; ".join(f"{n} streams: {w['gate']}" for n, w in warmed.items())
-    lines = [f"The gate's choice before the passes (tokens/s it measured): {gate}."]
-    if any("time_model" in w for w in warmed.values()):
-        model = "; ".join(f"{n} streams: {w['time_model']}" for n, w in warmed.items())
-        lines.append("The time engine's cost model (core/selection/arm_costs.py) after its "
-                     f"warm-up: {model}.")
-    return [" ".join(lines), ""]
+    if not any("time_model" in w for w in warmed.values()):
+        return []
+    model = "; ".join(f"{n} streams: {w['time_model']}" for n, w in warmed.items()
+                      if "time_model" in w)
+    return ["The time engine's cost model (core/selection/arm_costs.py) after its warm-up: "
+            f"{model}.", ""]
 
 
 def main_table(cells: list[Cell], modes: list[str]) -> list[str]:
     lines = ["Tokens/s over the whole pass (prefill and tail included), and x plain.", "",
-             "| streams | " + " | ".join(modes) + " | time x best fixed arm | time x gate "
+             "| streams | " + " | ".join(modes) + " | time x best fixed arm "
              "| time x max(plain, length) | time: plain steps |",
-             "|---|" + "---|" * (len(modes) + 4)]
+             "|---|" + "---|" * (len(modes) + 3)]
     for r in rows(cells):
         tps = " | ".join(f"{r[f'{m}_tps']:.1f} ({r[f'{m}_x_plain']:.2f}x)" for m in modes)
         best = f" ({r['best_fixed']})" if r["best_fixed"] else ""
         lines.append(f"| {r['streams']} | {tps} | {_f(r['time_x_best_fixed'])}{best} "
-                     f"| {_f(r['time_x_gate'])} | {_f(r['time_x_max_plain_length'])} "
+                     f"| {_f(r['time_x_max_plain_length'])} "
                      f"| {_pct(r['time_plain_share'])} |")
     return lines
 
@@ -182,9 +177,9 @@ def detail_table(cells: list[Cell], modes: list[str]) -> list[str]:
     spec = [m for m in modes if m != "plain"]
     learned = [m for m in modes if m in LEARNED]
     lines = ["", "MAT over each mode's speculative request-steps, the learners' share of "
-             "request-steps run plain (the gate's plain steps, the time learner's plain arm), "
-             "and tokens/s over the steps whose round held all N streams of a group (no "
-             "prefill, no tail: the rate the gate compares).", "",
+             "request-steps run plain (the time learner's plain arm; the acceptance loss "
+             "drafts every step), and tokens/s over the steps whose round held all N streams "
+             "of a group (no prefill, no tail: the steady batched rate).", "",
              "| streams | " + " | ".join(f"MAT {m}" for m in spec) + " | "
              + " | ".join(f"{m}: plain steps" for m in learned) + " | "
              + " | ".join(f"{m} full-batch tokens/s" for m in modes) + " |",

@@ -13,8 +13,8 @@ Vocabulary (code, statistics and wire use these words in these senses only):
   round  one request's share of a step's verification pass: its learner's choice, its tree
          (drafted, or only the root), its verified tokens and its evaluation. A speculative
          round verified a drafted tree; a plain round drafted nothing and commits one token
-         (the speculation gate turned drafting off for the step, the time loss chose the plain
-         arm, or no drafter was awake): `RoundStats.plain`, `RequestStats.plain_rounds`.
+         (the time loss chose the plain arm or the step's cost check did, a probe step of the
+         cost model, or no drafter was awake): `RoundStats.plain`, `RequestStats.plain_rounds`.
          `rounds` counts the speculative ones; MAT is over them.
 
 On the wire, the fields named after vLLM's per-request metrics keep vLLM's word: its "spec

@@ -140,10 +140,11 @@ class SelectorConfig:
     # by DESIGN §3 step 7 (parameter-free); MAT 1.83 against UCBSpec's 1.56 and EXP3Spec's 1.54
     # on the demo pool, AdaNormalHedge level at 1.84 (bench/results/hedgespec.md).
     policy: str = "normalhedge"
-    # The operator's `--loss` (LossName above). "length" (served with the speculation gate)
-    # by measurement: "time" ran at 0.85-0.99x the gate's tokens/s at 2-16 streams, 1.12x at
-    # one, on the held-out workload (bench/results/time_loss_held_out.md). "prob" is the
-    # paper's other named loss (DESIGN §3.1).
+    # The operator's `--loss` (LossName above). Served: "time" (served_selector), time per
+    # committed token with plain decoding as an arm, by measurement against the speculation
+    # gate it replaced (bench/results/time_loss_held_out.md, time_loss_copy_heavy.md). Here the
+    # paper's acceptance loss, which drafts every round: what the benchmarks comparing
+    # drafters and policies measure. "prob" is the paper's other named loss (DESIGN §3.1).
     loss: LossName = "length"
     # "tree" by measurement on the demo pool (bench/results/hedgespec.md, estimator variants):
     # mean |ÂL - realised| 0.15 vs 0.25 for "topk", slope of realised on ÂL 0.85 vs 0.69,
@@ -223,16 +224,10 @@ def served_tree(device: str) -> TreeConfig:
 
 
 def served_selector(device: str) -> SelectorConfig:
-    """The selector `hedgespec serve` runs on `device` (benchmarks compare against it)."""
-    return SelectorConfig(eval_every=default_eval_every(device), prompt_windows=PROMPT_WINDOWS)
-
-
-# What `hedgespec serve` sets `EngineConfig.speculation` to unless told otherwise: through the
-# HTTP server at 8 and 16 streams "auto" ran at 0.86x / 0.77x plain decoding's tokens/s against
-# 0.53x / 0.41x for "always" (bench/results/speculation_gate_gateway.md, a two-core CPU).
-# EngineConfig keeps "always", so that the benchmarks comparing drafters and policies measure
-# speculation rather than the gate.
-SERVED_SPECULATION = "auto"
+    """The selector `hedgespec serve` runs on `device` (benchmarks compare against it): the
+    time loss, so each request's learner decides whether to speculate at all."""
+    return SelectorConfig(loss="time", eval_every=default_eval_every(device),
+                          prompt_windows=PROMPT_WINDOWS)
 
 
 @dataclass(frozen=True)
@@ -240,8 +235,7 @@ class EngineConfig:
     """One engine's configuration. `hedgespec serve` builds it from gateway/config.Settings,
     which sets every field but evaluate_all and mask_drafts (operator settings, `--<name>` /
     HEDGESPEC_<NAME>); benchmarks and tests build their own. A field Settings leaves unset
-    keeps the default here or the served one above (served_tree, served_selector,
-    SERVED_SPECULATION)."""
+    keeps the default here or the served one above (served_tree, served_selector)."""
 
     device: str = "cpu"  # torch device of target and drafters (`--device`)
     # Weights' precision (`--dtype`); the server's "auto" picks bf16 where the device computes
@@ -298,12 +292,6 @@ class EngineConfig:
     # committed tokens are the same either way. `--verify-logits` pins one
     # (bench/verify_logits.py measures both).
     verify_logits: str = "auto"
-    # "always": every round drafts. "auto": per batch size, speculate or decode plain,
-    # whichever commits more tokens per second, measured in place (core/batching/spec_gate.py):
-    # under load a verified tree's rows cost more than the tokens they add. Lossless either way.
-    # With batching off it decides for steps of one request. Served: SERVED_SPECULATION
-    # (`--speculation`).
-    speculation: str = "always"
     # Hybrid trees: the id of a model-free member whose tree is grafted onto the root of every
     # EAGLE-3 tree the learner chooses, when it has a guess (core/speculation/tree.merge_trees). The
     # learner still scores each member on its own tree (`--hybrid`). None: off (measured
@@ -315,5 +303,3 @@ class EngineConfig:
             raise ValueError("max_running and max_step_tokens must be >= 1")
         if self.verify_logits not in ("auto", "visited", "all"):
             raise ValueError("verify_logits must be 'auto', 'visited' or 'all'")
-        if self.speculation not in ("auto", "always"):
-            raise ValueError("speculation must be 'auto' or 'always'")

@@ -28,7 +28,6 @@ from pathlib import Path
 
 from core.batching.head_rows import HeadRows
 from core.batching.scheduler import BatchScheduler
-from core.batching.spec_gate import SpecGate
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.decoding.request import Policy, RequestState, arm_prior, parse_policy
 from core.errors import ContextLengthError, PolicyError, RequestError
@@ -77,8 +76,8 @@ class SpecEngine:
                  model_name: str | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.target = target
-        # What every in-place measurement reads (the gate's step times, the time loss's round
-        # costs, the phase times in the statistics). A test of a choice made from measured time
+        # What every in-place measurement reads (the time loss's round costs, the phase times
+        # in the statistics). A test of a choice made from measured time
         # passes a modelled clock, so the choice follows the costs it models on any CPU.
         self.clock = clock
         self.config = config
@@ -97,12 +96,9 @@ class SpecEngine:
         self._next = 0
         # Which LM-head rows a verified tree gets up front (a rule by device).
         self.head_rows = HeadRows(config.verify_logits, config.device)
-        # Whether a step drafts at all, per batch size (measured in place under "auto").
-        self.gate = SpecGate(config.speculation, config.selector.eval_every)
         # What rounds cost per arm and batch size, measured in place (the "time" loss).
         self.costs = StepCosts()
-        self._batch = BatchScheduler(target, config, self.head_rows, self.gate, clock,
-                                     self.costs)
+        self._batch = BatchScheduler(target, config, self.head_rows, clock, self.costs)
         self._grammars: GrammarCompiler | None = None
         # The static baseline policy `router` (core/selection/router.py), when the pool ships one.
         self.router: PromptRouter | None = None

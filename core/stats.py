@@ -41,8 +41,9 @@ class RoundStats:
     batch_rows: int = 1
     # Of verify_s: the LM head and the acceptance walk (what bench/verify_logits.py compares).
     head_s: float = 0.0
-    # A plain round of a request that speculates: nothing drafted (the speculation gate turned
-    # drafting off for the step, the time loss chose its plain arm, or no drafter was awake).
+    # A plain round of a request that speculates: nothing drafted (the time loss chose its
+    # plain arm or the step's cost check did, a probe step of the cost model, or no drafter
+    # was awake).
     # Not a speculative round: outside `rounds` and MAT.
     plain: bool = False
 

@@ -23,7 +23,6 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from core.config import (
     LEARNER_NAMES,
     ROUTER_PRIOR,
-    SERVED_SPECULATION,
     EngineConfig,
     served_selector,
     served_tree,
@@ -115,7 +114,7 @@ class Settings(BaseSettings):
     # Each knob below maps onto one field of core.config (named in its comment), where its
     # default and the measurement behind it live: None (the default here) keeps the core's
     # default, the served one for the device where core has one (served_tree,
-    # served_selector, SERVED_SPECULATION). `engine_config` applies them.
+    # served_selector). `engine_config` applies them.
     device: str | None = None  # EngineConfig.device: the torch device
     # "auto": bf16 where the device computes it natively (a CPU with AVX512-BF16/AMX, a GPU),
     # else fp32 (core/model/precision.py; measured in bench/results/cpu_defaults.md). Greedy output
@@ -138,9 +137,10 @@ class Settings(BaseSettings):
     # The prompt's last positions scored as learner feedback before the first round
     # (SelectorConfig.prompt_windows; None: core.config.PROMPT_WINDOWS, 0: off).
     prompt_windows: int | None = Field(default=None, ge=0, le=4096)
-    # What a counterfactual learner minimises (SelectorConfig.loss): the paper's acceptance
-    # losses "length" / "prob", or "time", each arm's measured cost per committed token with
-    # plain decoding as an arm (core/selection/arm_costs.py).
+    # What a counterfactual learner minimises (SelectorConfig.loss; None: served_selector's
+    # "time", each arm's measured cost per committed token with plain decoding as an arm,
+    # core/selection/arm_costs.py): or the paper's acceptance losses "length" / "prob", which
+    # draft every round.
     loss: Literal["length", "prob", "time"] | None = None
     # Hybrid trees (EngineConfig.hybrid): the id of a model-free member of the pool whose tree
     # is grafted at the root of every EAGLE-3 tree the learner chooses (on the demo pool,
@@ -150,10 +150,6 @@ class Settings(BaseSettings):
     # "auto" is "visited" on a CPU and "all" on an accelerator (core/batching/head_rows.py);
     # "visited" or "all" pins one.
     verify_logits: Literal["auto", "visited", "all"] | None = None
-    # Whether batched steps draft (EngineConfig.speculation; None: SERVED_SPECULATION): "auto"
-    # measures, per batch size, speculative against plain steps and keeps the faster
-    # (core/batching/spec_gate.py); "always" drafts every step (benchmarks that compare policies).
-    speculation: Literal["auto", "always"] | None = None
     # What a request that leaves temperature / top_p / top_k out samples with: "auto" takes the
     # model's defaults (its generation_config.json, then the pool file's "generation_config"),
     # as vLLM does; "openai" the OpenAI API's (temperature 1, no top_p or top_k cut).
@@ -252,7 +248,6 @@ class Settings(BaseSettings):
             dtype=auto_dtype(device) if self.dtype == "auto" else self.dtype,
             tree=tree,
             selector=selector,
-            speculation=self.speculation or SERVED_SPECULATION,
             **_given(device_map=self.device_map, compile=self.compile,
                      max_context=self.max_context, batching=self.batching,
                      max_running=self.max_running, max_step_tokens=self.max_step_tokens,

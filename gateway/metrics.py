@@ -40,7 +40,6 @@ LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 10)
 # max(0, regret) (its le="0" bucket counts the requests at or below zero) and a gauge keeps the
 # signed sum, so mean regret = signed sum / count.
 HEAD_SETTINGS = ("visited", "all")  # core/batching/head_rows.HeadRows.describe()
-SPEC_SETTINGS = ("speculative", "plain", "measuring")  # core/batching/spec_gate.SpecGate.describe()
 REGRET_BUCKETS = (0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 
 
@@ -183,18 +182,10 @@ class GatewayMetrics:
             ["setting"],
             registry=r,
         )
-        self.spec_setting = Gauge(
-            "hedgespec_speculation_setting",
-            "1 on what the last engine step's batch size runs: 'speculative' (drafts "
-            "verified), 'plain' (speculation measured slower at that batch size and off), or "
-            "'measuring' (timing both, core/batching/spec_gate.py).",
-            ["setting"],
-            registry=r,
-        )
         self.plain_rounds = Counter(
             "hedgespec_plain_rounds_total",
-            "Plain rounds of requests that speculate: nothing drafted (the speculation gate turned "
-            "drafting off, the time loss chose plain decoding, or no drafter had a guess).",
+            "Plain rounds of requests that speculate: nothing drafted (the time loss chose plain "
+            "decoding, or no drafter had a guess).",
             registry=r,
         )
         self.batch_rows = Histogram(
@@ -207,10 +198,6 @@ class GatewayMetrics:
     def observe_head_setting(self, setting: str) -> None:
         """1 on the LM-head setting verification uses now, 0 on the others."""
         _one_hot(self.head_setting, HEAD_SETTINGS, setting)
-
-    def observe_spec_setting(self, setting: str) -> None:
-        """1 on the speculation setting of the last step's batch size, 0 on the others."""
-        _one_hot(self.spec_setting, SPEC_SETTINGS, setting)
 
     def observe_step(self, outputs: Sequence[RoundStats]) -> None:
         """One engine step's rounds: the rows its verification pass held (none: a prefill-only

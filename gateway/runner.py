@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from core.batching.head_rows import HeadRows
-from core.batching.spec_gate import SpecGate
 from core.config import SamplingParams
 from core.errors import ContextLengthError, PolicyError
 from core.stats import RoundStats, StatsSnapshot, TokenLogprob
@@ -73,7 +72,6 @@ class Engine(Protocol):
     model_name: str
     max_context: int
     head_rows: HeadRows  # verification's LM-head setting (reported in /metrics)
-    gate: SpecGate  # whether steps draft, per batch size (reported in /metrics)
 
     def drafter_ids(self) -> list[str]: ...
     def check_request(self, prompt_ids: list[int], params: SamplingParams,
@@ -416,7 +414,6 @@ class EngineRunner:
         if self.metrics:
             self.metrics.observe_step([o.round for o in outputs if o.round is not None])
             self.metrics.observe_head_setting(engine.head_rows.describe())
-            self.metrics.observe_spec_setting(engine.gate.describe())
         for out in outputs:
             self._deliver(out)
 

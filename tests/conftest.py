@@ -14,12 +14,13 @@ torch.set_num_threads(1)
 # where greedy speculative output is token-identical to plain decoding; tests of `auto` itself
 # pass the dtype explicitly. Servers started by the tests inherit it (bench/harness/server.py).
 os.environ.setdefault("HEDGESPEC_DTYPE", "float32")
-# The server's default `--speculation auto` turns drafting off where plain decoding measures
-# faster, which the tiny test pools do: the suite drafts every step so that what it asserts
-# about drafts does not depend on timing; tests of `auto` pass it explicitly.
-os.environ.setdefault("HEDGESPEC_SPECULATION", "always")
+# The server's default `--loss time` decodes plain where drafting measures slower, which the
+# tiny test pools often do: the suite's servers run the paper's acceptance loss, which drafts
+# every round, so that what it asserts about drafts does not depend on timing; tests of the
+# time loss pass `--loss time` explicitly.
+os.environ.setdefault("HEDGESPEC_LOSS", "length")
 # HEDGESPEC_* variables the suite sets itself and its isolation fixtures keep.
-SUITE_ENV = ("HEDGESPEC_DTYPE", "HEDGESPEC_SPECULATION")
+SUITE_ENV = ("HEDGESPEC_DTYPE", "HEDGESPEC_LOSS")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

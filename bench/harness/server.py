@@ -20,9 +20,10 @@ import httpx
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
-# The only HEDGESPEC_* settings a child inherits (the test suite pins fp32 and drafting on every
-# step, tests/conftest.py); the others come from its flags, so no developer setting leaks in.
-PASSED_ENV = ("HEDGESPEC_DTYPE", "HEDGESPEC_SPECULATION")
+# The only HEDGESPEC_* settings a child inherits (the test suite pins fp32 and the acceptance
+# loss, which drafts every round, tests/conftest.py); the others come from its flags, so no
+# developer setting leaks in.
+PASSED_ENV = ("HEDGESPEC_DTYPE", "HEDGESPEC_LOSS")
 
 
 @dataclass

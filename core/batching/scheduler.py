@@ -2,8 +2,8 @@
 KV cache lives (its slot in core/model/kv_cache.SlotCache).
 
 A step takes the running requests (the engine passes the first `max_running` by arrival):
-  1. one batched round (core/batching/step.py) for the prefilled ones (speculative or plain, as
-     core/batching/spec_gate.py decides for their number), at most
+  1. one batched round (core/batching/step.py) for the prefilled ones (each speculative or
+     plain, as its learner chooses; plain throughout in the cost model's probe steps), at most
      max_step_tokens // (total_tokens + 1) of them (the budget holds their trees; when it
      cannot hold every request, the rows taken rotate from step to step);
   2. prompt chunks (core/batching/prefill.py) for the others, in arrival order, with the budget the
@@ -22,7 +22,6 @@ from collections.abc import Callable
 
 from core.batching.head_rows import HeadRows
 from core.batching.prefill import Chunk, finish_chunk, forward_chunks, plan_chunk
-from core.batching.spec_gate import SpecGate
 from core.batching.step import RowResult, batched_round, with_bookkeeping
 from core.config import EngineConfig
 from core.decoding.prompt_feedback import prompt_tail
@@ -35,12 +34,10 @@ log = logging.getLogger(__name__)
 
 class BatchScheduler:
     def __init__(self, target: Target, config: EngineConfig, head_rows: HeadRows | None = None,
-                 gate: SpecGate | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  costs: StepCosts | None = None) -> None:
         self.target, self.config, self.clock = target, config, clock
         self.head_rows = head_rows or HeadRows(config.verify_logits, config.device)
-        self.gate = gate or SpecGate(config.speculation, config.selector.eval_every)
         self.costs = costs or StepCosts()
         self.cache = target.new_slot_cache()
         self._slot: dict[str, int] = {}
@@ -57,12 +54,10 @@ class BatchScheduler:
         ready = [s for s in states if s.prefilled and not s.finished]
         rows = self._rows(ready)
         visited = self.head_rows.visited()
-        speculate = self.gate.speculate(len(rows)) and self._probe_allows(rows)
+        speculate = self._probe_allows(rows)
         results = (batched_round(self.target, self.cache, rows, self.config, visited, speculate,
                                  self.clock, self.costs) if rows else [])
         wall = self.clock() - t0
-        if any(s.learner is not None for s, _ in rows):  # a step the gate could change
-            self.gate.record(speculate, sum(len(r.tokens) for r in results), wall, len(rows))
         self.round_passes += bool(rows)
         results = [with_bookkeeping(r, wall) for r in results]
         budget = self.config.max_step_tokens

@@ -87,16 +87,17 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
                   costs: StepCosts | None = None) -> list[RowResult]:
     """One round for each (request, slot) row; the requests must be prefilled and unfinished.
     `visited`: the LM head computes the roots' rows up front and the walks the rest (else
-    every node's row in one call; core/batching/head_rows.py chooses). `speculate` False: no row
-    drafts but seeded sampled ones (core/batching/spec_gate.py); each commits one token and the
-    learners still learn from it. `clock` times the phases (SpecEngine.clock); `costs` gets the
-    step's measurement (core/selection/arm_costs.py)."""
+    every node's row in one call; core/batching/head_rows.py chooses). `speculate` False (the
+    cost model's plain probe steps): no row drafts but seeded sampled ones; each commits one
+    token and the learners still learn from it. `clock` times the phases (SpecEngine.clock);
+    `costs` gets the step's measurement (core/selection/arm_costs.py)."""
     work = [_Row(state, slot) for state, slot in rows]
     t0 = clock()
     _each(work, lambda r: _select(r, cache, speculate, len(work)))
     if costs is not None:
         _check_step(_live(work), costs)
     drafting = _draft(_live(work), config, clock)
+    _note_widths(_live(work))
     t1 = clock()
     _batched(_live(work), lambda rs: _forward(target, cache, rs))
     th = clock()
@@ -135,13 +136,23 @@ def _measure(costs: StepCosts, work: list[_Row], drafting: _Drafting,
         return
     draft_s, verify_s, evaluate_s = times
     costs.record(StepSample(
-        requests=len(trees), rows=sum(int(t.tokens.numel()) for _, t in trees),
+        # The pass pads every request's row to the longest tree (Target.forward_rows): what it
+        # computes, and what its time follows, is requests x the widest tree.
+        requests=len(trees), rows=len(trees) * max(int(t.tokens.numel()) for _, t in trees),
         verify_s=verify_s, neural_rows=drafting.neural_rows, neural_s=drafting.neural_s,
         free_rows=drafting.free_rows, free_s=drafting.free_s, evaluate_s=evaluate_s,
         other_s=max(draft_s - drafting.free_s - drafting.neural_s, 0.0)))
     for r, tree in trees:
         if r.chosen is not None and r.chosen in r.state.snapshot.model_free:
             costs.record_drafted(r.state.snapshot.ids[r.chosen], tree.num_drafted)
+
+
+def _note_widths(rows: list[_Row]) -> None:
+    """Each request's `others_width`: the widest tree among the step's other rows (the pass
+    pads every row to the widest; core/selection/arm_costs.CostModel.bare_cost)."""
+    widths = [int(r.tree.tokens.numel()) if r.tree is not None else 1 for r in rows]
+    for i, r in enumerate(rows):
+        r.state.others_width = float(max([*widths[:i], *widths[i + 1:], 1]))
 
 
 def _select(r: _Row, cache: SlotCache, speculate: bool, requests: int) -> None:
@@ -173,9 +184,9 @@ def _check_step(rows: list[_Row], costs: StepCosts) -> None:
 
 
 def _reproducible(state: RequestState) -> bool:
-    """A seeded sampled request drafts whatever the speculation gate says: its random stream
-    is consumed differently by a plain step than by a verified tree, so its sample would
-    otherwise depend on the gate's timing-based choice (greedy output does not)."""
+    """A seeded sampled request drafts whatever the step's check or probe says: its random
+    stream is consumed differently by a plain step than by a verified tree, so its sample
+    would otherwise depend on timing-based choices (greedy output does not)."""
     return state.params.seed is not None and not state.params.greedy
 
 
@@ -260,7 +271,7 @@ def _evaluate(rows: list[_Row], config: EngineConfig) -> list[_Row]:
         except Exception as exc:
             _fail(r, exc)
     for r in feeding:
-        r.due = r.state.evaluation_due(plain=r.chosen is None)
+        r.due = r.state.evaluation_due()
     _batched([r for r in feeding if r.due and not r.state.drafters_asleep],
              lambda rs: _sync_all(rs, config))
     _each(_live(feeding), lambda r: _learn(r, config))

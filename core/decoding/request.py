@@ -105,11 +105,6 @@ class DeferredRound:
     target_probs: Tensor | None  # [L+1, V] when sampling
     new: tuple[int, ...]  # the L+1 verified tokens
 
-# A plain round under the speculation gate scores every drafter every PLAIN_EVAL_STRETCH x
-# eval_every rounds instead of every eval_every: a catch-up reads each drafter's weights once
-# whatever its pairs, and on two cores the evaluation every 4th step took 12-13% of the gate's
-# plain decoding at 8 streams (8 drafters). The learner gets the same losses, later.
-PLAIN_EVAL_STRETCH = 4
 
 # Sleeping drafters. Under the time loss a request whose learner would give its EAGLE-3 drafters
 # less than SLEEP_SHARE against plain decoding stops feeding them (DrafterState.sleep): asleep
@@ -121,14 +116,15 @@ PLAIN_EVAL_STRETCH = 4
 # learner decoded plain (bench/results/time_loss_held_out.md); asleep, that cost falls to
 # (WAKE_PAIRS + eval_every) / PROBE_ROUNDS of it.
 # When the learner would give each drafter less than SLEEP_SHARE against plain decoding, the
-# whole pool sleeps (`asleep`): the model-free members stop recording guesses and no window
-# opens, so a round costs what plain decoding's does but for the lookups' indexing; the same
-# probes wake it. A request starts with its EAGLE-3 drafters asleep where starting awake lost
-# time for the last requests that did at its step size, and with its whole pool asleep where
-# starting so lost time too, but for one in PROBE_REQUESTS at each level (StepCosts.start,
-# core/selection/arm_costs.Start). Why: at 16 streams on two cores the evaluation's bookkeeping
-# (windows, lookups' guesses) cost about 2.5 ms a request-round, half of a plain row's 4.5 ms;
-# even the speculation gate, 98% plain, ran at 0.72x plain decoding.
+# whole pool sleeps (`asleep`): no arm is drawn, the model-free members neither index nor
+# record (the probe indexes what was committed meanwhile) and no window opens, so a round costs
+# what plain decoding's does but for keeping the last verified pairs; the same probes wake it.
+# A request starts awake, with its EAGLE-3 drafters asleep or with its whole pool asleep,
+# whichever saved most for the last requests that started there at its step size
+# (StepCosts.start, core/selection/arm_costs.Start). Why: at 16 streams on two cores the
+# evaluation's bookkeeping (windows, lookups' guesses) cost about 2.5 ms a request-round, half
+# of a plain row's 4.5 ms; even the speculation gate (retired since), 98% plain, ran at 0.72x
+# plain decoding.
 SLEEP_SHARE = 0.05
 PROBE_ROUNDS = 64
 # Rounds after a wake before the learner may put the drafters back to sleep: long enough for
@@ -180,6 +176,9 @@ class RequestState:
     plain_arm: bool = False
     costs: StepCosts | None = None
     step_requests: int = 1
+    # The widest tree (rows) of the other requests in its last step: the pass pads every row
+    # to the widest, so a tree within it costs nothing more (CostModel.bare_cost).
+    others_width: float = 1.0
     start_requests: int = 1  # the step size when it was prefilled
     # How it started (awake, its model-free members alone, asleep): what being awake saved it
     # tells the next requests at that level whether to start there (a request that started
@@ -240,15 +239,14 @@ class RequestState:
         """The learner's arms by id, in its order: the pool's members, then plain decoding."""
         return arm_ids(self.snapshot.ids, self.plain_arm)
 
-    def evaluation_due(self, plain: bool = False) -> bool:
-        """This round's catch-up evaluates every drafter: every eval_every-th round, or every
-        PLAIN_EVAL_STRETCH times as many in a round the speculation gate ran plain. Not for a
-        request with the plain arm: its learner must see its drafters' losses as often when it
-        decodes plain (with the stretch, plain rounds looked cheaper and scored the drafters
-        less often, and the learner kept decoding plain: 26-50% of one- and two-stream rounds
-        against 3-30% without, bench/results/time_loss_held_out.md)."""
-        period = self.eval_every * (PLAIN_EVAL_STRETCH if plain and not self.plain_arm else 1)
-        return self.evaluate and len(self.deferred) + 1 >= period
+    def evaluation_due(self) -> bool:
+        """This round's catch-up evaluates every drafter: every eval_every-th round, plain
+        rounds too. A learner must see its drafters' losses as often when it decodes plain (the
+        speculation gate's plain rounds, which issue 40 retired, scored them four times less
+        often; under the time loss plain rounds then looked cheaper and the learner kept
+        decoding plain: 26-50% of one- and two-stream rounds against 3-30% without,
+        bench/results/time_loss_held_out.md)."""
+        return self.evaluate and len(self.deferred) + 1 >= self.eval_every
 
     @property
     def generated(self) -> int:
@@ -257,7 +255,7 @@ class RequestState:
     def select(self) -> int | None:
         """The round's drafter, among those awake (a model-free member with no guess at the
         root sleeps); None when the request drafts nothing or every member sleeps."""
-        if self.learner is None:
+        if self.learner is None or self.asleep:  # asleep: plain decoding is the only arm
             return None
         awake = self.awake()
         if self.plain_arm:  # plain decoding is always awake
@@ -361,7 +359,8 @@ class RequestState:
         root; True when the EAGLE-3 drafters are to restart too (not dominated)."""
         if self.asleep:
             self.asleep = False
-            if self.lookups is not None:
+            if self.lookups is not None:  # the tokens committed asleep, then record again
+                self.lookups.sync(self.token_ids)
                 self.lookups.resume()
             if self.feedback is not None:
                 self.feedback.restart()
@@ -464,9 +463,9 @@ class RequestState:
         model = self.costs.model(self.step_requests) if self.costs is not None else None
         if model is None:
             return None
-        costs = [model.arm_cost(r, k)
+        costs = [model.arm_cost(r, k, self.others_width)
                  for r, k in zip(self._arm_rows(), self._arm_kinds(), strict=True)]
-        return np.array(costs + [model.arm_cost(1.0, PLAIN)])
+        return np.array(costs + [model.arm_cost(1.0, PLAIN, self.others_width)])
 
     def _arm_kinds(self) -> list[str]:
         return [FREE if i in self.snapshot.model_free else NEURAL
@@ -499,7 +498,8 @@ class RequestState:
         if not self.plain_arm or model is None or chosen is None:
             return 0.0
         rows, kind = self._arm_rows()[chosen], self._arm_kinds()[chosen]
-        return realised * model.bare_cost(1.0, PLAIN) - model.bare_cost(rows, kind)
+        width = self.others_width
+        return realised * model.bare_cost(1.0, PLAIN, width) - model.bare_cost(rows, kind, width)
 
     def _seconds(self, w: Window) -> dict[str, float] | None:
         """Each arm's net seconds for the window (core/selection/arm_costs.time_losses)."""

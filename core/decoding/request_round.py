@@ -146,7 +146,7 @@ def record_pairs(state: RequestState, v: Verified) -> bool:
     if state.dstate is None or state.finished:
         return False
     state.dstate.record(v.out.features[v.path], torch.tensor(v.new))
-    if state.lookups is not None:
+    if state.lookups is not None and not state.asleep:  # asleep: indexed at the probe
         state.lookups.sync(state.token_ids)
     return True
 

@@ -4,11 +4,16 @@ learner's "time" loss (SelectorConfig.loss; DESIGN.md section 3.1).
 The arms of a request's learner are its pool's drafters and plain decoding. An arm a, chosen
 for one request's round in a step of b requests, costs
 
-    c_a(b) = α_b / b + β_b · rows_a + draft_a(b) + e(b) + o(b)      seconds,
+    c_a(b) = α_b / b + β_b · (w + b · max(rows_a - w, 0)) + draft_a(b) + e(b) + o(b)    seconds,
 
-where the step's target pass is modelled as α_b + β_b · R for R verified rows (α: reading the
-weights and the step's fixed overhead, shared by its b requests; β: each row's arithmetic),
-rows_a is the arm's tree (nodes + root: 1 for plain decoding), draft_a the drafting of its
+where the step's target pass is modelled as α_b + β_b · R for the R rows it computes (α:
+reading the weights and the step's fixed overhead, shared by its b requests; β: each row's
+arithmetic). The pass pads every request's row to the widest tree, so R = b x that width, and
+an arm's tree of rows_a rows (nodes + root: 1 for plain decoding) wider than the widest of
+the step's other requests, w (1 where they all decode plain), widens the pass by rows_a - w for
+all b of them (measured on two cores at 8 streams: a step with one 9-row lookup chain took
+123 ms against 52 ms with none; counted unpadded, the learner priced that tree at a tenth of
+it), while a tree within w rides free. draft_a is the drafting of its
 kind per request (an EAGLE drafter's passes, a model-free lookup's CPU time, nothing for
 plain), e(b) the counterfactual evaluation's share per request-round (every drafter catches up
 whatever was chosen, so the same for every arm) and o(b) the rest of a step per request.
@@ -72,11 +77,12 @@ class Start(IntEnum):
     model-free members alone awake (the EAGLE-3 drafters asleep from the prompt on, with no
     prompt catch-up: on two cores it cost the copy-heavy prompts about 130 ms a request at one
     stream, where a lookup alone ran 1.5x plain decoding); or the whole pool asleep
-    (RequestState.asleep). A request starts at a level where the last ENDINGS requests that
-    started at each level above it lost time there on balance (their rounds' savings less what
-    their evaluation and prompt catch-up measured), but for one in PROBE_REQUESTS of those
-    reaching a level, which starts there: the load, the workload and the pool change, and a
-    request that starts asleep only learns at its probes (and is not counted)."""
+    (RequestState.asleep). Each level is an arm of a small learner per step size: the requests
+    that started there report what being awake saved them (their rounds' savings less what
+    their evaluation and prompt catch-up measured), and a request starts at the level whose
+    last ENDINGS saved most on average, asleep (which saves nothing) where none saved. One
+    start in PROBE_REQUESTS tries the levels in turn: the load, the workload and the pool
+    change, and a request that starts asleep only learns at its probes (and is not counted)."""
 
     AWAKE = 0
     MODEL_FREE = 1
@@ -84,10 +90,9 @@ class Start(IntEnum):
 
 
 def bucket(requests: int) -> int:
-    """The batch-size bucket a step is measured in (here, by the speculation gate and by the
-    LM-head setting, core/batching/): powers of two up to MAX_BUCKET. The costs change with the
-    batch (the target pass is memory-bound at few rows, compute-bound at many); one bucket per
-    size would spread the measurements thin."""
+    """The batch-size bucket a step is measured in: powers of two up to MAX_BUCKET. The costs
+    change with the batch (the target pass is memory-bound at few rows, compute-bound at many);
+    one bucket per size would spread the measurements thin."""
     return min(1 << (max(requests, 1).bit_length() - 1), MAX_BUCKET)
 
 
@@ -96,7 +101,7 @@ class StepSample:
     """One step's round: its size and where its time went."""
 
     requests: int  # requests whose trees the pass verified
-    rows: int  # rows verified (each tree's nodes + root)
+    rows: int  # rows the pass computed: requests x the widest tree (nodes + root), padded
     verify_s: float  # the target pass, LM head and acceptance
     neural_rows: int = 0  # requests that drafted with an EAGLE drafter
     neural_s: float = 0.0  # their drafting (catch-up of the chosen drafter + tree growth)
@@ -129,14 +134,19 @@ class CostModel:
     evaluate_plain: float  # per request-round in plain steps (the evaluation runs less often)
     other: float  # per request-round
 
-    def arm_cost(self, rows: float, kind: str) -> float:
+    def arm_cost(self, rows: float, kind: str, width: float = 1.0) -> float:
         evaluate = self.evaluate_plain if kind == PLAIN else self.evaluate
-        return self.bare_cost(rows, kind) + evaluate
+        return self.bare_cost(rows, kind, width) + evaluate
 
-    def bare_cost(self, rows: float, kind: str) -> float:
+    def bare_cost(self, rows: float, kind: str, width: float = 1.0) -> float:
         """c_a without the evaluation e(b): what the round costs a request whose pool sleeps
-        (plain decoding) or would cost it with no learner to feed."""
-        return self.alpha / self.requests + self.beta * rows + self.drafting(kind) + self.other
+        (plain decoding) or would cost it with no learner to feed. The pass pads every row to
+        the widest tree: `width` is the widest of the step's other requests (1: all plain), so
+        the request's share is a row that wide, and a tree of r > width rows widens the pass by
+        r - width for all b requests, which the arm pays."""
+        padded = width + self.requests * max(rows - width, 0.0)
+        return (self.alpha / self.requests + self.beta * padded + self.drafting(kind)
+                + self.other)
 
     def drafting(self, kind: str) -> float:
         """draft_a(b): the drafting per request of an arm of this kind."""
@@ -146,7 +156,9 @@ class CostModel:
         """Whether an arm cannot beat plain decoding's time per token even if every round
         committed `most_tokens` (its tree's depth + 1): then its net seconds
         s_a = c_a - λ·ÂL_a >= c_a - λ·most_tokens > 0 = s_plain on every window, so its loss
-        exceeds plain decoding's whatever it drafts and it is never the best arm in hindsight."""
+        exceeds plain decoding's whatever it drafts and it is never the best arm in hindsight.
+        Judged among requests decoding plain (width 1), what they mostly do under load: where
+        the others draft trees as wide, the tree would ride free."""
         return self.arm_cost(rows, kind) > most_tokens * self.arm_cost(1.0, PLAIN)
 
     def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
@@ -158,7 +170,7 @@ class CostModel:
         if any(p.expected is None for p in plan if p.kind != PLAIN):
             return True  # nothing to judge by yet: draft, and learn
         drafting = sum(self.drafting(p.kind) for p in plan)
-        spec_s = (self.alpha + self.beta * sum(p.rows for p in plan) + drafting
+        spec_s = (self.alpha + self.beta * b * max(p.rows for p in plan) + drafting
                   + b * (self.evaluate + self.other))
         plain_s = self.alpha + self.beta * b + b * (self.evaluate_plain + self.other)
         tokens = sum(p.expected or 1.0 for p in plan)
@@ -181,9 +193,9 @@ class StepCosts:
         # requests' pools asleep), whose rows cannot tell α from β.
         self._last_fit: dict[int, CostModel] = {}
         # Per bucket and level a request started at: what starting there saved each of the
-        # last ENDINGS to end (seconds), and how many requests reached the level (`start`).
+        # last ENDINGS to end (seconds); and how many requests started per bucket (`start`).
         self._endings: dict[tuple[int, Start], deque[float]] = {}
-        self._starts: dict[tuple[int, Start], int] = {}
+        self._starts: dict[int, int] = {}
 
     def speculate(self, requests: int) -> bool:
         """Whether the next step over `requests` requests may draft (False: a plain probe)."""
@@ -231,18 +243,23 @@ class StepCosts:
 
     def start(self, requests: int, levels: Sequence[Start]) -> Start:
         """The level a request starting at this step size starts at, of the `levels` its pool
-        has (most awake first, Start.ASLEEP last): past each where the last ENDINGS that
-        started there lost time on balance, but for one in PROBE_REQUESTS of the requests
-        reaching it."""
-        for level in levels[:-1]:
-            if not self._lost(bucket(requests), level):
-                return level
-        return levels[-1]
-
-    def _lost(self, b: int, level: Start) -> bool:
-        n = self._starts[b, level] = self._starts.get((b, level), 0) + 1
-        ends = self._endings.get((b, level), ())
-        return bool(ends) and sum(ends) < 0.0 and n % PROBE_REQUESTS != 0
+        has (most awake first, Start.ASLEEP last, which saves 0 by definition): the most awake
+        level not tried yet, else the one whose last ENDINGS requests saved most on average,
+        asleep where none saved; one start in PROBE_REQUESTS tries the levels in turn instead,
+        so that each memory follows the load, the workload and the pool."""
+        b = bucket(requests)
+        n = self._starts[b] = self._starts.get(b, 0) + 1
+        awake = list(levels[:-1])
+        if not awake:
+            return levels[-1]
+        ends = {level: self._endings.get((b, level), ()) for level in awake}
+        untried = [level for level in awake if not ends[level]]
+        if untried:
+            return untried[0]
+        if n % PROBE_REQUESTS == 0:
+            return awake[(n // PROBE_REQUESTS) % len(awake)]
+        best = max(awake, key=lambda level: sum(ends[level]) / len(ends[level]))
+        return best if sum(ends[best]) > 0.0 else levels[-1]
 
     def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
         """Whether the step may draft as planned (True until the bucket is measured)."""

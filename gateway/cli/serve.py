@@ -32,7 +32,6 @@ SERVE_FLAGS: dict[str, str] = {
     "loss": "loss",
     "hybrid": "hybrid",
     "verify_logits": "verify_logits",
-    "speculation": "speculation",
     "generation_config": "generation_config",
     "override_generation_config": "override_generation_config",
     "device": "device",
@@ -58,7 +57,6 @@ def register(sub: Any) -> None:
     from core.config import (
         CPU_EVAL_EVERY,
         PROMPT_WINDOWS,
-        SERVED_SPECULATION,
         EngineConfig,
         SelectorConfig,
     )
@@ -91,19 +89,17 @@ def register(sub: Any) -> None:
                    help="the prompt's last positions scored as learner feedback before the "
                         f"first round (default {PROMPT_WINDOWS}; 0: the learner starts uniform)")
     p.add_argument("--loss", choices=("time", "length", "prob"),
-                   help="what the learner minimises: length or prob (the paper's acceptance "
-                        "losses), or time (measured time per token, plain decoding one of its "
-                        f"arms); default {SelectorConfig.loss}")
+                   help="what the learner minimises: time (default: measured time per token, "
+                        "plain decoding one of its arms, so a request speculates only where it "
+                        "pays), or length or prob (the paper's acceptance losses, drafting "
+                        "every round)")
     p.add_argument("--hybrid", metavar="ID",
                    help="graft this model-free member's tree (e.g. lookup) at the root of every "
                         "EAGLE-3 tree the learner chooses (default: off)")
     p.add_argument("--verify-logits", choices=("auto", "visited", "all"),
-                   help="LM-head rows of a verified tree: auto (a CPU measures both and keeps "
-                        "the faster), visited or all; default "
-                        f"{EngineConfig.verify_logits}")
-    p.add_argument("--speculation", choices=("auto", "always"),
-                   help="auto: per batch size, draft or decode plain, whichever measures "
-                        f"faster; always: draft every step; default {SERVED_SPECULATION}")
+                   help="LM-head rows of a verified tree: auto (visited on a CPU, all on an "
+                        "accelerator, as measured in bench/results/verify_logits.md), visited "
+                        f"or all; default {EngineConfig.verify_logits}")
     p.add_argument("--generation-config", choices=("auto", "openai"),
                    help="sampling of a request that leaves temperature/top_p/top_k out: auto "
                         "(default): the model's (generation_config.json, the pool file's "

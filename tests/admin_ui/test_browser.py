@@ -276,17 +276,19 @@ def test_detail_view_shows_weights_regret_and_accepted_lengths(
     assert not page.js_errors, page.js_errors
 
 
-def test_plain_steps_of_the_speculation_gate_are_drawn_apart_and_left_out_of_mat(
+def test_plain_rounds_of_the_time_loss_are_drawn_apart_and_left_out_of_mat(
     page: Any, pool_file: Path, tmp_path: Path
 ) -> None:
-    """On a `--speculation auto` server (the default outside this suite) the gate measures by
-    alternating blocks of speculative and plain steps, so each of these streams has both."""
-    with running_server(pool_file, tmp_path, "--speculation", "auto") as gated:
-        sign_in(page, gated.base_url)
-        with Background(openai_client(gated), PROMPTS, max_tokens=48) as work:
+    """On a `--loss time` server (the default outside this suite) the cost model's first steps
+    alternate drafting and plain ones, so these streams have both kinds of round."""
+    with running_server(pool_file, tmp_path, "--loss", "time") as timed:
+        sign_in(page, timed.base_url)
+        with Background(openai_client(timed), PROMPTS, max_tokens=48) as work:
             results = work.join()
         specs = [r["metrics"]["speculative_decoding"] for r in results]
-        assert all(s["num_plain_steps"] >= 1 and s["num_spec_steps"] >= 1 for s in specs), specs
+        both = [i for i, s in enumerate(specs)
+                if s["num_plain_steps"] >= 1 and s["num_spec_steps"] >= 1]
+        assert both, specs
         for result, spec in zip(results, specs, strict=True):
             r = row(page, f"{result['id']}-0")
             expect(r).to_have_attribute("data-status", "finished")
@@ -298,8 +300,8 @@ def test_plain_steps_of_the_speculation_gate_are_drawn_apart_and_left_out_of_mat
             assert sorted(choices.split(", ")) == sorted(choices_text(labels).split(", "))
         expect(page.locator("#legend .chip.plain-round")).to_have_text("plain round")
 
-        spec = specs[0]
-        row(page, f"{results[0]['id']}-0").click()
+        spec = specs[both[0]]
+        row(page, f"{results[both[0]]['id']}-0").click()
         rounds = spec["num_spec_steps"] + spec["num_plain_steps"]
         expect(page.locator("#d-meta")).to_contain_text(
             f"Rounds{rounds} ({spec['num_spec_steps']} speculative, "
@@ -309,7 +311,7 @@ def test_plain_steps_of_the_speculation_gate_are_drawn_apart_and_left_out_of_mat
         wait_drawn(page, "#d-strip")
 
         # The overview's MAT is over speculative rounds, as each response's is.
-        view = httpx.get(f"{gated.base_url}/admin/api/overview",
+        view = httpx.get(f"{timed.base_url}/admin/api/overview",
                          headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
         rounds = sum(s["num_spec_steps"] for s in specs)
         assert view["totals"]["rounds"] == rounds

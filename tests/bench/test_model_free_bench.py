@@ -57,6 +57,7 @@ def test_quick_run_reports_every_row(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert set(printed["sampling"][name]) == {"plain", EAGLE_ONLY, WHOLE_POOL}
         st = printed["streams"][name]
         assert st["streams"] == 3 and st["x_plain"] > 0
+        assert "gate" not in st and st["time_model"].startswith(("fitted", "not fitted"))
         assert len(st["passes"]["plain"]) == len(st["passes"][WHOLE_POOL]) == 2
     assert printed["workloads"]["copy_heavy"]["kinds"] == ["code_edit", "json_multiturn"]
     assert printed["sampling"]["temperature"] > 0
@@ -64,8 +65,8 @@ def test_quick_run_reports_every_row(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert all(isinstance(t["met"], bool) for t in printed["targets"].values())
     for row in ROWS:
         assert f"| {row} |" in md or f"| **{row}** |" in md
-    for text in ("Default sampling", "concurrent streams", "Targets", "Run-to-run noise",
-                 "fresh model-free drafters"):
+    for text in ("Default sampling", "concurrent streams (batched steps, the time loss)",
+                 "Targets", "Run-to-run noise", "fresh model-free drafters", "cost model"):
         assert text in md
     assert (out / "model_free.png").stat().st_size > 0
 

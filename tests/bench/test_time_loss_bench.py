@@ -1,6 +1,6 @@
 """The time-loss benchmark's report (bench/time_loss_report.py): each mode's tokens/s and x
-plain per level, the time mode against the best fixed arm (named), the gate and the better of
-plain and the acceptance loss, the time mode's share of plain steps, the run-to-run noise per
+plain per level, the time mode against the best fixed arm (named) and the better of plain and
+the acceptance loss, the time mode's share of plain steps, the run-to-run noise per
 cell and its median, and the rendered table, noise line and workload name."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from bench.time_loss_report import Cell, noise, render, rows
 # (mode, wall seconds for 96 tokens, noise over two passes or None for one pass)
 LEVELS: dict[int, list[tuple[str, float, float | None]]] = {
     1: [("plain", 4.8, 0.02), ("fixed:lookup", 4.0, 0.04), ("fixed:suffix", 3.2, 0.06),
-        ("length", 3.0, 0.08), ("gate", 4.0, 0.10), ("time", 2.4, None)],
+        ("length", 3.0, 0.08), ("time", 2.4, None)],
     8: [("plain", 1.2, 0.01), ("fixed:lookup", 1.6, 0.03), ("fixed:suffix", 2.4, 0.05),
-        ("length", 2.0, 0.07), ("gate", 1.25, 0.09), ("time", 1.0, 0.55)],
+        ("length", 2.0, 0.07), ("time", 1.0, 0.55)],
 }
 TIME_STEPS = {1: (30, 10), 8: (4, 36)}  # the time mode's (spec_steps, plain_steps)
 
@@ -36,14 +36,13 @@ CELLS = [cell(m, n, w, s) for n, level in LEVELS.items() for m, w, s in level]
 def test_rows_give_each_mode_and_the_time_mode_against_the_others() -> None:
     one, eight = rows(CELLS)
     assert one["streams"] == 1 and eight["streams"] == 8
-    assert one["time_tps"] == pytest.approx(40.0) and eight["gate_tps"] == pytest.approx(76.8)
+    assert one["time_tps"] == pytest.approx(40.0) and eight["length_tps"] == pytest.approx(48.0)
+    assert not any("gate" in key for row in (one, eight) for key in row)
     assert one["fixed:suffix_x_plain"] == pytest.approx(1.5)
     assert eight["length_x_plain"] == pytest.approx(0.6)
     assert one["best_fixed"] == "fixed:suffix" and eight["best_fixed"] == "fixed:lookup"
     assert one["time_x_best_fixed"] == pytest.approx(40 / 30)
     assert eight["time_x_best_fixed"] == pytest.approx(1.6)
-    assert one["time_x_gate"] == pytest.approx(40 / 24)
-    assert eight["time_x_gate"] == pytest.approx(1.25)
     assert one["time_x_max_plain_length"] == pytest.approx(1.25)  # length (32) beats plain
     assert eight["time_x_max_plain_length"] == pytest.approx(1.2)  # plain (80) beats length
     assert one["time_plain_share"] == pytest.approx(0.25)  # 10 of 40 request-steps
@@ -53,9 +52,10 @@ def test_rows_give_each_mode_and_the_time_mode_against_the_others() -> None:
 def test_noise_is_max_over_min_per_cell_and_its_median() -> None:
     got = noise(CELLS)
     assert got["per_cell"]["time@1"] is None  # one pass: no noise, left out of the median
-    assert got["per_cell"]["gate@8"] == pytest.approx(0.09)
+    assert got["per_cell"]["length@8"] == pytest.approx(0.07)
     assert got["per_cell"]["plain@1"] == pytest.approx(0.02)
-    assert got["median"] == pytest.approx(0.06)  # the middle of 11, not their mean
+    # the middle of 9 (0.01 ... 0.08 and 0.55): 0.05, not their mean (0.1)
+    assert got["median"] == pytest.approx(0.05)
 
 
 def test_render_gives_the_main_row_the_noise_median_and_the_workload() -> None:
@@ -65,13 +65,18 @@ def test_render_gives_the_main_row_the_noise_median_and_the_workload() -> None:
         "tree": [3, 4, 12], "eval_every": 4, "workload": "copy_heavy",
         "workload_text": "code edits", "prompts": 16, "pool_members": "a, lookup, suffix",
         "time_warmup_groups": 2,
-        "warmed": {"1": {"gate": "speculative", "time_model": "fitted"},
-                   "8": {"gate": "plain", "time_model": "fitted"}}}
+        "warmed": {"1": {"time_model": "not fitted yet (loss falls back to 1/ÂL)"},
+                   "8": {"time_model": "fitted"}}}
     text = render({"meta": meta, "_cells": CELLS})
-    assert "| 8 | 80.0 (1.00x) | 60.0 (0.75x) | 40.0 (0.50x) | 48.0 (0.60x) | 76.8 (0.96x) " \
-           "| 96.0 (1.20x) | 1.60 (fixed:lookup) | 1.25 | 1.20 | 90% |" in text
-    assert "| 1 | 20.0 (1.00x) | 24.0 (1.20x) | 30.0 (1.50x) | 32.0 (1.60x) | 24.0 (1.20x) " \
-           "| 40.0 (2.00x) | 1.33 (fixed:suffix) | 1.67 | 1.25 | 25% |" in text
-    assert "median 6.0% over the cells" in text
+    assert "| 8 | 80.0 (1.00x) | 60.0 (0.75x) | 40.0 (0.50x) | 48.0 (0.60x) " \
+           "| 96.0 (1.20x) | 1.60 (fixed:lookup) | 1.20 | 90% |" in text
+    assert "| 1 | 20.0 (1.00x) | 24.0 (1.20x) | 30.0 (1.50x) | 32.0 (1.60x) " \
+           "| 40.0 (2.00x) | 1.33 (fixed:suffix) | 1.25 | 25% |" in text
+    assert "| streams | plain | fixed:lookup | fixed:suffix | length | time " \
+           "| time x best fixed arm | time x max(plain, length) | time: plain steps |" in text
+    assert "median 5.0% over the cells" in text
+    assert "after its warm-up: 1 streams: not fitted yet (loss falls back to 1/ÂL); " \
+           "8 streams: fitted." in text
+    assert "gate" not in text
     assert text.startswith("# Time loss: HedgeSpec minimising time per token, copy_heavy "
                            "workload")

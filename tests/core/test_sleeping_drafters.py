@@ -30,9 +30,8 @@ from core.speculation.drafter_pool import (
     StackedGroup,
 )
 from core.speculation.model_free.kinds import make_model_free
-from tests.core.test_spec_gate import slowed_rows
 from tests.core.test_time_loss import counted_catch_ups, ids, run, time_engine
-from tests.modelled_clock import ModelledClock
+from tests.modelled_clock import ModelledClock, slowed_rows
 
 # -- the drafters' caches ----------------------------------------------------------------------
 
@@ -189,12 +188,14 @@ def test_windows_the_drafters_cannot_finish_have_them_asleep(
 
 
 def test_an_arm_that_cannot_beat_plain_decoding_even_committing_its_most_is_dominated() -> None:
-    # compute-bound (rows dear): 13 rows cost 0.026 s a round, more than 5 plain rounds
+    # compute-bound (rows dear): among 4 requests decoding plain a 13-row tree widens the pass
+    # by 4 x 12 rows, 0.099 s a round with its drafting, more than 5 plain rounds (0.010 s)
     dear = CostModel(requests=4, alpha=0.0, beta=0.002, neural=0.001, free=0.0, evaluate=0.0,
                      evaluate_plain=0.0, other=0.0)
     assert dear.dominated(13.0, NEURAL, 5.0)
-    assert not dear.dominated(13.0, NEURAL, 14.0)  # a deeper tree could still pay
-    # memory-bound (the pass is a pass): 5 tokens for 0.0123 s against 0.0102 s for one
+    assert dear.dominated(13.0, NEURAL, 14.0)  # unpadded it cost 0.027 s: 14 tokens paid
+    assert not dear.dominated(13.0, NEURAL, 50.0)
+    # memory-bound (the pass is a pass): 5 tokens for 0.0159 s against 0.0101 s for one
     cheap = replace(dear, alpha=0.04, beta=0.0001)
     assert not cheap.dominated(13.0, NEURAL, 5.0)
 
@@ -253,8 +254,9 @@ def counted_windows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_where_no_drafter_pays_the_whole_pool_sleeps_and_nothing_is_evaluated(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows dear and random text (nothing to copy): the learner leaves every drafter, the pool
-    sleeps, and its rounds open no window, record no guess and feed no drafter until a probe;
-    after the probe the learner scores them again (windows open, the lookups record)."""
+    sleeps, and its rounds open no window, index and record nothing and feed no drafter until a
+    probe; the probe indexes what was committed meanwhile, and after it the learner scores
+    them again (windows open, the lookups record)."""
     monkeypatch.setattr(request_module, "PROBE_ROUNDS", 48)
     opened = counted_windows(monkeypatch)
     engine = free_pool_engine()
@@ -265,11 +267,18 @@ def test_where_no_drafter_pays_the_whole_pool_sleeps_and_nothing_is_evaluated(
     while engine.has_unfinished():
         state = engine._requests["r"]
         before, windows = state.asleep, len(opened)
+        indexed = state.lookups.indexed if state.lookups is not None else 0
         outs += engine.step()
+        assert state.lookups is not None
         if before and state.asleep:  # a step run asleep throughout
-            assert len(opened) == windows and state.lookups is not None
+            assert len(opened) == windows and state.lookups.indexed == indexed
             assert not any(state.lookups.guesses.values())
             quiet += 1
+        elif before:  # the probe: every committed token indexed, the lookups' guesses again
+            assert state.lookups.indexed == len(state.token_ids)
+            fresh = {i: d.start(list(state.token_ids)).guess()  # one go over every token
+                     for i, d in state.lookups.drafters.items()}
+            assert {i: lk.guess() for i, lk in state.lookups.lookups.items()} == fresh
         asleep.append(state.asleep)
     stats = outs[-1].stats
     assert stats.wakes >= 1 and quiet > 80
@@ -293,24 +302,24 @@ def start_group(engine: SpecEngine, tag: str) -> list[Start]:
 
 def test_where_starting_awake_lost_time_requests_start_lower_but_one_in_probe_requests(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows dear, random text, an evaluation that costs: after a group at 4 streams that
-    started awake, the next starts with its model-free members alone (the EAGLE-3 drafters
-    asleep throughout, no prompt catch-up), but for one in PROBE_REQUESTS; when that lost
-    time too, the next starts asleep, but for one in PROBE_REQUESTS at each level. No request
-    fails on the way (the windows a sleep left open close)."""
+    """Rows dear and an evaluation that costs more than the lookups save: after a group at 4
+    streams that started awake, the next tries the model-free members alone (the EAGLE-3
+    drafters asleep throughout, no prompt catch-up); when that lost time too, the next starts
+    asleep, but for one in PROBE_REQUESTS. No request fails on the way (the windows a sleep
+    left open close)."""
     engine = free_pool_engine()
     slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
-    priced_evaluation(monkeypatch, engine, 0.01, "_learn")
+    priced_evaluation(monkeypatch, engine, 0.2, "_learn")  # more than the lookups save
     first = run(engine, streams=4, tokens=96)
     assert not any(o.error for outs in first.values() for o in outs)
     monkeypatch.setattr(arm_costs, "PROBE_REQUESTS", 4)
-    assert start_group(engine, "m") == [Start.AWAKE] + [Start.MODEL_FREE] * 3
+    assert start_group(engine, "m") == [Start.MODEL_FREE] * 4
     while engine.has_unfinished():
         assert all(s.drafters_asleep for s in engine._requests.values()
                    if s.start is Start.MODEL_FREE)
         assert not any(o.error for o in engine.step())
-    assert start_group(engine, "a") == [Start.AWAKE, Start.MODEL_FREE] + [Start.ASLEEP] * 2
-    assert sum(s.asleep for s in engine._requests.values()) == 2
+    assert start_group(engine, "a") == [Start.MODEL_FREE] + [Start.ASLEEP] * 3
+    assert sum(s.asleep for s in engine._requests.values()) == 3
 
 
 def priced_evaluation(monkeypatch: pytest.MonkeyPatch, engine: SpecEngine, seconds: float,
@@ -337,7 +346,7 @@ def test_the_next_requests_start_asleep_where_the_evaluation_cost_more_than_draf
     phase costs a second (the catch-up of many drafters on a slow CPU), starting awake lost
     time and the next group starts asleep, but for one in PROBE_REQUESTS."""
     engine = time_engine("time")
-    slowed_rows(engine, per_call_s=0.02, per_row_s=0.0005)
+    slowed_rows(engine, per_call_s=0.02, per_row_s=0.0002)  # a tree among plain rows pays
     priced_evaluation(monkeypatch, engine, evaluation_s)
     monkeypatch.setattr(arm_costs, "PROBE_REQUESTS", 4)
     first = run(engine, streams=4, tokens=96)
@@ -350,30 +359,35 @@ def test_the_next_requests_start_asleep_where_the_evaluation_cost_more_than_draf
     assert sorted(s.asleep for s in engine._requests.values()) == starts_asleep
 
 
-def test_the_step_size_memory_weighs_what_the_last_starts_at_each_level_saved() -> None:
-    """Not a majority: one request that saved a second outweighs three that lost a little (at
-    one stream the few requests whose answer copies the prompt are where a lookup pays). Each
-    level and step size has its own memory and its own probes."""
+def test_a_request_starts_at_the_level_whose_last_starts_saved_most() -> None:
+    """Each level is tried first, then the one whose last requests saved most on average is
+    taken (asleep where none saved), one start in PROBE_REQUESTS trying the levels in turn.
+    Savings are weighed, not counted: one request that saved a second outweighs three that
+    lost a little (at one stream the few requests whose answer copies the prompt are where a
+    lookup pays). Each step size has its own memory."""
     costs = StepCosts()
     levels = [Start.AWAKE, Start.MODEL_FREE, Start.ASLEEP]
-    assert costs.start(16, levels) is Start.AWAKE  # nothing known
-    for saving in (-0.1, -0.1, -0.2):
+    assert costs.start(16, levels) is Start.AWAKE  # nothing known: the most awake
+    costs.note_end(16, Start.AWAKE, -0.1)
+    assert costs.start(16, levels) is Start.MODEL_FREE  # not tried yet
+    costs.note_end(16, Start.MODEL_FREE, 0.2)
+    starts = [costs.start(16, levels) for _ in range(2 * arm_costs.PROBE_REQUESTS)]
+    assert starts.count(Start.MODEL_FREE) == 2 * arm_costs.PROBE_REQUESTS - 1
+    assert starts.count(Start.AWAKE) == 1  # the probe
+    for saving in (0.8, -0.1, -0.1):  # 0.125 on average, against 0.2
         costs.note_end(16, Start.AWAKE, saving)
-    starts = [costs.start(16, levels) for _ in range(2 * arm_costs.PROBE_REQUESTS)]
-    assert starts.count(Start.AWAKE) == 2  # the probes; the rest lower (they lost 0.4 s)
-    assert starts.count(Start.MODEL_FREE) == 14  # nothing known of that level yet
-    costs.note_end(16, Start.MODEL_FREE, -0.1)
-    starts = [costs.start(16, levels) for _ in range(2 * arm_costs.PROBE_REQUESTS)]
-    assert starts.count(Start.AWAKE) == 2 and starts.count(Start.MODEL_FREE) == 2
-    assert costs.start(16, [Start.MODEL_FREE, Start.ASLEEP]) is Start.ASLEEP  # dominated
-    assert costs.start(4, levels) is Start.AWAKE  # bucket 4, nothing known
-    costs.note_end(9, Start.AWAKE, 5.0)  # bucket 8, not 16
-    assert costs.start(16, levels) is not Start.AWAKE or costs.start(16, levels) is not Start.AWAKE
-    costs.note_end(16, Start.AWAKE, 1.0)
-    assert all(costs.start(16, levels) is Start.AWAKE for _ in range(3))  # saved 0.6 s
+    assert costs.start(16, levels) is Start.MODEL_FREE
+    costs.note_end(16, Start.AWAKE, 0.6)  # 0.22 on average
+    assert costs.start(16, levels) is Start.AWAKE
+    assert costs.start(4, levels) is Start.AWAKE  # bucket 4: nothing known
+    assert costs.start(8, [Start.MODEL_FREE, Start.ASLEEP]) is Start.MODEL_FREE
+    costs.note_end(9, Start.MODEL_FREE, -0.5)  # bucket 8
+    starts = [costs.start(8, [Start.MODEL_FREE, Start.ASLEEP])
+              for _ in range(2 * arm_costs.PROBE_REQUESTS)]
+    assert starts.count(Start.ASLEEP) == 2 * arm_costs.PROBE_REQUESTS - 2  # none saved
     for _ in range(arm_costs.ENDINGS):
         costs.note_end(16, Start.AWAKE, -0.01)
-    assert sum(costs.start(16, levels) is Start.AWAKE for _ in range(3)) <= 1  # forgotten
+    assert costs.start(16, levels) is Start.MODEL_FREE  # the old savings left the memory
 
 
 def test_members_put_to_sleep_in_two_groups_are_both_asleep_in_the_windows_both_reach() -> None:

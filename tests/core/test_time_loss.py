@@ -26,8 +26,7 @@ from core.selection.arm_costs import (
     fit_pass,
     time_losses,
 )
-from tests.core.test_spec_gate import ids, slowed_rows
-from tests.modelled_clock import ModelledClock
+from tests.modelled_clock import ModelledClock, slowed_rows
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
 
@@ -69,13 +68,42 @@ def test_probes_alternate_first_then_one_plain_step_in_probe_every() -> None:
     assert costs.speculate(1)  # another bucket starts its own probes
 
 
-def test_an_arms_cost_has_its_share_of_the_pass_its_rows_and_its_drafting() -> None:
+def test_an_arms_cost_has_its_share_of_the_pass_the_padding_of_its_tree_and_its_drafting() -> None:
+    """The pass pads every request's row to the widest tree: among 4 requests decoding plain, a
+    13-row tree makes the pass compute 4 x 12 more rows."""
     model = CostModel(requests=4, alpha=0.04, beta=0.001, neural=0.005, free=0.0001,
                       evaluate=0.002, evaluate_plain=0.0005, other=0.001)
-    shared = 0.01 + 0.002 + 0.001
-    assert model.arm_cost(1.0, PLAIN) == pytest.approx(shared - 0.0015 + 0.001)
-    assert model.arm_cost(13.0, NEURAL) == pytest.approx(shared + 0.013 + 0.005)
-    assert model.arm_cost(9.0, FREE) == pytest.approx(shared + 0.009 + 0.0001)
+    shared = 0.01 + 0.001 + 0.002 + 0.001  # α/4, the request's own row, e, o
+    assert model.arm_cost(1.0, PLAIN) == pytest.approx(shared - 0.0015)
+    assert model.arm_cost(13.0, NEURAL) == pytest.approx(shared + 4 * 12 * 0.001 + 0.005)
+    assert model.arm_cost(9.0, FREE) == pytest.approx(shared + 4 * 8 * 0.001 + 0.0001)
+
+
+def test_a_steps_sample_counts_the_rows_its_pass_computes_padded() -> None:
+    """One request drafting beside four decoding plain: the pass computes 5 rows as wide as its
+    tree (Target.forward_rows pads them), and that is what the sample's time follows."""
+    engine = time_engine("length")
+    samples: list[StepSample] = []
+    record = engine.costs.record
+
+    def recording(sample: StepSample) -> None:
+        samples.append(sample)
+        record(sample)
+
+    engine.costs.record = recording  # type: ignore[method-assign]
+    params = SamplingParams(max_new_tokens=16, ignore_eos=True)
+    engine.add_request("d", [3, 1, 4, 1, 5], params, "fixed:copy")
+    for i in range(4):
+        engine.add_request(f"p{i}", [3, 1, 4, 2 + i, 5], params, "none")
+    checked = 0
+    while engine.has_unfinished():
+        before = len(samples)
+        rounds = [o.round for o in engine.step() if o.round is not None]
+        if len(rounds) == 5 and len(samples) == before + 1:
+            widest = max(r.drafted for r in rounds) + 1
+            assert samples[-1].rows == 5 * widest
+            checked += widest > 1
+    assert checked >= 2
 
 
 def model(alpha: float, beta: float, neural: float = 0.0) -> CostModel:
@@ -85,18 +113,24 @@ def model(alpha: float, beta: float, neural: float = 0.0) -> CostModel:
 
 def test_a_step_drafts_only_where_its_plan_beats_plain_decoding() -> None:
     """Four requests: one expects 3 tokens from a 13-row EAGLE tree, three chose plain. The
-    step pays the drafting and the tree's rows once for the one request's 2 extra tokens."""
+    step pays the drafting once, and the tree's width for every request (the pass pads the
+    rows), for the one request's 2 extra tokens."""
     plan = [PlannedRow(13.0, NEURAL, 3.0)] + [PlannedRow(1.0, PLAIN, 1.0)] * 3
-    # memory-bound pass, cheap drafting: 6 tokens in 0.048 s beat 4 in 0.042 s
+    # memory-bound pass, cheap drafting: 6 tokens in 0.051 s beat 4 in 0.042 s
     assert model(alpha=0.04, beta=0.0001, neural=0.002).step_pays(plan)
-    # a drafting pass half as dear as the target's: 6 tokens in 0.066 s lose
+    # a drafting pass half as dear as the target's: 6 tokens in 0.069 s lose
     assert not model(alpha=0.04, beta=0.0001, neural=0.02).step_pays(plan)
-    # rows dearer: the tree's 12 extra rows lose (6 tokens in 0.040 s against 4 in 0.026 s)
-    assert not model(alpha=0.02, beta=0.001).step_pays(plan)
-    # there a drafter that commits 5 a round pays, with another request on a lookup
+    # rows dearer: 6 tokens in 0.050 s against 4 in 0.024 s lose (padded: 52 rows, not 16)
+    assert not model(alpha=0.02, beta=0.0005).step_pays(plan)
+    # there a drafter that commits 5 a round pays, with another request on a lookup: the
+    # lookup's 9 rows ride within the tree's width (10 tokens in 0.050 s)
     plan[0] = PlannedRow(13.0, NEURAL, 5.0)
     plan[1] = PlannedRow(9.0, FREE, 3.0)
-    assert model(alpha=0.02, beta=0.001).step_pays(plan)  # 10 tokens in 0.048 s
+    assert model(alpha=0.02, beta=0.0005).step_pays(plan)
+    # counted unpadded (16 rows) the first plan would pay here: 6 tokens in 0.062 s against
+    # 4 in 0.046 s; padded (52 rows) it takes 0.098 s
+    first = [PlannedRow(13.0, NEURAL, 3.0)] + [PlannedRow(1.0, PLAIN, 1.0)] * 3
+    assert not model(alpha=0.04, beta=0.001, neural=0.002).step_pays(first)
     # a request whose learner has no estimate yet: draft (and learn)
     assert model(alpha=0.01, beta=0.01).step_pays([PlannedRow(13.0, NEURAL, None)])
     assert StepCosts().step_pays(plan)  # nothing measured: draft
@@ -171,6 +205,10 @@ def run(engine: SpecEngine, streams: int = 4, tokens: int = 96,
     return outs
 
 
+def ids(outs: dict[str, list[RoundOutput]]) -> dict[str, list[int]]:
+    return {rid: [t for o in os for t in o.token_ids] for rid, os in outs.items()}
+
+
 def plain_share_late(outs: list[RoundOutput]) -> float:
     """The share of plain rounds in the request's second half."""
     rounds = [o.round for o in outs if o.round is not None]
@@ -188,6 +226,19 @@ def test_where_verified_rows_are_dear_the_learner_decodes_plain_with_the_same_to
     last = outs["r0"][-1].stats
     assert last.regret_seconds is not None and PLAIN_ARM in last.arm_seconds
     assert min(last.arm_seconds, key=last.arm_seconds.__getitem__) == PLAIN_ARM
+    # the statistics: plain rounds outside `rounds` and MAT, every pass counted
+    assert last.plain_rounds > 0 and last.rounds >= 1
+    assert last.target_forwards == last.rounds + last.plain_rounds + 1  # + the prefill pass
+    spec_tokens = last.completion_tokens - last.prefill_tokens - last.plain_tokens
+    assert last.mean_acceptance_length == spec_tokens / last.rounds
+    assert len(last.drafter_per_round) == last.rounds
+    plain = [o.round for o in outs["r0"] if o.round is not None and o.round.plain]
+    assert all(r.drafted == 0 and r.drafter is None and r.committed == 1 for r in plain)
+    # every round has its own index (the live page drops a repeated index as a re-delivery),
+    # and the statistics name the plain ones by it, for the live page to interleave
+    indices = [o.round.round_index for o in outs["r0"] if o.round is not None]
+    assert indices == list(range(len(indices)))
+    assert list(last.plain_round_indices) == [r.round_index for r in plain]
 
 
 def test_where_a_pass_costs_the_same_whatever_its_rows_the_learner_drafts() -> None:
@@ -263,9 +314,9 @@ def test_greedy_output_is_the_targets_with_lookups_eagle_and_plain_rounds_in_one
 
 def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unlike the gate's plain steps (every PLAIN_EVAL_STRETCH x eval_every rounds), the plain
-    arm's rounds keep the evaluation period: the learner must see its drafters' losses as often
-    to leave plain decoding when one pays again (the stretch made plain rounds look cheaper and
+    """The plain arm's rounds keep the evaluation period: the learner must see its drafters'
+    losses as often to leave plain decoding when one pays again (the retired speculation gate's
+    plain steps scored them four times less often, which made plain rounds look cheaper and
     kept the learner plain). The drafters kept awake here: asleep, they are not scored at all
     (tests/core/test_sleeping_drafters.py)."""
     from core.decoding.request import RequestState

@@ -111,13 +111,14 @@ def test_compile_flag_is_unset_unless_given(monkeypatch: pytest.MonkeyPatch) -> 
 def test_unset_engine_knobs_are_the_cores_served_defaults(
         monkeypatch: pytest.MonkeyPatch, device: str) -> None:
     """Settings states no engine default of its own: left unset, every knob is core.config's
-    (the served tree, selector and speculation for the device, else EngineConfig's)."""
-    from core.config import SERVED_SPECULATION, EngineConfig, served_selector, served_tree
+    (the served tree and selector for the device, else EngineConfig's)."""
+    from core.config import EngineConfig, served_selector, served_tree
 
-    monkeypatch.delenv("HEDGESPEC_SPECULATION", raising=False)
+    monkeypatch.delenv("HEDGESPEC_LOSS", raising=False)  # the suite pins the acceptance loss
     cfg = Settings(device=device, dtype="float32").engine_config()
     assert cfg == EngineConfig(device=device, tree=served_tree(device),
-                               selector=served_selector(device), speculation=SERVED_SPECULATION)
+                               selector=served_selector(device))
+    assert cfg.selector.loss == "time"
     assert Settings(dtype="float32").engine_config().device == EngineConfig.device
 
 
@@ -147,9 +148,10 @@ def test_prompt_windows_default_the_flag_and_zero_turns_them_off(
 
 
 def test_the_loss_default_the_flag_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings().engine_config().selector.loss == "length"
-    args = build_parser().parse_args(["serve", "--loss", "time"])
-    assert serve_settings(args).engine_config().selector.loss == "time"
+    monkeypatch.delenv("HEDGESPEC_LOSS", raising=False)  # the suite pins the acceptance loss
+    assert Settings().engine_config().selector.loss == "time"
+    args = build_parser().parse_args(["serve", "--loss", "length"])
+    assert serve_settings(args).engine_config().selector.loss == "length"
     monkeypatch.setenv("HEDGESPEC_LOSS", "prob")
     assert Settings().engine_config().selector.loss == "prob"
     with pytest.raises(ValidationError):
@@ -168,13 +170,12 @@ def test_hybrid_trees_are_off_unless_a_member_is_named(monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize(("field", "flag_value", "env_value"), [
     ("verify_logits", "all", "visited"),
-    ("speculation", "always", "always"),
 ])
 def test_measured_settings_default_to_auto_and_the_flag_or_env_pins_them(
     monkeypatch: pytest.MonkeyPatch, field: str, flag_value: str, env_value: str,
 ) -> None:
     env = f"HEDGESPEC_{field.upper()}"
-    monkeypatch.delenv(env, raising=False)  # the suite pins HEDGESPEC_SPECULATION=always
+    monkeypatch.delenv(env, raising=False)
     assert getattr(Settings().engine_config(), field) == "auto"
     args = build_parser().parse_args(["serve", f"--{field.replace('_', '-')}", flag_value])
     assert getattr(serve_settings(args).engine_config(), field) == flag_value

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from core.batching.head_rows import HeadRows
-from core.batching.spec_gate import SpecGate
 from core.config import SamplingParams
 from core.engine import ContextLengthError, PolicyError, RoundOutput
 from core.stats import RequestStats, RoundStats, StatsSnapshot
@@ -33,7 +32,6 @@ class ScriptedEngine:
 
     model_name = "scripted"
     head_rows = HeadRows("all")
-    gate = SpecGate("always")
     max_context = 100_000
 
     def __init__(self, *, round_s: float = 0.0, fail_on_round: int | None = None,

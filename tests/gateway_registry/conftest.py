@@ -130,7 +130,7 @@ def start_server(pool: Path, workdir: Path, *, database_url: str, hub: FakeHub |
         **base, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         "HF_HOME": str(workdir / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",
         "HEDGESPEC_POOL_SYNC_INTERVAL_S": SYNC_INTERVAL_S, "HEDGESPEC_TORCH_THREADS": "1",
-        "HEDGESPEC_DTYPE": "float32", "HEDGESPEC_SPECULATION": "always",
+        "HEDGESPEC_DTYPE": "float32", "HEDGESPEC_LOSS": "length",
         **({"HF_ENDPOINT": hub.url} if hub is not None else {}),
         **(env or {}),
     }  # fmt: skip

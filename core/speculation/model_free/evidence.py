@@ -82,7 +82,8 @@ class RequestLookups:
             self.first = self.indexed - 1
 
     def pause(self) -> None:
-        """Stop recording guesses (the request's pool sleeps); the lookups keep indexing."""
+        """Stop recording guesses (the request's pool sleeps: it indexes what was committed
+        meanwhile when its probe wakes the pool, RequestState.wake)."""
         self.record = False
         self.guesses = {i: [] for i in self.guesses}
         self.trees = {i: [] for i in self.trees}

@@ -220,7 +220,7 @@ def _logged_requests(engine: Any, limit: int) -> list[dict[str, Any]] | None:
     out = []
     for log in logs:
         choices = list(log.drafter_choices or [])
-        # Plain steps the speculation gate ran, put back between the rounds.
+        # Plain rounds (the learner's plain arm), put back between the speculative ones.
         order = step_order(len(choices), plain_step_indices(log))
         if order is None:  # no step, or indices that do not fit: the rounds alone
             order = list(range(len(choices)))
