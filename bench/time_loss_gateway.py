@@ -8,18 +8,21 @@ compared the speculation gate (retired; its last report, speculation_gate_gatewa
                                       [--warmup 3] [--threads 2] [--dtype auto] [--quick]
                                       [--out bench/results]
 
-Method. Both servers run at once (an idle one costs nothing); each burst starts N streams
-together (held-out prompts of every domain, chat-formatted token ids, greedy, `ignore_eos`, a
-fixed token count). Modes: `plain` (policy `none`) and `length` (NormalHedge, the acceptance
-loss: it drafts every round) on the `--loss length` server; `time` (NormalHedge, the time loss:
-plain decoding an extra arm of each request's learner, the served default) on the `--loss time`
-server. They alternate burst by burst (the order reversed every other repeat) and each keeps
-its fastest of `--repeats` bursts; a mode's run-to-run noise is max/min - 1 over its bursts at a
-level. Before a level is measured the time server runs `--warmup` bursts of that size, so that
-its cost model (core/selection/arm_costs.py) has fitted that batch size: what a server that has
-been up has done. The time server's plain-round share is the increase of its
-hedgespec_plain_rounds_total over its measured bursts, against that plus the increase of its
-hedgespec_spec_decode_num_drafts_total. Aggregate tokens/s = all tokens / (last token - start).
+Method. Three servers run at once (an idle one costs nothing), one a mode: a server's suffix
+member remembers every answer it served, so no server sees a prompt twice (a default run takes
+155 of the 210 held-out prompts). Each burst starts N streams together (the next N
+held-out prompts, domains interleaved, chat-formatted token ids, greedy, `ignore_eos`, a fixed
+token count), the same N for every mode of a repeat. Modes: `plain` (policy `none`) and
+`length` (NormalHedge, the acceptance loss: it drafts every round) on `--loss length` servers;
+`time` (NormalHedge, the time loss: plain decoding an extra arm of each request's learner, the
+served default) on a `--loss time` server. They alternate burst by burst (the order reversed
+every other repeat) and each keeps its fastest of `--repeats` bursts; a mode's run-to-run
+noise is max/min - 1 over its bursts at a level. Before a level is measured the time server
+runs `--warmup` bursts of that size, so that its cost model (core/selection/arm_costs.py) has
+fitted that batch size: what a server that has been up has done. The time server's
+plain-round share is the increase of its hedgespec_plain_rounds_total over its measured
+bursts, against that plus the increase of its hedgespec_spec_decode_num_drafts_total.
+Aggregate tokens/s = all tokens / (last token - start).
 Writes bench/results/time_loss_gateway.{md,json,png}. Run it on an idle machine.
 """
 
@@ -39,8 +42,12 @@ from bench.gateway_bench import completion_body, run_concurrent, start_server
 from bench.hedgespec_bench import DEFAULT_POOL, load_prompts
 
 RESULTS = Path(__file__).resolve().parent / "results"
-MODES = {"plain": ("length", "none"), "length": ("length", "normalhedge"),
-         "time": ("time", "normalhedge")}  # mode: (the server's --loss, the requests' policy)
+# mode: (its server, the server's --loss, the requests' policy). One server a mode: a server's
+# suffix member remembers every answer it served, so a mode that followed another on the same
+# server, or a burst that repeated a prompt, would find the answer it is asked for.
+MODES = {"plain": ("plain", "length", "none"), "length": ("length", "length", "normalhedge"),
+         "time": ("time", "time", "normalhedge")}
+PER_DOMAIN = 30  # every held-out prompt of the demo pool
 PLAIN_ROUNDS = "hedgespec_plain_rounds_total"
 SPEC_ROUNDS = "hedgespec_spec_decode_num_drafts_total"
 
@@ -95,20 +102,34 @@ def level_row(n: int, bursts: dict[str, list[float]], plain_rounds: float,
     }
 
 
+def _fresh(prompts: list[list[int]]) -> Any:
+    """The next n prompts of the list at each call, cycling (a default run takes 155 of the
+    210 held-out prompts)."""
+    taken = [0]
+
+    def take(n: int) -> list[list[int]]:
+        start = taken[0]
+        taken[0] += n
+        return [prompts[(start + i) % len(prompts)] for i in range(n)]
+
+    return take
+
+
 def measure(urls: dict[str, str], prompts: list[list[int]], levels: list[int], max_tokens: int,
             repeats: int, warmup: int, model: str) -> list[dict[str, Any]]:
     for url in urls.values():  # each server's first request (shapes, in-place timings)
         burst(url, prompts[:1], 4, "normalhedge", model)
     rows = []
+    fresh = _fresh(prompts)
     for n in levels:
-        group = [prompts[i % len(prompts)] for i in range(n)]
         for _ in range(warmup):
-            burst(urls["time"], group, max_tokens, "normalhedge", model)
+            burst(urls["time"], fresh(n), max_tokens, "normalhedge", model)
         bursts: dict[str, list[float]] = {m: [] for m in MODES}
         plain = spec = 0.0
         for r in range(repeats):
+            group = fresh(n)  # the same prompts for every mode, each on its own server
             for mode in (list(MODES) if r % 2 == 0 else list(MODES)[::-1]):
-                server, policy = MODES[mode]
+                server, _, policy = MODES[mode]
                 before = rounds(urls[server])
                 tps = burst(urls[server], group, max_tokens, policy, model)
                 if mode == "time":
@@ -135,9 +156,10 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"`{meta['command']}` on {meta['machine']}, {meta['date']}; {meta['dtype']}, "
         f"{meta['threads']} torch thread(s) per server, the served CPU defaults but the loss; "
         f"{meta['max_tokens']} tokens a stream, fastest of {meta['repeats']} bursts per mode, "
-        f"{meta['warmup']} warm-up bursts on the time server before each level. `plain` and "
-        "`length` on a `--loss length` server, `time` on a `--loss time` one (the served "
-        "default). Method: the module docstring.", "",
+        f"{meta['warmup']} warm-up bursts on the time server before each level. Each mode on its "
+        "own server (`plain` and `length` with `--loss length`, `time` with `--loss time`, the "
+        "served default), no prompt served twice by a server. Method: the "
+        "module docstring.", "",
         "| streams | plain tokens/s | length tokens/s | time tokens/s | time x plain "
         "| time x length | time x max(plain, length) | time: plain rounds (of all rounds) |",
         "|---|---|---|---|---|---|---|---|",
@@ -211,16 +233,16 @@ def main(argv: list[str] | None = None) -> None:
     pool = load_pool_file(args.pool)
     target = pool.target.directory()  # a provisioned target converted first, as the server does
     tokenizer = AutoTokenizer.from_pretrained(target)
-    prompts = [p.ids for p in load_prompts(args.pool, tokenizer, 3, 200)]
+    prompts = [p.ids for p in load_prompts(args.pool, tokenizer, PER_DOMAIN, 200)]
     model = pool.model_name or target.name  # the id the server serves (SpecEngine.from_pool)
     with tempfile.TemporaryDirectory() as tmp:
         procs: list[Any] = []
         urls: dict[str, str] = {}
         try:
-            for loss in ("length", "time"):
-                (Path(tmp) / loss).mkdir()
-                proc, urls[loss] = start_server(args.pool, Path(tmp) / loss, args.threads,
-                                                dtype, loss=loss)
+            for server, loss, _ in MODES.values():
+                (Path(tmp) / server).mkdir()
+                proc, urls[server] = start_server(args.pool, Path(tmp) / server, args.threads,
+                                                  dtype, loss=loss)
                 procs.append(proc)
             rows = measure(urls, prompts, [int(x) for x in args.levels.split(",")],
                            args.max_tokens, args.repeats, args.warmup, model)
