@@ -40,6 +40,7 @@ import httpx
 
 from bench.gateway_bench import completion_body, run_concurrent, start_server
 from bench.hedgespec_bench import DEFAULT_POOL, load_prompts
+from bench.plotting import save_axes
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # mode: (its server, the server's --loss, the requests' policy). One server a mode: a server's
@@ -192,13 +193,8 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         xs = [k + (i - (len(MODES) - 1) / 2) * width for k in range(len(rows))]
         ax.bar(xs, [r[f"{mode}_tps"] for r in rows], width, label=mode)
     ax.set_xticks(range(len(rows)), [str(r["streams"]) for r in rows])
-    ax.set_xlabel("concurrent streams")
-    ax.set_ylabel("aggregate tokens/s")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_axes(fig, ax, path, xlabel="concurrent streams", ylabel="aggregate tokens/s",
+              title=title)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.plotting import save_axes
+
 # The learners' modes; the others are `plain` and the fixed arms (`fixed:<id>`).
 LEARNED = ("length", "time")
 LABELS = {"plain": "plain decoding", "length": "HedgeSpec, acceptance loss",
@@ -236,13 +238,8 @@ def plot(cells: list[Cell], path: Path, title: str) -> None:
     ax.set_xscale("log", base=2)
     levels = sorted(plain)
     ax.set_xticks(levels, [str(n) for n in levels])
-    ax.set_xlabel("concurrent streams")
-    ax.set_ylabel("tokens/s x plain decoding")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_axes(fig, ax, path, xlabel="concurrent streams", ylabel="tokens/s x plain decoding",
+              title=title, legend_size=7)
 
 
 def write_report(results: dict[str, Any], out: Path) -> None:
