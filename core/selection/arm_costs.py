@@ -44,9 +44,9 @@ with every arm costing the same, which ranks drafters as the acceptance loss doe
 Where to start. e(b) is paid whichever arm the learner picks, so its loss cannot weigh it; only
 sleeping saves it (core/decoding/request.py). A request that started awake ends with what that
 earned it: Σ over its rounds of ÂL·c⁰_plain - c⁰_a (c⁰: `bare_cost`, c_a without e(b)) less
-the seconds its evaluation phases and prompt catch-up measured. `start` sums the last ENDINGS
-of those per step size and level (`Start`: all awake, the model-free members alone): negative,
-and the next requests there start a level lower (asleep at the last).
+the seconds its evaluation phases and prompt catch-up measured. `start` keeps the last ENDINGS
+of those per step size and level (`Start`: all awake, the model-free members alone) and starts
+the next request at the level whose mean is highest, asleep where none is positive.
 """
 
 from __future__ import annotations
