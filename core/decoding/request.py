@@ -200,10 +200,10 @@ class RequestState:
     asleep_rounds: int = 0
     awake_rounds: int = 0
     # Under the time loss, what starting awake earned this request against plain decoding
-    # (StepCosts.note_end): its rounds' net seconds by the cost model without the evaluation
-    # (tokens at plain decoding's bare cost less the chosen arm's bare cost), and the measured
-    # seconds that being awake cost it: the drafters' catch-up on the prompt, its windows and
-    # its share of every evaluation phase (core/batching/).
+    # (StepCosts.note_end): its share of each step's saving while it was awake (the step's
+    # tokens at plain decoding's bare time per token less its measured time,
+    # core/batching/step._credit_awake), and the measured seconds of the drafters' catch-up on
+    # the prompt and its windows (core/batching/scheduler.py).
     awake_saving_s: float = 0.0
     awake_cost_s: float = 0.0
 
@@ -486,20 +486,8 @@ class RequestState:
             if w.realised is None:
                 continue
             chosen = self.snapshot.ids[w.chosen] if w.chosen is not None else PLAIN_ARM
-            self.awake_saving_s += self._bare_saving(w.chosen, w.realised)
             est = {d: float(v) for d, v in zip(self.snapshot.ids, w.est_len, strict=False)}
             self.stats.record_window(est, chosen, w.realised, self._seconds(w))
-
-    def _bare_saving(self, chosen: int | None, realised: int) -> float:
-        """A round's tokens at plain decoding's bare cost less its arm's (CostModel.bare_cost;
-        0 for a plain round): what it saved against the same round decoded plain by a request
-        whose pool sleeps."""
-        model = self.costs.model(self.step_requests) if self.costs is not None else None
-        if not self.plain_arm or model is None or chosen is None:
-            return 0.0
-        rows, kind = self._arm_rows()[chosen], self._arm_kinds()[chosen]
-        width = self.others_width
-        return realised * model.bare_cost(1.0, PLAIN, width) - model.bare_cost(rows, kind, width)
 
     def _seconds(self, w: Window) -> dict[str, float] | None:
         """Each arm's net seconds for the window (core/selection/arm_costs.time_losses)."""

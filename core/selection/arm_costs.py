@@ -43,10 +43,13 @@ with every arm costing the same, which ranks drafters as the acceptance loss doe
 
 Where to start. e(b) is paid whichever arm the learner picks, so its loss cannot weigh it; only
 sleeping saves it (core/decoding/request.py). A request that started awake ends with what that
-earned it: Σ over its rounds of ÂL·c⁰_plain - c⁰_a (c⁰: `bare_cost`, c_a without e(b)) less
-the seconds its evaluation phases and prompt catch-up measured. `start` keeps the last ENDINGS
-of those per step size and level (`Start`: all awake, the model-free members alone) and starts
-the next request at the level whose mean is highest, asleep where none is positive.
+earned it, measured: its share of each step it was awake in of the step's committed tokens
+at plain decoding's time per token (`plain_token_s`: the steps of that size where every pool
+slept; before there are any, c⁰_plain, `bare_cost`) less the step's measured seconds
+(core/batching/step._credit_awake), less its prompt catch-up's measured seconds. `start`
+keeps the last ENDINGS of those per step size and level (`Start`: all awake, the model-free
+members alone) and starts the next request at the level whose mean is highest, asleep where
+none is positive.
 """
 
 from __future__ import annotations
@@ -69,7 +72,9 @@ MIN_SPREAD = 2.0  # rows per request must vary this much in a bucket before β i
 NEURAL, FREE, PLAIN = "neural", "free", "plain"  # how an arm drafts
 MAX_BUCKET = 16
 ENDINGS = 8
-PROBE_REQUESTS = 8
+PROBE_REQUESTS = 8  # starts between two tries of a level, at first
+MAX_PROBE_GAP = 64  # the most, after tries that lost
+ASLEEP_DECAY = 0.1  # weight of an all-asleep step in its size's running mean wall time
 
 
 class Start(IntEnum):
@@ -78,11 +83,17 @@ class Start(IntEnum):
     prompt catch-up: on two cores it cost the copy-heavy prompts about 130 ms a request at one
     stream, where a lookup alone ran 1.5x plain decoding); or the whole pool asleep
     (RequestState.asleep). Each level is an arm of a small learner per step size: the requests
-    that started there report what being awake saved them (their rounds' savings less what
-    their evaluation and prompt catch-up measured), and a request starts at the level whose
-    last ENDINGS saved most on average, asleep (which saves nothing) where none saved. One
-    start in PROBE_REQUESTS tries the levels in turn: the load, the workload and the pool
-    change, and a request that starts asleep only learns at its probes (and is not counted)."""
+    that started there report what being awake saved them (their share of their steps'
+    tokens at plain decoding's time per token less the steps' measured time, less their
+    prompt catch-up), and a request starts at the level whose last ENDINGS saved most on
+    average, asleep (which saves nothing) where none saved. A level is tried once before that
+    (one request at a time, not every request that starts before the first ends), and then
+    again every PROBE_REQUESTS starts, a gap that doubles with each ending there that lost, up
+    to MAX_PROBE_GAP (a loss there is the price of a try: at four streams on two cores a try
+    with every member awake cost about a second of a seven-second pass, so one start in eight
+    kept the requests 15% behind plain decoding), and is reset by one that saved: the load, the
+    workload and the pool change, and a request that starts asleep only learns at its probes
+    (and is not counted)."""
 
     AWAKE = 0
     MODEL_FREE = 1
@@ -196,6 +207,13 @@ class StepCosts:
         # last ENDINGS to end (seconds); and how many requests started per bucket (`start`).
         self._endings: dict[tuple[int, Start], deque[float]] = {}
         self._starts: dict[int, int] = {}
+        # Per bucket and level: the start count of its last try, and the starts between tries.
+        self._tried: dict[tuple[int, Start], int] = {}
+        self._gap: dict[tuple[int, Start], int] = {}
+        # Per step size (requests), the running mean wall time of the steps where no pool was
+        # awake: plain decoding's own time per step, what an awake request's saving is
+        # measured against (`plain_token_s`).
+        self._asleep_wall: dict[int, float] = {}
 
     def speculate(self, requests: int) -> bool:
         """Whether the next step over `requests` requests may draft (False: a plain probe)."""
@@ -232,6 +250,27 @@ class StepCosts:
         fitted = self._fitted[b] or self._last_fit.get(b)
         return None if fitted is None else replace(fitted, requests=max(1, requests))
 
+    def note_asleep_step(self, requests: int, wall_s: float) -> None:
+        """A step of `requests` rows where no pool was awake took `wall_s` (a stall, over
+        STALL x the running mean, is left out)."""
+        prev = self._asleep_wall.get(requests)
+        if prev is None:
+            self._asleep_wall[requests] = wall_s
+        elif wall_s <= STALL * prev:
+            self._asleep_wall[requests] = prev + ASLEEP_DECAY * (wall_s - prev)
+
+    def plain_token_s(self, requests: int) -> float | None:
+        """Plain decoding's seconds per token in a step of `requests` rows: measured on the
+        steps where every pool slept, else the cost model's bare plain cost (CostModel.
+        bare_cost), None before either. Measured first: the fit of the pass, a line through
+        steps of every width, read 2-3 ms (4-6%) under the all-asleep steps' wall at 2-8 streams
+        on two cores, and every awake request's saving would carry that bias."""
+        wall = self._asleep_wall.get(requests)
+        if wall is not None:
+            return wall / requests
+        model = self.model(requests)
+        return None if model is None else model.bare_cost(1.0, PLAIN)
+
     def note_end(self, started_at: int, start: Start, saving_s: float) -> None:
         """A request under the time loss that started at this step size and level (awake or
         its model-free members alone) ended; what being awake saved it against plain decoding
@@ -240,26 +279,34 @@ class StepCosts:
         finish."""
         key = (bucket(started_at), start)
         self._endings.setdefault(key, deque(maxlen=ENDINGS)).append(saving_s)
+        gap = self._gap.get(key, PROBE_REQUESTS)
+        self._gap[key] = min(2 * gap, MAX_PROBE_GAP) if saving_s < 0.0 else PROBE_REQUESTS
 
     def start(self, requests: int, levels: Sequence[Start]) -> Start:
         """The level a request starting at this step size starts at, of the `levels` its pool
-        has (most awake first, Start.ASLEEP last, which saves 0 by definition): the most awake
-        level not tried yet, else the one whose last ENDINGS requests saved most on average,
-        asleep where none saved; one start in PROBE_REQUESTS tries the levels in turn instead,
-        so that each memory follows the load, the workload and the pool."""
+        has (most awake first, Start.ASLEEP last, which saves 0 by definition): the one whose
+        last ENDINGS requests saved most on average, asleep where none saved; but the most
+        awake level due a try (`_due`) instead, so that each memory follows the load, the
+        workload and the pool."""
         b = bucket(requests)
         n = self._starts[b] = self._starts.get(b, 0) + 1
         awake = list(levels[:-1])
-        if not awake:
-            return levels[-1]
         ends = {level: self._endings.get((b, level), ()) for level in awake}
-        untried = [level for level in awake if not ends[level]]
-        if untried:
-            return untried[0]
-        if n % PROBE_REQUESTS == 0:
-            return awake[(n // PROBE_REQUESTS) % len(awake)]
-        best = max(awake, key=lambda level: sum(ends[level]) / len(ends[level]))
-        return best if sum(ends[best]) > 0.0 else levels[-1]
+        known = [level for level in awake if ends[level]]
+        best = max(known, key=lambda level: sum(ends[level]) / len(ends[level]), default=None)
+        chosen = best if best is not None and sum(ends[best]) > 0.0 else levels[-1]
+        due = [level for level in awake if level != chosen and self._due(b, level, n)]
+        if due:
+            chosen = due[0]
+        if chosen in awake:
+            self._tried[(b, chosen)] = n
+        return chosen
+
+    def _due(self, b: int, level: Start, n: int) -> bool:
+        """Whether `level` is due a try at the n-th start in bucket b: never tried, or its gap
+        since the last try has passed (PROBE_REQUESTS starts after a try with no ending yet)."""
+        last = self._tried.get((b, level))
+        return last is None or n - last >= self._gap.get((b, level), PROBE_REQUESTS)
 
     def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
         """Whether the step may draft as planned (True until the bucket is measured)."""

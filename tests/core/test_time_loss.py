@@ -57,6 +57,25 @@ def test_the_model_waits_for_steps_of_different_sizes() -> None:
     assert costs.model(1) is None and costs.model(4) is None  # each bucket on its own
 
 
+def test_plain_decodings_time_per_token_is_measured_on_steps_where_every_pool_slept() -> None:
+    """What an awake request's saving is measured against: the model's bare plain cost until
+    a step of that size ran with every pool asleep, then those steps' running mean wall time
+    per token (a stall left out); each size on its own."""
+    costs = StepCosts()
+    assert costs.plain_token_s(2) is None
+    costs.record(step(2, 26, 0.05))
+    costs.record(step(2, 2, 0.02))
+    model = costs.model(2)
+    assert model is not None
+    assert costs.plain_token_s(2) == pytest.approx(model.bare_cost(1.0, PLAIN))
+    costs.note_asleep_step(2, 0.03)
+    assert costs.plain_token_s(2) == pytest.approx(0.015)
+    costs.note_asleep_step(2, 1.0)  # a stall
+    costs.note_asleep_step(2, 0.04)
+    assert costs.plain_token_s(2) == pytest.approx((0.03 + 0.1 * 0.01) / 2)
+    assert costs.plain_token_s(4) is None  # a size with neither
+
+
 def test_probes_alternate_first_then_one_plain_step_in_probe_every() -> None:
     costs = StepCosts()
     seen = []
