@@ -248,6 +248,8 @@ def run_all(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     modes = build_modes(base, specs)
     for mode in modes:  # each new engine's first steps (shapes, in-place LM-head timing)
         run_group(mode.engine, prompts[:1], mode.policy, 4, Tally())
+    for mode in modes:  # which measured lazy set-up, not the load (as a server's warm-up)
+        mode.engine.forget_costs()
     levels = [int(x) for x in args.levels.split(",")]
     log(f"{args.workload}: {len(prompts)} prompts; modes {[m.name for m in modes]}; "
         f"{dtype}, {args.threads} threads, levels {levels}")

@@ -282,6 +282,15 @@ class SpecEngine:
             self._order.remove(request_id)
         self._batch.release(request_id)
 
+    def forget_costs(self) -> None:
+        """The in-place measurements (the time loss's cost model, the start levels' savings)
+        start over: a warm-up's steps pay lazy set-up (first calls, allocations) that is not
+        what the load costs. Left in, the server's four-token warm-up on "Hello" ended its try
+        of the awake level with a loss, and no request started awake at one stream for the
+        next 16 starts (bench/results/time_loss_gateway.md, 2026-12-06 03:27: every round plain
+        at one stream, where drafting every round ran 1.31x plain decoding)."""
+        self.costs.reset()
+
     def has_unfinished(self) -> bool:
         return bool(self._requests)
 

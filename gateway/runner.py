@@ -84,6 +84,7 @@ class Engine(Protocol):
     def abort(self, request_id: str) -> None: ...
     def has_unfinished(self) -> bool: ...
     def num_active(self) -> int: ...
+    def forget_costs(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -335,6 +336,7 @@ class EngineRunner:
             while engine.has_unfinished() and time.monotonic() - started < 600:
                 engine.step()
             engine.abort(request_id)
+        engine.forget_costs()  # the warm-up measured lazy set-up, not the load
 
     def _apply_commands(self, engine: Engine) -> None:
         while True:

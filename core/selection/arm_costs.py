@@ -215,6 +215,10 @@ class StepCosts:
         # measured against (`plain_token_s`).
         self._asleep_wall: dict[int, float] = {}
 
+    def reset(self) -> None:
+        """Forget every measurement (SpecEngine.forget_costs: a server's warm-up)."""
+        self.__init__(self.window, self.probe_steps, self.probe_every)  # type: ignore[misc]
+
     def speculate(self, requests: int) -> bool:
         """Whether the next step over `requests` requests may draft (False: a plain probe)."""
         n = self._steps.get(bucket(requests), 0)

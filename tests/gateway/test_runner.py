@@ -49,6 +49,9 @@ class ScriptedEngine:
     def drafter_ids(self) -> list[str]:
         return ["d1"]
 
+    def forget_costs(self) -> None:
+        pass
+
     def check_request(self, prompt: list[int], params: SamplingParams,
                       policy: str = "auto") -> None:
         if len(prompt) + params.max_new_tokens > self.max_context:
