@@ -122,6 +122,7 @@ def measure_in_process(base: Any, prompts: list[list[int]], levels: tuple[int, .
     eng = engines(base)
     for e in eng.values():
         run_streams(e, prompts[:1], 4, policy)  # warm-up
+        e.forget_costs()  # it measured lazy set-up, not the load (as the server forgets it)
     for n in levels:
         for mode in paired_order(level_repeats(n, *repeats)):
             runs, wall = run_streams(eng[mode], cycled(prompts, n), max_tokens, policy)

@@ -162,6 +162,7 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     log(f"{len(prompts)} prompts x {args.max_new_tokens} tokens, pool {ids}, tree "
         f"{engine.config.tree}")
     engine.generate_ids(prompts[0].ids, SamplingParams(max_new_tokens=8))  # warm-up
+    engine.forget_costs()  # it measured lazy set-up, not the load (as the server forgets it)
     go("plain", engine, "none")
     for d in ids:
         go("generalist" if d == gen else d, engine, f"fixed:{d}")
