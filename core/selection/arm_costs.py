@@ -194,6 +194,10 @@ class StepCosts:
     def __init__(self, window: int = WINDOW, probe_steps: int = PROBE_STEPS,
                  probe_every: int = PROBE_EVERY) -> None:
         self.window, self.probe_steps, self.probe_every = window, probe_steps, probe_every
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every measurement (SpecEngine.forget_costs: a server's warm-up)."""
         self._samples: dict[int, deque[StepSample]] = {}
         self._steps: dict[int, int] = {}  # steps recorded per bucket
         self._nodes: dict[str, tuple[float, int]] = {}  # drafter id -> (Σ nodes, rounds)
@@ -214,10 +218,6 @@ class StepCosts:
         # awake: plain decoding's own time per step, what an awake request's saving is
         # measured against (`plain_token_s`).
         self._asleep_wall: dict[int, float] = {}
-
-    def reset(self) -> None:
-        """Forget every measurement (SpecEngine.forget_costs: a server's warm-up)."""
-        self.__init__(self.window, self.probe_steps, self.probe_every)  # type: ignore[misc]
 
     def speculate(self, requests: int) -> bool:
         """Whether the next step over `requests` requests may draft (False: a plain probe)."""
