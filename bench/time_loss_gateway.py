@@ -4,8 +4,9 @@ side by side in one run. The gateway successor of bench/speculation_gate_gateway
 compared the speculation gate (retired; its last report, speculation_gate_gateway.md, is of
 2026-12-04).
 
-    python -m bench.time_loss_gateway [--levels 1,2,4,8,16] [--max-tokens 48] [--repeats 2]
-                                      [--warmup 3] [--threads 2] [--dtype auto] [--quick]
+    python -m bench.time_loss_gateway [--levels 1,2,4,8,16] [--max-tokens 48] [--repeats 3]
+                                      [--warmup 3] [--seed 0] [--threads 2] [--dtype auto]
+                                      [--quick]
                                       [--out bench/results]
 
 Method. Three servers run at once (an idle one costs nothing), one a mode: a server's suffix
@@ -15,13 +16,15 @@ held-out prompts, domains interleaved, chat-formatted token ids, greedy, `ignore
 token count), the same N for every mode of a repeat. Modes: `plain` (policy `none`) and
 `length` (NormalHedge, the acceptance loss: it drafts every round) on `--loss length` servers;
 `time` (NormalHedge, the time loss: plain decoding an extra arm of each request's learner, the
-served default) on a `--loss time` server. They alternate burst by burst (the order reversed
-every other repeat) and each keeps its fastest of `--repeats` bursts; a mode's run-to-run
-noise is max/min - 1 over its bursts at a level. Before a level is measured the time server
-runs `--warmup` bursts of that size, so that its cost model (core/selection/arm_costs.py) has
-fitted that batch size: what a server that has been up has done. The time server's
-plain-round share is the increase of its hedgespec_plain_rounds_total over its measured
-bursts, against that plus the increase of its hedgespec_spec_decode_num_drafts_total.
+served default) on a `--loss time` server. They alternate burst by burst, in an order drawn
+afresh every repeat (`--seed`), and each keeps its median of `--repeats` bursts (the slower
+middle one of an even count; not the fastest, which favours the mode that draws this VM's
+occasional fast burst); a mode's run-to-run noise is max/min - 1 over its bursts at a level.
+Before a level is measured the time server runs `--warmup` bursts of that size, so that its
+cost model (core/selection/arm_costs.py) has fitted that batch size: what a server that has
+been up has done. The time server's plain-round share is the increase of its
+hedgespec_plain_rounds_total over its measured bursts, against that plus the increase of its
+hedgespec_spec_decode_num_drafts_total.
 Aggregate tokens/s = all tokens / (last token - start).
 Writes bench/results/time_loss_gateway.{md,json,png}. Run it on an idle machine.
 """
@@ -31,6 +34,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -86,9 +91,9 @@ def _noise(bursts: list[float]) -> float | None:
 
 def level_row(n: int, bursts: dict[str, list[float]], plain_rounds: float,
               spec_rounds: float) -> dict[str, Any]:
-    """One level: each mode's fastest burst, the time mode against the others, the time server's
+    """One level: each mode's median burst, the time mode against the others, the time server's
     plain-round share over its measured bursts, and each mode's noise."""
-    best = {m: max(b) for m, b in bursts.items()}
+    best = {m: statistics.median_low(b) for m, b in bursts.items()}
     rounds = plain_rounds + spec_rounds
     return {
         "streams": n,
@@ -117,19 +122,20 @@ def _fresh(prompts: list[list[int]]) -> Any:
 
 
 def measure(urls: dict[str, str], prompts: list[list[int]], levels: list[int], max_tokens: int,
-            repeats: int, warmup: int, model: str) -> list[dict[str, Any]]:
+            repeats: int, warmup: int, model: str, seed: int) -> list[dict[str, Any]]:
     for url in urls.values():  # each server's first request (shapes, in-place timings)
         burst(url, prompts[:1], 4, "normalhedge", model)
     rows = []
     fresh = _fresh(prompts)
+    rng = random.Random(seed)
     for n in levels:
         for _ in range(warmup):
             burst(urls["time"], fresh(n), max_tokens, "normalhedge", model)
         bursts: dict[str, list[float]] = {m: [] for m in MODES}
         plain = spec = 0.0
-        for r in range(repeats):
+        for _ in range(repeats):
             group = fresh(n)  # the same prompts for every mode, each on its own server
-            for mode in (list(MODES) if r % 2 == 0 else list(MODES)[::-1]):
+            for mode in rng.sample(list(MODES), len(MODES)):
                 server, _, policy = MODES[mode]
                 before = rounds(urls[server])
                 tps = burst(urls[server], group, max_tokens, policy, model)
@@ -156,7 +162,8 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "# The time loss through the HTTP server", "",
         f"`{meta['command']}` on {meta['machine']}, {meta['date']}; {meta['dtype']}, "
         f"{meta['threads']} torch thread(s) per server, the served CPU defaults but the loss; "
-        f"{meta['max_tokens']} tokens a stream, fastest of {meta['repeats']} bursts per mode, "
+        f"{meta['max_tokens']} tokens a stream, median of {meta['repeats']} bursts per mode "
+        f"(order drawn afresh each repeat, seed {meta.get('seed', 0)}), "
         f"{meta['warmup']} warm-up bursts on the time server before each level. Each mode on its "
         "own server (`plain` and `length` with `--loss length`, `time` with `--loss time`, the "
         "served default), no prompt served twice by a server. Method: the "
@@ -203,7 +210,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pool", type=Path, default=DEFAULT_POOL)
     ap.add_argument("--levels", default="1,2,4,8,16")
     ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--repeats", type=int, default=2, help="bursts per mode (fastest kept)")
+    ap.add_argument("--repeats", type=int, default=3, help="bursts per mode (median kept)")
+    ap.add_argument("--seed", type=int, default=0, help="seeds the modes' order each repeat")
     ap.add_argument("--warmup", type=int, default=3,
                     help="warm-up bursts on the time server before each level")
     ap.add_argument("--threads", type=int, default=2)
@@ -241,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
                                                   dtype, loss=loss)
                 procs.append(proc)
             rows = measure(urls, prompts, [int(x) for x in args.levels.split(",")],
-                           args.max_tokens, args.repeats, args.warmup, model)
+                           args.max_tokens, args.repeats, args.warmup, model, args.seed)
         finally:
             for proc in procs:
                 proc.terminate()
@@ -249,7 +257,8 @@ def main(argv: list[str] | None = None) -> None:
     meta = {"command": "python -m bench.time_loss_gateway" + (" --quick" if args.quick else ""),
             "date": time.strftime("%Y-%m-%d %H:%M"), "machine": describe_machine(),
             "dtype": dtype, "threads": args.threads, "max_tokens": args.max_tokens,
-            "repeats": args.repeats, "warmup": args.warmup, "levels": args.levels}
+            "repeats": args.repeats, "seed": args.seed, "warmup": args.warmup,
+            "levels": args.levels}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "time_loss_gateway.json").write_text(
         json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")

@@ -20,7 +20,7 @@ LABELS = {"plain": "plain decoding", "length": "HedgeSpec, acceptance loss",
 
 @dataclass(frozen=True)
 class Cell:
-    """The fastest pass of one mode at one concurrency level (`passes`: every pass's
+    """The median pass of one mode at one concurrency level (`passes`: every pass's
     tokens/s, for the run-to-run noise)."""
 
     mode: str
@@ -142,10 +142,12 @@ def header(meta: dict[str, Any], med: float | None) -> list[str]:
         "acceptance loss drafting every step (`length`); HedgeSpec with the time loss "
         "(`time`, plain decoding an extra arm, drafting allowed every step). All share one "
         "target and drafters; the model-free members start fresh at every pass (the suffix "
-        "cache learns within a pass only). Modes alternate order pass by pass; each keeps the "
-        f"fastest of {meta['repeats']} passes. Before a level's passes the time engine ran "
-        f"{meta['time_warmup_groups']} groups of that size (its cost model measures in place, "
-        f"as a server that has been up has).{repeat} {noise_line}", "",
+        "cache learns within a pass only). Each repeat runs every mode once, in an order drawn "
+        f"afresh (seed {meta.get('seed', 0)}); each mode keeps the pass of median tokens/s of "
+        f"its {meta['repeats']} (with an even count the slower middle one). Before a level's "
+        f"passes the time engine ran {meta['time_warmup_groups']} groups of that size (its "
+        f"cost model measures in place, as a server that has been up has).{repeat} "
+        f"{noise_line}", "",
     ]
 
 

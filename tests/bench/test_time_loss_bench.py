@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from bench import time_loss
+from bench.time_loss import Mode, measure_level, median_pass
 from bench.time_loss_report import Cell, noise, render, rows
 
 # (mode, wall seconds for 96 tokens, noise over two passes or None for one pass)
@@ -61,7 +63,7 @@ def test_noise_is_max_over_min_per_cell_and_its_median() -> None:
 def test_render_gives_the_main_row_the_noise_median_and_the_workload() -> None:
     meta: dict[str, Any] = {
         "command": "python -m bench.time_loss --workload copy_heavy", "machine": "m",
-        "dtype": "bfloat16", "threads": 2, "max_new": 48, "repeats": 2, "levels": "1,8",
+        "dtype": "bfloat16", "threads": 2, "max_new": 48, "repeats": 2, "seed": 5, "levels": "1,8",
         "tree": [3, 4, 12], "eval_every": 4, "workload": "copy_heavy",
         "workload_text": "code edits", "prompts": 16, "pool_members": "a, lookup, suffix",
         "time_warmup_groups": 2,
@@ -78,5 +80,35 @@ def test_render_gives_the_main_row_the_noise_median_and_the_workload() -> None:
     assert "after its warm-up: 1 streams: not fitted yet (loss falls back to 1/ÂL); " \
            "8 streams: fitted." in text
     assert "gate" not in text
+    assert "in an order drawn afresh (seed 5); each mode keeps the pass of median tokens/s " \
+           "of its 2" in text
     assert text.startswith("# Time loss: HedgeSpec minimising time per token, copy_heavy "
                            "workload")
+
+
+def test_a_mode_keeps_its_median_pass_with_every_pass_listed() -> None:
+    slow, fast, middle = (cell("plain", 1, w, None) for w in (9.6, 3.2, 4.8))
+    kept = median_pass([slow, fast, middle])
+    assert kept.wall_s == pytest.approx(4.8)  # 20 tokens/s: not the fastest (30)
+    assert sorted(kept.passes) == pytest.approx([10.0, 20.0, 30.0])
+    # an even count keeps the slower middle pass
+    assert median_pass([fast, slow]).wall_s == pytest.approx(9.6)
+
+
+def test_each_repeat_runs_every_mode_once_in_a_fresh_order(monkeypatch: Any) -> None:
+    import random
+
+    order: list[str] = []
+
+    def fake_pass(mode: Mode, groups: Any, max_new: int, specs: Any) -> Cell:
+        order.append(mode.name)
+        return cell("plain", 1, 4.8, None)
+
+    monkeypatch.setattr(time_loss, "one_pass", fake_pass)
+    modes = [Mode(f"m{i}", None, "none") for i in range(6)]  # type: ignore[arg-type]
+    prompts: Any = ["p"]
+    measure_level(modes, prompts, 1, 8, 4, [], random.Random(0), lambda _: None)
+    repeats = [order[i:i + 6] for i in range(0, 24, 6)]
+    assert all(sorted(r) == [m.name for m in modes] for r in repeats)
+    # not one order, nor one order and its reverse by turns
+    assert len({tuple(r) for r in repeats}) > 2
