@@ -62,14 +62,20 @@ MODES = ("batched", "round-robin")
 
 
 def engines(base: Any) -> dict[str, Any]:
-    """The two schedulers over one target and one pool (max_running: every stream of the
-    largest level runs at once)."""
-    from core.engine import SpecEngine
+    """The two schedulers over one target and the whole pool in its order (max_running: every
+    stream of the largest level runs at once). Each holds its own model-free members, fresh
+    here and kept for the run as a server keeps its own: a shared suffix cache would hand one
+    scheduler the answers the other produced."""
+    from bench.model_free_bench import engine_over
+    from core.speculation.model_free.kinds import make_model_free
 
-    return {mode: SpecEngine(base.target, dict(base.snapshot.drafters),
-                             replace(base.config, batching=mode == "batched",
-                                     max_running=max(LEVELS)),
-                             base.model_name)
+    def members() -> dict[str, Any]:
+        return {did: make_model_free(m.kind, m.params) if did in base.snapshot.free else m
+                for did, m in base.snapshot.members.items()}
+
+    return {mode: engine_over(base, members(),
+                              replace(base.config, batching=mode == "batched",
+                                      max_running=max(LEVELS)))
             for mode in MODES}
 
 

@@ -69,3 +69,23 @@ def test_quick_in_process_run_writes_the_report(tmp_path: Path) -> None:
     assert all(r["tokens"] == 4 * r["streams"] for r in summary["rows"])
     assert (out.with_suffix(".png").stat().st_size > 0
             and "| in-process | 2 | batched |" in out.read_text())
+
+
+def test_each_scheduler_serves_the_whole_pool_with_its_own_model_free_members(
+        tmp_path: Path) -> None:
+    from bench.batching import engines
+    from core.config import EngineConfig
+    from core.engine import SpecEngine
+
+    pool = build_pool(tmp_path / "pool", hidden=32)
+    spec = json.loads(pool.read_text())
+    spec["drafters"].insert(1, {"id": "lookup", "kind": "ngram"})
+    pool.write_text(json.dumps(spec))
+    base = SpecEngine.from_pool_file(pool, EngineConfig(dtype="float32"))
+    built = engines(base)
+    batched, robin = built["batched"], built["round-robin"]
+    assert batched.snapshot.ids == robin.snapshot.ids == base.snapshot.ids  # lookup included
+    assert batched.config.batching and not robin.config.batching
+    assert len({id(e.snapshot.free["lookup"]) for e in (base, batched, robin)}) == 3
+    shared = next(iter(base.snapshot.drafters))
+    assert batched.snapshot.drafters[shared] is base.snapshot.drafters[shared]  # not reloaded
