@@ -156,12 +156,16 @@ def padded_pool(base: dict[str, Eagle3Drafter], n: int, scale: float) -> dict[st
 
 
 def summarize(runs: list[Run]) -> dict[str, float]:
+    """A method's totals: MAT over its speculative rounds, as Run.mat (the plain arm's rounds,
+    one token each, counted apart: `plain_share` of all its target passes)."""
     tokens = sum(r.tokens for r in runs)
     rounds = sum(r.rounds for r in runs)
+    plain = sum(r.plain_tokens for r in runs)
     wall = sum(r.wall_s for r in runs)
     round_s = sum(r.round_s for r in runs)
     return {
-        "mat": (tokens - len(runs)) / rounds if rounds else 0.0,
+        "mat": (tokens - len(runs) - plain) / rounds if rounds else 0.0,
+        "plain_share": plain / (plain + rounds) if plain + rounds else 0.0,
         "tokens_per_s": tokens / wall if wall else 0.0,
         "eval_share": sum(r.eval_s for r in runs) / round_s if round_s else 0.0,
         "requests": len(runs),

@@ -9,7 +9,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from bench.harness.tiny_pool import DRAFTER_IDS, MODEL_NAME, build_pool
-from bench.hedgespec_bench import Prompt, Run, oracle_runs, padded_pool
+from bench.hedgespec_bench import Prompt, Run, oracle_runs, padded_pool, summarize
 from bench.hedgespec_run import main
 from core.selection.router import PromptRouter
 
@@ -124,6 +124,18 @@ def test_mat_counts_speculative_rounds_only() -> None:
     """48 tokens: the prefill's, 20 from 20 plain rounds, 27 from 9 speculative rounds."""
     run = Run("m", Prompt("p", "a", [1]), 48, 9, 1.0, 0.1, 0.9, plain_tokens=20)
     assert run.mat == pytest.approx(3.0)
+
+
+def test_a_methods_mat_counts_speculative_rounds_only_and_its_plain_rounds_apart() -> None:
+    """The totals agree with Run.mat: two requests of 48 tokens, one with 20 plain rounds and 9
+    speculative ones of 3 tokens, one with 47 plain rounds and none; counting plain-round
+    tokens over speculative rounds gave (94 - 2) / 9 = 10.2."""
+    prompt = Prompt("p", "a", [1])
+    got = summarize([Run("m", prompt, 48, 9, 1.0, 0.1, 0.9, plain_tokens=20),
+                     Run("m", prompt, 48, 0, 1.0, 0.1, 0.9, plain_tokens=47)])
+    assert got["mat"] == pytest.approx(3.0)
+    assert got["plain_share"] == pytest.approx(67 / 76)
+    assert summarize([Run("m", prompt, 10, 3, 1.0, 0.1, 0.9)])["plain_share"] == 0.0
 
 
 def test_a_variant_keeps_the_pools_model_free_members() -> None:
