@@ -66,17 +66,16 @@ def engines(base: Any) -> dict[str, Any]:
     stream of the largest level runs at once). Each holds its own model-free members, fresh
     here and kept for the run as a server keeps its own: a shared suffix cache would hand one
     scheduler the answers the other produced."""
+    from bench.hedgespec_bench import fresh_model_free
     from bench.model_free_bench import engine_over
-    from core.speculation.model_free.kinds import make_model_free
 
-    def members() -> dict[str, Any]:
-        return {did: make_model_free(m.kind, m.params) if did in base.snapshot.free else m
-                for did, m in base.snapshot.members.items()}
-
-    return {mode: engine_over(base, members(),
-                              replace(base.config, batching=mode == "batched",
-                                      max_running=max(LEVELS)))
-            for mode in MODES}
+    built = {}
+    for mode in MODES:
+        built[mode] = engine_over(base, dict(base.snapshot.members),
+                                  replace(base.config, batching=mode == "batched",
+                                          max_running=max(LEVELS)))
+        fresh_model_free(built[mode])
+    return built
 
 
 def run_streams(engine: Any, prompts: list[list[int]], max_tokens: int,

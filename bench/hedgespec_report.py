@@ -59,7 +59,7 @@ def _mixed_lines(r: dict[str, Any]) -> list[str]:
              "| method | MAT | plain rounds | tokens/s | x plain | eval share of round time |",
              "|---|---|---|---|---|---|"]
     for name, s in m.items():
-        share = s.get("plain_share", 0.0)
+        share = s["plain_share"]
         lines.append(f"| {name} | {s['mat']:.2f} | {f'{share:.0%}' if share else '-'} | "
                      f"{s['tokens_per_s']:.1f} | {s['speedup_vs_plain']:.2f} | "
                      f"{s['eval_share']:.1%} |")
