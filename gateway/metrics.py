@@ -184,8 +184,8 @@ class GatewayMetrics:
         )
         self.plain_rounds = Counter(
             "hedgespec_plain_rounds_total",
-            "Plain rounds of requests that speculate: nothing drafted (the time loss chose plain "
-            "decoding, or no drafter had a guess).",
+            "Plain rounds: nothing drafted (policy none, the time loss chose plain decoding, a "
+            "cost-model probe, or no drafter had a guess).",
             registry=r,
         )
         self.batch_rows = Histogram(

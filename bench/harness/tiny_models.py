@@ -11,6 +11,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
 )
@@ -28,14 +30,17 @@ CausalLM = Any
 
 def tiny_target(family: str = "llama", *, vocab: int = 64, hidden: int = 32, layers: int = 4,
                 seed: int = 0, sliding_window: int = 4096) -> CausalLM:
-    """`family`: llama, qwen3 or mistral; `sliding_window` is Mistral's (7B-v0.1 ships 4096)."""
+    """`family`: llama, qwen2 (biased q/k/v), qwen3 or mistral; `sliding_window` is Mistral's
+    (7B-v0.1 ships 4096)."""
     torch.manual_seed(seed)
     common: dict[str, Any] = dict(vocab_size=vocab, hidden_size=hidden,
                                   intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                   eos_token_id=None, bos_token_id=None, pad_token_id=None, initializer_range=0.2)
-    if family == "qwen3":
-        model: CausalLM = Qwen3ForCausalLM(Qwen3Config(head_dim=hidden // 4, **common))
+    if family == "qwen2":
+        model: CausalLM = Qwen2ForCausalLM(Qwen2Config(**common))
+    elif family == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=hidden // 4, **common))
     elif family == "mistral":
         model = MistralForCausalLM(MistralConfig(sliding_window=sliding_window, **common))
     else:

@@ -175,7 +175,9 @@ def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: d
         drafted=v.tree.num_drafted, accepted=len(v.path) - 1, committed=committed,
         draft_s=times[0], verify_s=times[1],
         evaluate_s=times[2], bookkeeping_s=0.0, weights=weights, head_s=head_s,
-        plain=chosen is None and state.learner is not None,
+        # Nothing drafted is a plain round whatever the policy (core/__init__.py): `none`, a
+        # learner's plain arm, a cost-model probe, a fixed drafter that had no guess.
+        plain=chosen is None,
     )
     state.stats.record_round(rs)
     state.stats.weights = state.weights()

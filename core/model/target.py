@@ -28,6 +28,7 @@ from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from core.model.kv_cache import SlotCache
+from core.model.lean_decoder import LeanDecoder
 from core.model.sampling_defaults import read_generation_config
 from eagle3_format.aux_layers import AuxLayers, default_aux_layers
 
@@ -120,7 +121,7 @@ class Target:
     """A causal LM plus the bookkeeping speculative decoding needs. Not thread-safe."""
 
     def __init__(self, model: Any, tokenizer: Any,
-                 aux_layers: tuple[int, int, int] | None = None) -> None:
+                 aux_layers: tuple[int, int, int] | None = None, *, lean: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         cfg = model.config
@@ -150,9 +151,14 @@ class Target:
             self.decoder_layers[idx].register_forward_pre_hook(_store_input(self._captured, idx),
                                                                with_kwargs=True)
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
+        # The batched passes (forward_rows) run the lean forward where the family has one and
+        # the model sits on one device (core/model/lean_decoder.py); else the module.
+        on_one_device = len({p.device for p in model.parameters()}) == 1
+        self.lean = LeanDecoder.of(model) if lean and on_one_device else None
         self.sliding_window, self._mixed_windows = attention_windows(cfg)
         # What a request that leaves them out samples with (core/model/sampling_defaults.py).
         self.sampling_defaults: dict[str, float] = {}
+        self._lean_compiled: Callable[..., tuple[Tensor, list[Tensor]]] | None = None
 
     @classmethod
     def load(
@@ -197,6 +203,8 @@ class Target:
         gained nothing. The first prefill, decode and verification shapes pay the compilation
         (about a minute each at 8B), so a server warms up before it reports ready."""
         self.decoder.forward = torch.compile(self.decoder.forward, dynamic=True)
+        if self.lean is not None:
+            self._lean_compiled = torch.compile(self.lean, dynamic=True)
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -253,8 +261,30 @@ class Target:
         self.forward_count += 1
         return cast(Tensor, out.last_hidden_state)
 
+    def _decode_rows(self, ids: Tensor, pos: Tensor, mask: Any,
+                     cache: SlotCache) -> tuple[Tensor, list[Tensor]]:
+        """Final hidden [B, T, H] and the aux layers' inputs of a batched pass."""
+        if self.lean is not None:
+            self.forward_count += 1
+            hidden, aux = self._lean_call(ids.to(self.device), pos.to(self.device), mask, cache,
+                                          self.aux_layers)
+            return hidden, aux
+        captured = self._captured
+        captured.clear()
+        hidden = self._decode(ids=ids, pos=pos, mask=mask, cache=cache).to(self.device)
+        aux = [captured[i] for i in self.aux_layers]
+        captured.clear()  # hold no activations between passes
+        return hidden, aux
+
+    @property
+    def _lean_call(self) -> Callable[..., tuple[Tensor, list[Tensor]]]:
+        assert self.lean is not None
+        return self._lean_compiled or self.lean
+
     def head(self, hidden: Tensor) -> Tensor:
         """float32 logits [R, V] of final hidden states [R, H] (the model's LM head)."""
+        if self.lean is not None:
+            return self.lean.head(hidden.to(self.device)).float()
         weight = self.lm_head.weight
         return cast(Tensor, self.lm_head(hidden.to(weight.device))).to(self.device).float()
 
@@ -284,11 +314,8 @@ class Target:
             ids[b, :t], pos[b, :t], pos[b, t:] = tok.cpu(), p.cpu(), int(p[-1])
             masks.append(torch.ones(t, t, dtype=torch.bool).tril() if m is None else m)
         mask = self._rows_mask(starts, masks, pos, cache)
-        captured = self._captured
-        captured.clear()
-        hidden = self._decode(ids=ids, pos=pos, mask=mask, cache=cache).to(self.device)
-        feats = torch.cat([captured[i].to(self.device) for i in self.aux_layers], dim=-1)
-        captured.clear()
+        hidden, aux = self._decode_rows(ids, pos, mask, cache)
+        feats = torch.cat([x.to(self.device) for x in aux], dim=-1)
         keep = max(1, tail)
         outs = [TargetOutput(hidden[b, max(0, x.numel() - keep) : x.numel()] if last_logits_only
                              else hidden[b, : x.numel()], feats[b, : x.numel()], self.head)

@@ -84,4 +84,7 @@ def test_plain_mode_counts_one_forward_per_token() -> None:
     ids, stats = engine.generate_ids([5, 6, 7], SamplingParams(max_new_tokens=10, ignore_eos=True),
                                      policy="none")
     assert ids == hf_greedy(target, [5, 6, 7], 10)
-    assert stats.rounds == 9 and engine.target.forward_count == 10
+    assert engine.target.forward_count == 10
+    # every round after the prefill is plain: none is counted as speculative (MAT undefined)
+    assert (stats.rounds, stats.plain_rounds) == (0, 9)
+    assert stats.plain_round_indices == tuple(range(9))
