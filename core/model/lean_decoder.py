@@ -18,6 +18,7 @@ row's result does not depend on how many rows share the call: tests/core/test_le
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +110,15 @@ class LeanDecoder:
             return None
         return cls(model, layers)
 
+    def unpack(self) -> None:
+        """Drop the packed layouts (the dense weights stay): what torch.compile is given, its
+        inductor lowering takes no oneDNN-packed tensor (an opaque layout)."""
+        plain = lambda p: dataclasses.replace(p, packed=None)  # noqa: E731
+        self.layers = [dataclasses.replace(w, qkv=plain(w.qkv), o=plain(w.o),
+                                           gate_up=plain(w.gate_up), down=plain(w.down))
+                       for w in self.layers]
+        self.head = plain(self.head)
+
     def __call__(self, ids: Tensor, positions: Tensor, mask: Tensor | dict[str, Tensor],
                  cache: SlotCache, aux_layers: tuple[int, ...]) -> tuple[Tensor, list[Tensor]]:
         """Final normed hidden [B, T, H] and the inputs of `aux_layers` [B, T, H] each."""
@@ -147,9 +157,9 @@ class LeanDecoder:
 
 def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float) -> Tensor:
     """Grouped-query attention of q [B, heads, T, hd] over keys/values [B, kv_heads, S, hd]
-    with an additive mask [B, 1, T, S]. One request: SDPA. Several: the scores as two batched
-    matmuls with the query heads of a group stacked, softmax in float32. Measured on this
-    project's CPU (bench/results/engine_profile.md): at 8 rows of one token over 300 keys
+    with an additive mask [B, 1, T, S]. One request: SDPA. Several: two batched matmuls with
+    the query heads of a group stacked, softmax in float32, as transformers' eager attention.
+    Measured on this project's CPU (bench/results/engine_profile.md): at 8 rows of one token over 300 keys
     SDPA's CPU kernel takes 650 us a layer and this 300 us, at 16 rows 3.5 ms and 0.36 ms (the
     kernel splits its work into a task per row, head and query block); at one row SDPA is
     ~40 us faster."""
@@ -160,10 +170,14 @@ def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float) 
     kv_heads, s = keys.shape[1], keys.shape[2]
     group = heads // kv_heads
     grouped = q.reshape(b, kv_heads, group * t, hd)
-    scores = torch.matmul(grouped, keys.transpose(-1, -2)).view(b, kv_heads, group, t, s)
-    scores = scores.float() * scale + mask[:, :, None]
-    probs = torch.softmax(scores, dim=-1).to(q.dtype).view(b, kv_heads, group * t, s)
-    return torch.matmul(probs, values).view(b, heads, t, hd)
+    # transformers' eager attention: scores in the model's dtype, softmax in float32. Keys on
+    # the left: the cache's keys are read in place (keys transposed on the right were copied
+    # whole every layer; bit-identical scores either way, the same dot products)
+    scores = torch.matmul(keys, grouped.transpose(-1, -2)).transpose(-1, -2)
+    scores = scores.reshape(b, kv_heads, group, t, s)
+    scores = torch.add(mask[:, :, None], scores, alpha=scale)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs.view(b, kv_heads, group * t, s), values).view(b, heads, t, hd)
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
