@@ -5,17 +5,18 @@ streams, in-process, on the shipped pool and its held-out prompts.
                                    [--forward lean,module] [--out bench/results]
 
 For each forward (`lean`: core/model/lean_decoder.py; `module`: the Hugging Face module, the
-engine before it), mode (`plain`: policy none; `speculative`: the served default, policy auto,
-drafting every round under the acceptance loss so that every step is a speculative round) and
-stream count, the requests are prefilled, 4 steps warm up, and `--steps` steps run under the
-torch profiler. Each step is split by the engine's own phase timers (RoundStats: drafting,
-the target pass, the LM head and acceptance walk, evaluation, the rest of the step), and the
-target pass by the profiler's ops: linear layers (oneDNN or aten matmuls), attention (SDPA,
-the batched matmuls and softmax), KV-cache writes (SlotLayer.update), other ops (norms, rotary,
-residuals, activation, masks) and Python and dispatch (the pass's wall time not inside any op).
-The HTTP and streaming path is the gateway's share, measured apart (bench/gateway_bench.py).
-The memory-bandwidth floor: this machine's read bandwidth over a buffer the size of the target's
-weights, and the time to read those weights once.
+engine before it), mode (`plain`: policy none; `speculative`: policy auto, drafting every round
+under the acceptance loss so that every step is a speculative round, with the served CPU tree
+of 12 nodes) and stream count, the requests are prefilled, 4 steps warm up, and `--steps`
+steps run under the torch profiler. Each step is split by the engine's own phase timers
+(RoundStats: drafting, the target pass, the LM head and acceptance walk, evaluation, the rest
+of the step), and the target pass by the profiler's ops: linear layers (oneDNN or aten
+matmuls), attention (SDPA, the batched matmuls and softmax), KV-cache writes
+(SlotLayer.update), other ops (norms, rotary, residuals, activation, masks) and Python and
+dispatch (the pass's wall time not inside any op). The HTTP and streaming path is the
+gateway's share, measured apart (bench/peer.py against these in-process figures).
+The memory-bandwidth floor: this machine's read bandwidth over a buffer the size of the
+target's weights, and the time to read those weights once.
 
 Writes bench/results/engine_profile.{md,json}. Run it on an idle machine.
 """
@@ -23,6 +24,7 @@ Writes bench/results/engine_profile.{md,json}. Run it on an idle machine.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import time
 from collections.abc import Iterator
@@ -36,7 +38,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from bench.gateway_bench import DEMO_POOL
 from bench.machine import describe_machine
-from core.config import EngineConfig, SamplingParams, SelectorConfig
+from core.config import EngineConfig, SamplingParams, SelectorConfig, served_tree
 from core.engine import SpecEngine
 from core.model.kv_cache import SlotLayer
 from core.model.precision import auto_dtype
@@ -89,20 +91,14 @@ def labelled(owner: Any, name: str, label: str) -> Iterator[None]:
 
 def split_pass(events: Any) -> dict[str, float]:
     """Self CPU microseconds inside the target passes, by category."""
-    spans = [(e.thread, e.time_range.start, e.time_range.end) for e in events if e.name == FORWARD]
-    kv = [(e.thread, e.time_range.start, e.time_range.end) for e in events if e.name == KV_WRITE]
-
-    def inside(e: Any, ranges: list[tuple[int, float, float]]) -> bool:
-        return any(t == e.thread and s <= e.time_range.start and e.time_range.end <= f
-                   for t, s, f in ranges)
-
+    forward, kv = _spans(events, FORWARD), _spans(events, KV_WRITE)
     out = {"linear": 0.0, "attention": 0.0, "kv_write": 0.0, "other_ops": 0.0, "python": 0.0}
     for e in events:
-        if not inside(e, spans):
+        if not _inside(e, forward):
             continue
         if e.name in (FORWARD, KV_WRITE):
             out["python"] += e.self_cpu_time_total  # the range's own time: no op ran
-        elif inside(e, kv):
+        elif _inside(e, kv):
             out["kv_write"] += e.self_cpu_time_total
         elif e.name in LINEAR_OPS:
             out["linear"] += e.self_cpu_time_total
@@ -113,10 +109,29 @@ def split_pass(events: Any) -> dict[str, float]:
     return out
 
 
+Spans = dict[int, tuple[list[float], list[float]]]
+
+
+def _spans(events: Any, name: str) -> Spans:
+    """Per thread, the sorted (starts, ends) of the ranges called `name` (they do not nest)."""
+    by: dict[int, list[tuple[float, float]]] = {}
+    for e in events:
+        if e.name == name:
+            by.setdefault(e.thread, []).append((e.time_range.start, e.time_range.end))
+    return {t: ([s for s, _ in sorted(r)], [f for _, f in sorted(r)]) for t, r in by.items()}
+
+
+def _inside(e: Any, spans: Spans) -> bool:
+    starts, ends = spans.get(e.thread, ([], []))
+    i = bisect.bisect_right(starts, e.time_range.start) - 1
+    return i >= 0 and e.time_range.end <= ends[i]
+
+
 def engine(forward_kind: str, dtype: str) -> SpecEngine:
-    # The acceptance loss (EngineConfig's): it has no plain arm, so every speculative step drafts.
-    eng = SpecEngine.from_pool_file(DEMO_POOL, EngineConfig(dtype=dtype,
-                                                            selector=SelectorConfig(loss="length")))
+    # The served tree; the acceptance loss (no plain arm): every speculative step drafts.
+    config = EngineConfig(dtype=dtype, tree=served_tree("cpu"),
+                          selector=SelectorConfig(loss="length"))
+    eng = SpecEngine.from_pool_file(DEMO_POOL, config)
     if forward_kind == "module":
         eng.target.lean = None
     return eng

@@ -1,5 +1,8 @@
-"""GPU figures that only a GPU gives (issue 8), in one short script (< 8 minutes, nothing
-downloaded): on randomly initialised Llama-3.1-8B-shaped target and EAGLE-3 drafters, the time of
+"""GPU figures that only a GPU gives (issues 8 and 57), in one short script (< 8 minutes,
+nothing downloaded): first plain decoding through the engine's batched pass at 8B (1 and 8
+rows, eager and compiled) in milliseconds a step against the memory-bandwidth floor, and the
+demo pool's default engine (served tree and time loss) against plain decoding; then, on
+randomly initialised Llama-3.1-8B-shaped target and EAGLE-3 drafters, the time of
 a target verification pass (60-token tree on a 512-token context), of one drafter tree step, of
 the batched evaluation (catch-up) of 8 and 32 drafters, and of the learner update; then the
 engine end to end on CUDA (a constructed target with an exactly-copying drafter vs plain), and
@@ -117,6 +120,113 @@ def target_times(target: Target, vocab: int, device: torch.device, ctx: int) -> 
             lambda: target.forward(base_cache(), tree.tokens[:1], torch.tensor([ctx])).logits,
             device),
     }
+
+
+def device_bandwidth(device: torch.device) -> float:
+    """Bytes/s the device reads its memory at: a 1 GiB copy (read + write) on a GPU, a 512 MiB
+    reduction (read only) on a CPU; median of 5."""
+    def run() -> None:
+        if device.type == "cuda":
+            dst.copy_(src)
+        else:
+            src.max()
+
+    src = torch.ones((1 << 29) // 2 if device.type != "cuda" else 1 << 29, dtype=torch.bfloat16,
+                     device=device)
+    dst = torch.empty_like(src) if device.type == "cuda" else src
+    ms = timed(run, device, 5)
+    moved = src.numel() * src.element_size() * (2 if device.type == "cuda" else 1)
+    return moved / (ms / 1e3)
+
+
+def plain_decode(shape: dict[str, int], device: torch.device, dtype: torch.dtype,
+                 ctx: int) -> dict[str, float]:
+    """Plain decoding through the engine's batched pass (Target.forward_rows on the slot
+    cache: the lean forward, core/model/lean_decoder.py), 1 and 8 rows on a `ctx`-token
+    context, milliseconds a step, against the memory-bandwidth floor (the weights read once at
+    the device's measured bandwidth), and a 16-token tree's verification pass; eager, then on
+    a GPU compiled with dynamic shapes and captured in CUDA graphs with static shapes
+    (core/model/static_shapes.py)."""
+    from core.model.static_shapes import StaticShapes
+
+    _, target, _ = random_models(shape, device, dtype)
+    weight_bytes = sum(p.numel() * p.element_size() for p in target.model.parameters())
+    bandwidth = device_bandwidth(device)
+    floor = weight_bytes / bandwidth * 1e3
+    out = {"weights_gb": weight_bytes / 1e9, "bandwidth_gb_s": bandwidth / 1e9,
+           "floor_ms": floor, "lean_forward": float(target.lean is not None)}
+    # compiled on a GPU only: on a CPU it loses (bench/results/engine_profile.md)
+    for label in ("eager", "compiled", "captured") if device.type == "cuda" else ("eager",):
+        if label == "compiled":
+            target.compile_model()
+        if label == "captured":
+            target.compile_model(StaticShapes(capacity=ctx + 128, slots=8))
+        for rows in (1, 8):
+            ms = _decode_step_ms(target, rows, ctx, shape["vocab_size"], device)
+            out[f"{label}_{rows}_rows_ms_per_step"] = ms
+            out[f"{label}_{rows}_rows_x_floor"] = ms / floor
+            out[f"{label}_{rows}_rows_verify_16_ms"] = _decode_step_ms(
+                target, rows, ctx, shape["vocab_size"], device, tree=16)
+    return out
+
+
+def _decode_step_ms(target: Target, rows: int, ctx: int, vocab: int, device: torch.device,
+                    tree: int = 0) -> float:
+    """Milliseconds of a plain step (one token a row, its logits, kept in the cache), or with
+    `tree` of a verification pass over a `tree`-token chain a row (its logits, not kept)."""
+    from core.model.target import fill_rows
+
+    cache = target.new_slot_cache()
+    slots = [cache.acquire() for _ in range(rows)]
+    prompt = torch.randint(0, vocab, (ctx,))
+    target.forward_rows(cache, slots, [prompt] * rows, [torch.arange(ctx)] * rows,
+                        [None] * rows, last_logits_only=True)
+    for slot in slots:
+        cache.extend(slot, ctx)
+    at = [ctx]
+    n = max(tree, 1)
+
+    def step() -> None:
+        tokens = torch.randint(0, vocab, (n,))
+        pos = torch.arange(at[0], at[0] + n)
+        outs = target.forward_rows(cache, slots, [tokens] * rows, [pos] * rows, [None] * rows)
+        fill_rows(outs, [list(range(n))] * rows)
+        if not tree:
+            cache.keep(slots, [[0]] * rows)
+            at[0] += 1
+
+    return timed(step, device, 20)
+
+
+def served_default_vs_plain(device: torch.device, tokens: int) -> dict[str, float]:
+    """The demo pool's engine as `hedgespec serve` runs it on `device` (served tree and
+    selector: the time loss, policy auto) against plain decoding (policy none), one stream,
+    held-out prompts, tokens/s; a fresh engine per mode (the suffix member learns answers)."""
+    pool = ROOT / "demo" / "pool" / "pool.json"
+    if not pool.exists():
+        return {"skipped": 1.0}
+    from bench.hedgespec_bench import load_prompts
+    from core.config import EngineConfig, served_selector, served_tree
+    from core.engine import SpecEngine
+    from core.model.precision import auto_dtype
+
+    out: dict[str, float] = {}
+    for label, policy in (("plain", "none"), ("default", "auto")):
+        config = EngineConfig(device=str(device), dtype=auto_dtype(str(device)),
+                              tree=served_tree(str(device)),
+                              selector=served_selector(str(device)))
+        engine = SpecEngine.from_pool_file(pool, config)
+        prompts = [p.ids for p in load_prompts(pool, engine.target.tokenizer, 2, 384)]
+        engine.generate_ids(prompts[-1], SamplingParams(max_new_tokens=8), policy)  # warm-up
+        engine.forget_costs()
+        start, count = time.perf_counter(), 0
+        for ids in prompts[:8]:
+            got, _ = engine.generate_ids(ids, SamplingParams(max_new_tokens=tokens,
+                                                             ignore_eos=True), policy)
+            count += len(got)
+        out[f"{label}_tokens_per_s"] = count / (time.perf_counter() - start)
+    out["default_x_plain"] = out["default_tokens_per_s"] / out["plain_tokens_per_s"]
+    return out
 
 
 def drafter_times(drafter: Eagle3Drafter, shape: dict[str, int], device: torch.device,
@@ -246,7 +356,8 @@ def compile_check(small: bool, timeout_s: float) -> dict[str, Any]:
     return out
 
 
-SECTIONS = ("components", "engine_constructed", "demo_pool", "compile")
+SECTIONS = ("plain_decode", "served_default", "components", "engine_constructed", "batching",
+            "demo_pool", "compile")
 
 
 def main() -> None:
@@ -265,7 +376,12 @@ def main() -> None:
             "torch": torch.__version__, "dtype": str(dtype),
             "shape": "small" if args.small else "llama-3.1-8b"}
     results: dict[str, Any] = {"info": info}
-    sections = (("components",
+    sections = (("plain_decode",
+                 lambda: plain_decode(SMALL if args.small else LLAMA8B, device, dtype,
+                                      64 if args.small else 512)),
+                ("served_default", lambda: served_default_vs_plain(device,
+                                                                    16 if args.small else 96)),
+                ("components",
                  lambda: component_times(SMALL if args.small else LLAMA8B, device, dtype,
                                          64 if args.small else 512)),
                 ("engine_constructed", lambda: engine_tokens_per_s(device)),

@@ -32,6 +32,7 @@ from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.decoding.request import Policy, RequestState, arm_prior, parse_policy
 from core.errors import ContextLengthError, PolicyError, RequestError
 from core.model.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
+from core.model.static_shapes import StaticShapes
 from core.model.target import Target
 from core.pool_file import PoolFile, load_pool_file
 from core.selection.arm_costs import StepCosts
@@ -109,8 +110,12 @@ class SpecEngine:
     def from_dirs(cls, target_dir: Path, drafters: list[tuple[str, Path]], config: EngineConfig,
                   model_name: str | None = None) -> SpecEngine:
         aux = _aux_from_drafters([p for _, p in drafters])
+        # Compiled on a GPU: static shapes, so that CUDA graphs carry the passes.
+        static = (StaticShapes.for_engine(config.max_context, config.max_running)
+                  if config.compile and config.device.startswith("cuda") else None)
         target = Target.load(target_dir, device=config.device, dtype=config.dtype, aux_layers=aux,
-                             device_map=config.device_map, compile_model=config.compile)
+                             device_map=config.device_map, compile_model=config.compile,
+                             static_shapes=static)
         engine = cls(target, {}, config, model_name or Path(target_dir).name)
         for did, path in drafters:
             engine.add_drafter(did, path)

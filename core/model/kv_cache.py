@@ -44,6 +44,10 @@ class _Batch:
     kv_len: int = 0
     slots: int = 0  # slots the storage must hold
     capacity: int = 0  # entries per slot the storage must hold
+    # Static shapes (core/model/static_shapes.py): rows padded to a bucket, written with tensor
+    # indices (`row_index`, `starts` on the storage's device), the key length the capacity.
+    static: bool = False
+    row_index: Tensor | None = None
 
 
 class SlotLayer(CacheLayerMixin):
@@ -70,6 +74,12 @@ class SlotLayer(CacheLayerMixin):
         assert self.keys is not None and self.values is not None
         bt = self.batch
         t = key_states.shape[2]
+        if bt.static:  # no host value: one graph for every pass of the bucket
+            assert bt.row_index is not None
+            cols = bt.starts[:, None] + torch.arange(t, device=self.keys.device)
+            self.keys[bt.row_index[:, None], :, cols] = key_states.transpose(1, 2)
+            self.values[bt.row_index[:, None], :, cols] = value_states.transpose(1, 2)
+            return self.keys[bt.rows, :, : bt.kv_len], self.values[bt.rows, :, : bt.kv_len]
         if isinstance(bt.rows, slice) and key_states.shape[0] == 1:
             s = int(bt.starts[0])
             self.keys[bt.rows, :, s : s + t] = key_states
@@ -110,6 +120,7 @@ class SlotCache(Cache):
         self._batch = _Batch()
         super().__init__(layers=[SlotLayer(self._batch) for _ in range(num_layers)])
         self.lengths: list[int] = []
+        self.capacity_static = 0  # entries per slot under static shapes (allocate)
 
     @property
     def used(self) -> int:
@@ -132,11 +143,46 @@ class SlotCache(Cache):
         self.lengths.pop()
         return moved
 
+    def allocate(self, slots: int, capacity: int, kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        """Allocate every layer's storage now, at its final size (static shapes: a captured
+        graph keeps the storage's addresses, so it must never be reallocated)."""
+        bt = self._batch
+        bt.slots, bt.capacity = max(bt.slots, slots), max(bt.capacity, capacity)
+        for layer in self.layers:
+            assert isinstance(layer, SlotLayer)
+            shape = (bt.slots, kv_heads, bt.capacity, head_dim)
+            layer.keys = torch.zeros(shape, dtype=dtype, device=device)
+            layer.values = torch.zeros(shape, dtype=dtype, device=device)
+            layer.is_initialized = True
+            if device.type == "cuda":  # CUDA graphs write the storage in place, not a copy
+                torch._dynamo.mark_static_address(layer.keys)
+                torch._dynamo.mark_static_address(layer.values)
+
+    @property
+    def static_pass(self) -> bool:
+        """Whether the forward begun last runs in static shapes (begin_static)."""
+        return self._batch.static
+
+    def begin_static(self, slots: list[int], rows: int, kv_len: int,
+                     device: torch.device) -> list[int]:
+        """A forward in static shapes (core/model/static_shapes.py) over the contiguous `slots`
+        padded to `rows` with the free slots after them, reading `kv_len` (the capacity)
+        entries per row; returns each real row's start."""
+        starts = [self.lengths[s] for s in slots]
+        bt = self._batch
+        bt.rows = slice(slots[0], slots[0] + rows)
+        bt.row_index = torch.arange(slots[0], slots[0] + rows, device=device)
+        bt.starts = torch.tensor(starts + [0] * (rows - len(slots)), device=device)
+        bt.kv_len, bt.static = kv_len, True
+        return starts
+
     def begin(self, slots: list[int], new_tokens: int) -> list[int]:
         """Set up a forward of `new_tokens` (padded) tokens per row over `slots`; returns
         each row's start (its committed length)."""
         starts = [self.lengths[s] for s in slots]
         bt = self._batch
+        bt.static = False
         contiguous = slots == list(range(slots[0], slots[0] + len(slots)))
         bt.rows = slice(slots[0], slots[0] + len(slots)) if contiguous else torch.tensor(slots)
         bt.starts = torch.tensor(starts, dtype=torch.long)

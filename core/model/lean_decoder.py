@@ -162,8 +162,8 @@ def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float) 
     Measured on this project's CPU (bench/results/engine_profile.md): at 8 rows of one token
     over 300 keys SDPA's CPU kernel takes 650 us a layer and this 300 us, at 16 rows 3.5 ms
     and 0.36 ms (the kernel splits its work into a task per row, head and query block); at
-    one row SDPA is ~40 us faster."""
-    if q.shape[0] == 1:
+    one row SDPA is ~40 us faster. On a GPU SDPA always (its fused kernels)."""
+    if q.shape[0] == 1 or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale,
                                               enable_gqa=keys.shape[1] != q.shape[1])
     b, heads, t, hd = q.shape

@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from core.model.kv_cache import SlotCache
 from core.model.lean_decoder import LeanDecoder
 from core.model.sampling_defaults import read_generation_config
+from core.model.static_shapes import StaticShapes
 from eagle3_format.aux_layers import AuxLayers, default_aux_layers
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
@@ -158,7 +159,12 @@ class Target:
         self.sliding_window, self._mixed_windows = attention_windows(cfg)
         # What a request that leaves them out samples with (core/model/sampling_defaults.py).
         self.sampling_defaults: dict[str, float] = {}
+        # The compiled lean forward: dynamic shapes, and under static shapes the captured one
+        # that only bucketed passes run (another shape would recompile it).
         self._lean_compiled: Callable[..., tuple[Tensor, list[Tensor]]] | None = None
+        self._lean_captured: Callable[..., tuple[Tensor, list[Tensor]]] | None = None
+        # Bucketed static shapes for captured passes (core/model/static_shapes.py), or None.
+        self.static: StaticShapes | None = None
 
     @classmethod
     def load(
@@ -170,6 +176,7 @@ class Target:
         aux_layers: tuple[int, int, int] | None = None,
         device_map: str | None = None,
         compile_model: bool = False,
+        static_shapes: StaticShapes | None = None,
     ) -> Target:
         path = Path(path)
         model_type = _model_type(path)
@@ -192,22 +199,29 @@ class Target:
         target = cls(model, tokenizer, aux_layers)
         target.sampling_defaults = read_generation_config(path)
         if compile_model:
-            target.compile_model()
+            target.compile_model(static_shapes)
         return target
 
-    def compile_model(self) -> None:
-        """torch.compile the decoder's forward with dynamic shapes (every round has a new context
-        length: no recompilation per round): the lean forward where the family has one (its
+    def compile_model(self, static: StaticShapes | None = None) -> None:
+        """torch.compile the decoder's forward: the lean forward where the family has one (its
         weights unpacked: inductor lowers no oneDNN-packed tensor), else the module's, aux-layer
-        hooks included. Measured on
-        an H200 with a Llama-3.1-8B-shaped target (bench/results/gpu_check.md): 1-token decode and
-        61-token verification 2.2-3x faster; compiling each decoder layer separately instead
-        gained nothing. The first prefill, decode and verification shapes pay the compilation
-        (about a minute each at 8B), so a server warms up before it reports ready."""
+        hooks included. With `static` (a GPU; core/model/static_shapes.py) the lean forward
+        runs in bucketed shapes and compiles with CUDA graphs ("reduce-overhead"), one graph a
+        bucket; without, with dynamic shapes (every round has a new context length: no
+        recompilation per round). Measured on an H200 with a Llama-3.1-8B-shaped target
+        (bench/results/gpu_check.md, the module's forward): 1-token decode and 61-token
+        verification 2.2-3x faster. On this project's CPU compiling loses (plain decoding 23
+        against 30-39 tokens/s eager: bench/results/engine_profile.md). The first prefill,
+        decode and verification shapes pay the compilation (about a minute each at 8B), so a
+        server warms up before it reports ready."""
         self.decoder.forward = torch.compile(self.decoder.forward, dynamic=True)
-        if self.lean is not None:
-            self.lean.unpack()
-            self._lean_compiled = torch.compile(self.lean, dynamic=True)
+        if self.lean is None:
+            return
+        self.lean.unpack()
+        self.static = static
+        self._lean_compiled = torch.compile(self.lean, dynamic=True)
+        if static is not None:
+            self._lean_captured = torch.compile(self.lean, mode="reduce-overhead", dynamic=False)
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -269,20 +283,16 @@ class Target:
         """Final hidden [B, T, H] and the aux layers' inputs of a batched pass."""
         if self.lean is not None:
             self.forward_count += 1
-            hidden, aux = self._lean_call(ids.to(self.device), pos.to(self.device), mask, cache,
-                                          self.aux_layers)
-            return hidden, aux
+            static = cache.static_pass
+            run = ((self._lean_captured if static else None) or self._lean_compiled
+                   or self.lean)
+            return run(ids.to(self.device), pos.to(self.device), mask, cache, self.aux_layers)
         captured = self._captured
         captured.clear()
         hidden = self._decode(ids=ids, pos=pos, mask=mask, cache=cache).to(self.device)
         aux = [captured[i] for i in self.aux_layers]
         captured.clear()  # hold no activations between passes
         return hidden, aux
-
-    @property
-    def _lean_call(self) -> Callable[..., tuple[Tensor, list[Tensor]]]:
-        assert self.lean is not None
-        return self._lean_compiled or self.lean
 
     def head(self, hidden: Tensor) -> Tensor:
         """float32 logits [R, V] of final hidden states [R, H] (the model's LM head)."""
@@ -292,8 +302,17 @@ class Target:
         return cast(Tensor, self.lm_head(hidden.to(weight.device))).to(self.device).float()
 
     def new_slot_cache(self) -> SlotCache:
-        """The batched cache of core/model/kv_cache.py (one slot per running request)."""
-        return SlotCache(self.num_layers)
+        """The batched cache of core/model/kv_cache.py (one slot per running request), its
+        storage allocated at full size up front under static shapes."""
+        cache = SlotCache(self.num_layers)
+        if self.static is not None:
+            cfg = self.model.config
+            heads = int(cfg.num_attention_heads)
+            head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+            cache.allocate(self.static.slots, self.static.capacity,
+                           int(cfg.num_key_value_heads), head_dim, self.dtype, self.device)
+            cache.capacity_static = self.static.capacity
+        return cache
 
     @torch.no_grad()
     def forward_rows(
@@ -307,16 +326,24 @@ class Target:
         and features [T_b, ...]; `last_logits_only` (prefill chunks) computes each row's last
         logits only, keeping the hidden states of its last `tail` tokens."""
         t_max = max(x.numel() for x in tokens)
-        starts = cache.begin(slots, t_max)
-        ids = torch.zeros(len(slots), t_max, dtype=torch.long)
-        pos = torch.empty(len(slots), t_max, dtype=torch.long)
+        bucket = self._static_bucket(cache, slots, t_max)
+        if bucket is None:
+            rows, starts = len(slots), cache.begin(slots, t_max)
+            kv_len = max(starts) + t_max
+        else:
+            (rows, t_max), kv_len = bucket, cache.capacity_static
+            starts = cache.begin_static(slots, rows, kv_len, self.device)
+        ids = torch.zeros(rows, t_max, dtype=torch.long)
+        pos = torch.zeros(rows, t_max, dtype=torch.long)
         masks = []
         for b, (tok, p, m) in enumerate(zip(tokens, positions, tree_masks, strict=True)):
             t = tok.numel()
             # padding repeats the last position
             ids[b, :t], pos[b, :t], pos[b, t:] = tok.cpu(), p.cpu(), int(p[-1])
             masks.append(torch.ones(t, t, dtype=torch.bool).tril() if m is None else m)
-        mask = self._rows_mask(starts, masks, pos, cache)
+        pad_tree = torch.ones(1, 1, dtype=torch.bool)  # a padding row: one token seeing itself
+        starts_all = starts + [0] * (rows - len(slots))
+        mask = self._rows_mask(starts_all, masks + [pad_tree] * (rows - len(slots)), pos, kv_len)
         hidden, aux = self._decode_rows(ids, pos, mask, cache)
         feats = torch.cat([x.to(self.device) for x in aux], dim=-1)
         keep = max(1, tail)
@@ -327,9 +354,20 @@ class Target:
             fill_rows(outs, [[len(o) - 1] for o in outs])
         return outs
 
+    def _static_bucket(self, cache: SlotCache, slots: list[int],
+                       tokens: int) -> tuple[int, int] | None:
+        """The static-shape bucket of a pass (core/model/static_shapes.py), or None: static
+        shapes off, the rows not the last running slots in order (their padding takes the free
+        slots after them), or no bucket fits."""
+        if self.static is None or self.lean is None:
+            return None
+        if slots != list(range(slots[0], slots[0] + len(slots))) or slots[-1] + 1 != cache.used:
+            return None
+        longest = max(cache.lengths[s] for s in slots)
+        return self.static.bucket(slots[0], len(slots), tokens, longest)
+
     def _rows_mask(self, starts: list[int], trees: list[Tensor], positions: Tensor,
-                   cache: SlotCache) -> Tensor | dict[str, Tensor]:
-        kv_len = max(starts) + positions.shape[1]
+                   kv_len: int) -> Tensor | dict[str, Tensor]:
         full = rows_mask(starts, trees, positions, kv_len, self.dtype, device=self.device)
         if self.sliding_window is None:
             return full
