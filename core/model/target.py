@@ -278,15 +278,17 @@ class Target:
         self.forward_count += 1
         return cast(Tensor, out.last_hidden_state)
 
-    def _decode_rows(self, ids: Tensor, pos: Tensor, mask: Any,
-                     cache: SlotCache) -> tuple[Tensor, list[Tensor]]:
-        """Final hidden [B, T, H] and the aux layers' inputs of a batched pass."""
+    def _decode_rows(self, ids: Tensor, pos: Tensor, mask: Any, cache: SlotCache,
+                     real: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
+        """Final hidden [B, T, H] and the aux layers' inputs of a batched pass (`real`: the
+        lean forward's packed tokens, LeanDecoder.__call__)."""
         if self.lean is not None:
             self.forward_count += 1
             static = cache.static_pass
             run = ((self._lean_captured if static else None) or self._lean_compiled
                    or self.lean)
-            return run(ids.to(self.device), pos.to(self.device), mask, cache, self.aux_layers)
+            return run(ids.to(self.device), pos.to(self.device), mask, cache, self.aux_layers,
+                       None if real is None else real.to(self.device))
         captured = self._captured
         captured.clear()
         hidden = self._decode(ids=ids, pos=pos, mask=mask, cache=cache).to(self.device)
@@ -344,7 +346,10 @@ class Target:
         pad_tree = torch.ones(1, 1, dtype=torch.bool)  # a padding row: one token seeing itself
         starts_all = starts + [0] * (rows - len(slots))
         mask = self._rows_mask(starts_all, masks + [pad_tree] * (rows - len(slots)), pos, kv_len)
-        hidden, aux = self._decode_rows(ids, pos, mask, cache)
+        real = None
+        if bucket is None and sum(x.numel() for x in tokens) < rows * t_max:
+            real = torch.cat([b * t_max + torch.arange(x.numel()) for b, x in enumerate(tokens)])
+        hidden, aux = self._decode_rows(ids, pos, mask, cache, real)
         feats = torch.cat([x.to(self.device) for x in aux], dim=-1)
         keep = max(1, tail)
         outs = [TargetOutput(hidden[b, max(0, x.numel() - keep) : x.numel()] if last_logits_only

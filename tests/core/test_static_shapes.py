@@ -66,7 +66,7 @@ def test_a_pass_that_fits_no_bucket_runs_dynamic() -> None:
     # second's entries, so it runs in dynamic shapes
     target.forward_rows(cache, [first], [torch.tensor([1, 2])], [torch.arange(2)], [None])
     assert not cache.static_pass
-    target.forward_rows(cache, [first, second], [torch.arange(65)] * 2, [torch.arange(65)] * 2,
+    target.forward_rows(cache, [first, second], [torch.arange(65) % 64] * 2, [torch.arange(65)] * 2,
                         [None] * 2)  # 65 tokens: past the largest token bucket
     assert not cache.static_pass
     target.forward_rows(cache, [first, second], [torch.tensor([1])] * 2,
