@@ -48,7 +48,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 FORWARD, KV_WRITE, HEAD = "profile:target_forward", "profile:kv_write", "profile:lm_head"
 LINEAR_OPS = {"mkldnn::_linear_pointwise", "aten::linear", "aten::addmm", "aten::mm"}
 ATTENTION_OPS = {"aten::bmm", "aten::_softmax", "aten::scaled_dot_product_attention",
-                 "aten::_scaled_dot_product_flash_attention_for_cpu"}
+                 "aten::_scaled_dot_product_flash_attention_for_cpu",
+                 "aten::_scaled_dot_product_attention_math"}
 WARMUP_STEPS = 4
 
 
@@ -197,6 +198,29 @@ def bandwidth_floor(weight_bytes: int) -> dict[str, float]:
             "weights_mb": weight_bytes / 1e6}
 
 
+def weight_streaming(target: Target, rows: int) -> dict[str, float]:
+    """GB/s at which one pass's linear layers stream their weights, `rows` rows a call: through
+    F.linear on the dense weights and through oneDNN's packed layout (the lean forward's
+    Projection), the same calls in the same order (median of 5 passes)."""
+    lean = target.lean
+    if lean is None:
+        return {}
+    projs = [p for w in lean.layers for p in (w.qkv, w.o, w.gate_up, w.down)] + [lean.head]
+    inputs = [torch.randn(rows, p.weight.shape[1]).to(p.weight.dtype) for p in projs]
+    total = sum(p.weight.numel() * p.weight.element_size() for p in projs)
+    out = {}
+    for label, call in (("dense", lambda p, x: torch.nn.functional.linear(x, p.weight)),
+                        ("packed", lambda p, x: p(x))):
+        times = []
+        for _ in range(6):
+            t0 = time.perf_counter()
+            for p, x in zip(projs, inputs, strict=True):
+                call(p, x)
+            times.append(time.perf_counter() - t0)
+        out[f"{label}_gb_s"] = total / sorted(times[1:])[2] / 1e9
+    return out
+
+
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("step", "step ms"), ("tokens", "tokens/step"), ("draft", "drafting"),
     ("target_pass", "target pass"), ("linear", "· linear"), ("attention", "· attention"),
@@ -204,7 +228,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("head_and_walk", "LM head + walk"), ("evaluate", "evaluation"), ("rest", "rest of step"))
 
 
-def render(rows: list[StepProfile], floor: dict[str, float], meta: dict[str, Any]) -> str:
+def render(rows: list[StepProfile], floor: dict[str, float], meta: dict[str, Any],
+           streaming: dict[int, dict[str, float]]) -> str:
     head = "| forward | mode | streams | " + " | ".join(c[1] for c in COLUMNS) + " |"
     lines = ["# Where a step's milliseconds go (bench/engine_profile.py)", "",
              f"{meta['date']}, {meta['machine']}, {meta['dtype']}, {meta['threads']} threads, "
@@ -219,7 +244,12 @@ def render(rows: list[StepProfile], floor: dict[str, float], meta: dict[str, Any
     lines += ["", f"Memory-bandwidth floor: reading {floor['weights_mb']:.0f} MB (the target's "
               f"weights) runs at {floor['read_gb_s']:.1f} GB/s here: {floor['floor_ms']:.1f} ms, "
               "the least one target pass can take.", ""]
-    return "\n".join(lines)
+    for n, rates in streaming.items():
+        if rates:
+            lines.append(f"Weight streaming at {n} row(s) a call (one pass's linear layers): "
+                         f"F.linear on dense weights {rates['dense_gb_s']:.1f} GB/s, oneDNN's "
+                         f"packed layout {rates['packed_gb_s']:.1f} GB/s.")
+    return "\n".join([*lines, ""])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -243,11 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     dtype = auto_dtype("cpu") if args.dtype == "auto" else args.dtype
     rows: list[StepProfile] = []
     weight_bytes = 0
+    streaming: dict[int, dict[str, float]] = {}
     for kind in args.forward.split(","):
         for mode in ("plain", "speculative"):
             eng = engine(kind, dtype)
             weight_bytes = sum(p.numel() * p.element_size() for p in eng.target.model.parameters())
             prompts = [p.ids for p in load_prompts(DEMO_POOL, eng.target.tokenizer, 4, 384)]
+            if kind == "lean" and not streaming:
+                streaming = {n: weight_streaming(eng.target, n) for n in (1, 8)}
             for streams in (int(s) for s in args.streams.split(",")):
                 row = replace(profile_case(eng, prompts, mode, streams, args.steps),
                               forward_kind=kind)
@@ -258,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
             "dtype": dtype, "threads": args.threads, "steps": args.steps}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "engine_profile.json").write_text(json.dumps(
-        {"meta": meta, "floor": floor, "rows": [asdict(r) for r in rows]}, indent=1))
-    text = render(rows, floor, meta)
+        {"meta": meta, "floor": floor, "streaming": streaming, "rows": [asdict(r) for r in rows]},
+        indent=1))
+    text = render(rows, floor, meta, streaming)
     (args.out / "engine_profile.md").write_text(text)
     print(text)
     return 0

@@ -1,0 +1,25 @@
+"""bench/engine_profile.py on a tiny engine: every phase and op category is measured, and the
+target pass's categories add up to the pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.engine_profile import profile_case
+from bench.harness.tiny_models import bigram_setup
+from core.config import TreeConfig
+
+
+@pytest.mark.parametrize(("mode", "streams"), [("plain", 1), ("plain", 3), ("speculative", 3)])
+def test_a_profiled_step_is_split_into_its_phases_and_ops(mode: str, streams: int) -> None:
+    _, engine = bigram_setup(TreeConfig(top_k=2, depth=3, total_tokens=6), randoms=2)
+    prompts = [[1, 2, 3, 4], [5, 6], [7, 8, 9]]
+    row = profile_case(engine, prompts, mode, streams, steps=4)
+    assert row.tokens >= streams  # every row commits at least one token a step
+    assert (row.tokens > streams) == (mode == "speculative")  # the copying drafter is accepted
+    assert row.linear > 0 and row.attention > 0 and row.python > 0 and row.other_ops > 0
+    parts = row.linear + row.attention + row.kv_write + row.other_ops + row.python
+    # the categories are the pass's self times: they sum to about its wall time
+    assert parts == pytest.approx(row.target_pass, rel=0.35)
+    assert row.step >= row.draft + row.target_pass + row.evaluate
+    assert engine.has_unfinished() is False
