@@ -65,7 +65,7 @@ class Run:
     def mat(self) -> float:
         """Tokens per speculative round, as StatsSnapshot.mean_acceptance_length: the prefill's
         token and the plain rounds' tokens are not the rounds'."""
-        return (self.tokens - 1 - self.plain_tokens) / self.rounds if self.rounds else 0.0
+        return mat_of(self.tokens - 1 - self.plain_tokens, self.rounds, self.plain_tokens)
 
 
 def load_prompts(pool_json: Path, tokenizer: Any, per_domain: int, max_prompt_tokens: int,
@@ -155,6 +155,14 @@ def padded_pool(base: dict[str, Eagle3Drafter], n: int, scale: float) -> dict[st
     return pool
 
 
+def mat_of(spec_tokens: int, spec_rounds: int, plain_tokens: int) -> float:
+    """Tokens per speculative round; a method that drafted nothing (plain decoding: every round
+    plain, core/__init__.py) commits one token a pass, MAT 1, as the server reports it."""
+    if spec_rounds:
+        return spec_tokens / spec_rounds
+    return 1.0 if plain_tokens else 0.0
+
+
 def summarize(runs: list[Run]) -> dict[str, float]:
     """A method's totals: MAT over its speculative rounds, as Run.mat (the plain arm's rounds,
     one token each, counted apart: `plain_share` of all its target passes)."""
@@ -164,7 +172,7 @@ def summarize(runs: list[Run]) -> dict[str, float]:
     wall = sum(r.wall_s for r in runs)
     round_s = sum(r.round_s for r in runs)
     return {
-        "mat": (tokens - len(runs) - plain) / rounds if rounds else 0.0,
+        "mat": mat_of(tokens - len(runs) - plain, rounds, plain),
         "plain_share": plain / (plain + rounds) if plain + rounds else 0.0,
         "tokens_per_s": tokens / wall if wall else 0.0,
         "eval_share": sum(r.eval_s for r in runs) / round_s if round_s else 0.0,

@@ -60,6 +60,7 @@ from bench.hedgespec_bench import (
     Prompt,
     Run,
     load_prompts,
+    mat_of,
     oracle_runs,
     summarize,
 )
@@ -281,7 +282,7 @@ def run_group(engine: SpecEngine, prompts: list[Prompt], policy: str,
     plain = sum(s.plain_rounds for s in last.values())  # the time learner's plain arm
     spec = sum(s.completion_tokens - s.prefill_tokens - s.plain_tokens for s in last.values())
     return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall if wall else 0.0,
-            "mat": spec / rounds if rounds else 0.0,
+            "mat": mat_of(spec, rounds, plain),
             "plain_step_share": plain / (rounds + plain) if rounds + plain else 0.0}
 
 

@@ -50,7 +50,8 @@ def test_the_targets_compare_medians_and_mark_misses() -> None:
 
 
 def test_a_quick_run_measures_this_servers_plain_mode(tmp_path: Path) -> None:
-    assert peer.main(["--quick", "--modes", "hedgespec_plain", "--levels", "1",
+    assert peer.main(["--modes", "hedgespec_plain", "--levels", "1", "--sampled-levels", "",
+                      "--passes", "1", "--max-tokens", "8",
                       "--vllm-python", str(tmp_path / "no-vllm"), "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "peer.json").read_text())
     rows = {(c["workload"], c["streams"]): c for c in report["cells"]}
