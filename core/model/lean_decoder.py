@@ -51,8 +51,8 @@ class Projection:
 def pack(proj: Projection) -> Projection:
     """`proj` with its weight also in oneDNN's blocked layout, on a CPU in bf16. Measured on
     this project's 2-core AVX512-BF16 machine (bench/results/engine_profile.md): a decode
-    step's 120 weight reads stream at 20 GB/s packed against 13 GB/s through `F.linear`, with
-    bit-identical results (the same oneDNN kernel: batch-invariant either way). The price is a
+    pass's linear layers stream their weights at 19.3 GB/s packed against 14.9 GB/s through
+    `F.linear` at one row a call (18.9 against 11.8 at 8 rows), with bit-identical results (the same oneDNN kernel: batch-invariant either way). The price is a
     second copy of the decoder's linear weights in memory (the module keeps its own for the
     fallback forward)."""
     w = proj.weight
@@ -183,7 +183,8 @@ def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float) 
     """Grouped-query attention of q [B, heads, T, hd] over keys/values [B, kv_heads, S, hd]
     with an additive mask [B, 1, T, S]. Several rows on a CPU: two batched matmuls with the
     query heads of a group stacked, softmax in float32, as transformers' eager attention. One
-    row, or a GPU: SDPA. Measured on this project's CPU (bench/results/engine_profile.md): at
+    row, or a GPU: SDPA. Measured on this project's CPU (a microbenchmark of this function
+    against SDPA, 2026-12-06; the profile's attention column: engine_profile.md): at
     8 rows of one token over 300 keys SDPA's CPU kernel takes 650 us a layer and this 300 us,
     at 16 rows 3.5 ms and 0.36 ms (the kernel splits its work into a task per row, head and
     query block); a prefill pass of 8 prompts (1,003 tokens) spends 370 ms in SDPA against
