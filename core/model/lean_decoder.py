@@ -52,9 +52,9 @@ def pack(proj: Projection) -> Projection:
     """`proj` with its weight also in oneDNN's blocked layout, on a CPU in bf16. Measured on
     this project's 2-core AVX512-BF16 machine (bench/results/engine_profile.md): a decode
     pass's linear layers stream their weights at 19.3 GB/s packed against 14.9 GB/s through
-    `F.linear` at one row a call (18.9 against 11.8 at 8 rows), with bit-identical results (the same oneDNN kernel: batch-invariant either way). The price is a
-    second copy of the decoder's linear weights in memory (the module keeps its own for the
-    fallback forward)."""
+    `F.linear` at one row a call (18.9 against 11.8 at 8 rows), with bit-identical results
+    (the same oneDNN kernel: batch-invariant either way). The price is a second copy of the
+    decoder's linear weights in memory (the module keeps its own for the fallback forward)."""
     w = proj.weight
     native = w.device.type == "cpu" and w.dtype == torch.bfloat16
     if not native or not torch.backends.mkldnn.is_available():
