@@ -55,6 +55,7 @@ from bench.gateway_bench import (
     start_server,
 )
 from bench.harness.environ import patched_environ
+from bench.machine import repo_path
 
 LEVELS = (1, 2, 4, 8, 16)
 QUICK_LEVELS = (1, 2)
@@ -206,7 +207,7 @@ def run_meta(args: argparse.Namespace, pool: Path, base: Any, dtype: str, levels
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load average at start "
                    + ", ".join(f"{x:.1f}" for x in load),
-        "pool": str(pool), "model": base.model_name, "drafters": base.drafter_ids(),
+        "pool": repo_path(pool), "model": base.model_name, "drafters": base.drafter_ids(),
         "threads": args.threads, "dtype": dtype, "policy": args.policy,
         "tree": str(base.config.tree),
         "levels": list(levels), "max_tokens": max_tokens, "repeats": args.repeats,

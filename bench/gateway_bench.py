@@ -39,6 +39,8 @@ from typing import Any
 
 import httpx
 
+from bench.machine import repo_path
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_POOL = REPO_ROOT / "demo" / "pool" / "pool.json"
 PROMPTS = [
@@ -414,7 +416,7 @@ def run_meta(args: argparse.Namespace, pool: Path, model: str, engine: Any, load
     return {
         "quick": args.quick,
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "pool": pool if args.pool or pool == DEMO_POOL else "random demo-shaped pool",
+        "pool": repo_path(pool) if args.pool or pool == DEMO_POOL else "random demo-shaped pool",
         "model": model,
         "drafters": engine.drafter_ids(),
         "machine": platform.machine(),

@@ -24,6 +24,7 @@ import torch
 
 from bench.hedgespec_bench import DEFAULT_POOL, chat_ids
 from bench.hedgespec_run import generalist_id
+from bench.machine import repo_path
 from core.config import EngineConfig, GrammarSpec, SamplingParams, served_tree
 from core.engine import SpecEngine
 from core.model.precision import auto_dtype
@@ -145,7 +146,7 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     valid = sum(_valid(engine.tokenizer.decode(o)) for o in masked_out)
     return {"rows": rows, "mask": mask_cost_us(engine, masked_out, spec),
             "same_output_masked_or_not": same, "valid_json": f"{valid}/{len(masked_out)}",
-            "config": {"pool": str(args.pool), "prompts": len(prompts),
+            "config": {"pool": repo_path(args.pool), "prompts": len(prompts),
                        "max_new_tokens": args.max_new_tokens,
                        "threads": args.threads, "dtype": dtype, "tree": engine.config.tree.__dict__,
                        "vocab": engine.target.vocab_size, "torch": torch.__version__}}

@@ -24,6 +24,7 @@ from bench.hedgespec_bench import (
     summarize,
     variant,
 )
+from bench.machine import repo_path
 from bench.report_cli import run_and_report
 from core.config import (
     PROMPT_WINDOWS,
@@ -195,7 +196,7 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
                              for name, overrides in VARIANTS.items()}
     results["sampling"] = sampling_runs(engine, prompts, gen, args, log)
     results["pool_size"] = pool_size_sweep(engine, prompts, args, log)
-    results["config"] = {"pool": str(args.pool), "tree": engine.config.tree.__dict__,
+    results["config"] = {"pool": repo_path(args.pool), "tree": engine.config.tree.__dict__,
                          "prompts": len(prompts), "per_domain": args.per_domain,
                          "max_new_tokens": args.max_new_tokens, "threads": args.threads,
                          "decoding": "greedy", "torch": torch.__version__, "device": args.device,

@@ -64,7 +64,7 @@ from bench.hedgespec_bench import (
     oracle_runs,
     summarize,
 )
-from bench.machine import describe_machine
+from bench.machine import describe_machine, repo_path
 from bench.report_cli import run_and_report
 from core.config import EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
@@ -468,7 +468,7 @@ def run_all(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     results["config"] = {
         "command": "python -m bench.model_free_bench" + (" --quick" if args.quick else ""),
         "date": time.strftime("%Y-%m-%d %H:%M"), "machine": describe_machine(),
-        "pool": str(args.pool), "model": base.model_name, "eagle": eng.eagle_ids,
+        "pool": repo_path(args.pool), "model": base.model_name, "eagle": eng.eagle_ids,
         "model_free": {s.id: {"kind": s.kind, "params": dict(s.build().params)}
                        for s in eng.specs},
         "router": base.router is not None, "dtype": dtype, "threads": args.threads,
@@ -476,7 +476,7 @@ def run_all(args: argparse.Namespace, log: Log) -> dict[str, Any]:
         "eval_every": config.selector.eval_every,
         "prompt_windows": config.selector.prompt_windows, "per_domain": args.per_domain,
         "copy_per_kind": args.copy_per_kind, "max_prompt_tokens": args.max_prompt_tokens,
-        "copy_heavy": str(args.copy_heavy), "torch": torch.__version__,
+        "copy_heavy": repo_path(args.copy_heavy), "torch": torch.__version__,
     }
     results["targets"] = check_targets(results)
     results["elapsed_s"] = time.perf_counter() - t_start

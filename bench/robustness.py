@@ -38,6 +38,7 @@ from bench.hedgespec_bench import (
     summarize,
 )
 from bench.hedgespec_run import generalist_id
+from bench.machine import repo_path
 from core.config import ROUTER_PRIOR, EngineConfig, SamplingParams, served_selector, served_tree
 from core.engine import SpecEngine
 from core.model.precision import auto_dtype
@@ -128,7 +129,7 @@ def run_all(args: argparse.Namespace, log: Any) -> dict[str, Any]:
             "router_picks": {d: picks.count(d) for d in sorted(set(picks))},
             "seconds": time.perf_counter() - t0,
         }
-    out["config"] = {"pool": str(args.pool), "per_domain": args.per_domain, "ood": args.ood,
+    out["config"] = {"pool": repo_path(args.pool), "per_domain": args.per_domain, "ood": args.ood,
                      "max_new_tokens": args.max_new_tokens, "threads": args.threads,
                      "dtype": args.dtype, "tree": engine.config.tree.__dict__, "decoding": "greedy",
                      "torch": torch.__version__}
