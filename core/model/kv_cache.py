@@ -120,7 +120,6 @@ class SlotCache(Cache):
         self._batch = _Batch()
         super().__init__(layers=[SlotLayer(self._batch) for _ in range(num_layers)])
         self.lengths: list[int] = []
-        self.capacity_static = 0  # entries per slot under static shapes (allocate)
 
     @property
     def used(self) -> int:

@@ -313,7 +313,6 @@ class Target:
             head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
             cache.allocate(self.static.slots, self.static.capacity,
                            int(cfg.num_key_value_heads), head_dim, self.dtype, self.device)
-            cache.capacity_static = self.static.capacity
         return cache
 
     @torch.no_grad()
@@ -333,7 +332,8 @@ class Target:
             rows, starts = len(slots), cache.begin(slots, t_max)
             kv_len = max(starts) + t_max
         else:
-            (rows, t_max), kv_len = bucket, cache.capacity_static
+            assert self.static is not None  # a bucket exists only under static shapes
+            (rows, t_max), kv_len = bucket, self.static.capacity
             starts = cache.begin_static(slots, rows, kv_len, self.device)
         ids = torch.zeros(rows, t_max, dtype=torch.long)
         pos = torch.zeros(rows, t_max, dtype=torch.long)
