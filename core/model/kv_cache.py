@@ -48,6 +48,11 @@ class _Batch:
     # indices (`row_index`, `starts` on the storage's device), the key length the capacity.
     static: bool = False
     row_index: Tensor | None = None
+    # The pass's write positions as flat indices into a layer's storage viewed [-1, hd] (every
+    # layer's storage has the same shape), computed by the first layer and reused by the rest:
+    # one index_copy_ a tensor instead of building 2-D indices in each of the 30 layers.
+    flat: Tensor | None = None
+    flat_shape: tuple[int, ...] = ()
 
 
 class SlotLayer(CacheLayerMixin):
@@ -85,11 +90,23 @@ class SlotLayer(CacheLayerMixin):
             self.keys[bt.rows, :, s : s + t] = key_states
             self.values[bt.rows, :, s : s + t] = value_states
             return self.keys[bt.rows, :, : bt.kv_len], self.values[bt.rows, :, : bt.kv_len]
-        rows = _row_index(bt.rows, key_states.shape[0], self.keys.device)[:, None].expand(-1, t)
-        cols = bt.starts.to(self.keys.device)[:, None] + torch.arange(t, device=self.keys.device)
-        self.keys[rows, :, cols] = key_states.transpose(1, 2)
-        self.values[rows, :, cols] = value_states.transpose(1, 2)
+        flat, hd = self._flat_index(key_states.shape[0], t), self.keys.shape[-1]
+        self.keys.view(-1, hd).index_copy_(0, flat, key_states.reshape(-1, hd))
+        self.values.view(-1, hd).index_copy_(0, flat, value_states.reshape(-1, hd))
         return self.keys[bt.rows, :, : bt.kv_len], self.values[bt.rows, :, : bt.kv_len]
+
+    def _flat_index(self, count: int, t: int) -> Tensor:
+        """Where the pass's [count, nkv, t] new entries go in the storage viewed [-1, hd]."""
+        assert self.keys is not None
+        bt, shape, device = self.batch, tuple(self.keys.shape), self.keys.device
+        if bt.flat is None or bt.flat_shape != shape:
+            _, nkv, cap, _ = shape
+            rows = _row_index(bt.rows, count, device)
+            cols = bt.starts.to(device)[:, None] + torch.arange(t, device=device)  # [B, T]
+            heads = torch.arange(nkv, device=device)[None, :, None]
+            bt.flat = ((rows[:, None, None] * nkv + heads) * cap + cols[:, None, :]).reshape(-1)
+            bt.flat_shape = shape
+        return bt.flat
 
     def _fit(self) -> None:
         """Grow the storage to what the batch needs (zeros: padding never holds NaN)."""
@@ -181,7 +198,7 @@ class SlotCache(Cache):
         each row's start (its committed length)."""
         starts = [self.lengths[s] for s in slots]
         bt = self._batch
-        bt.static = False
+        bt.static, bt.flat = False, None
         contiguous = slots == list(range(slots[0], slots[0] + len(slots)))
         bt.rows = slice(slots[0], slots[0] + len(slots)) if contiguous else torch.tensor(slots)
         bt.starts = torch.tensor(starts, dtype=torch.long)

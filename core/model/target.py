@@ -34,6 +34,9 @@ from core.model.static_shapes import StaticShapes
 from eagle3_format.aux_layers import AuxLayers, default_aux_layers
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+# From this many new tokens in a row (long prefill chunks), a CPU pass attends row by row
+# (LeanDecoder: attend_rows, where the measurements are).
+ROW_ATTENTION_TOKENS = 96
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -279,16 +282,17 @@ class Target:
         return cast(Tensor, out.last_hidden_state)
 
     def _decode_rows(self, ids: Tensor, pos: Tensor, mask: Any, cache: SlotCache,
-                     real: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
+                     real: Tensor | None = None,
+                     spans: list[tuple[int, int]] | None = None) -> tuple[Tensor, list[Tensor]]:
         """Final hidden [B, T, H] and the aux layers' inputs of a batched pass (`real`: the
-        lean forward's packed tokens, LeanDecoder.__call__)."""
+        lean forward's packed tokens, `spans`: rows that attend apart, LeanDecoder.__call__)."""
         if self.lean is not None:
             self.forward_count += 1
             static = cache.static_pass
             run = ((self._lean_captured if static else None) or self._lean_compiled
                    or self.lean)
             return run(ids.to(self.device), pos.to(self.device), mask, cache, self.aux_layers,
-                       None if real is None else real.to(self.device))
+                       None if real is None else real.to(self.device), spans)
         captured = self._captured
         captured.clear()
         hidden = self._decode(ids=ids, pos=pos, mask=mask, cache=cache).to(self.device)
@@ -349,7 +353,10 @@ class Target:
         real = None
         if bucket is None and sum(x.numel() for x in tokens) < rows * t_max:
             real = torch.cat([b * t_max + torch.arange(x.numel()) for b, x in enumerate(tokens)])
-        hidden, aux = self._decode_rows(ids, pos, mask, cache, real)
+        spans = None
+        if bucket is None and self.device.type == "cpu" and t_max >= ROW_ATTENTION_TOKENS:
+            spans = [(x.numel(), s + x.numel()) for x, s in zip(tokens, starts, strict=True)]
+        hidden, aux = self._decode_rows(ids, pos, mask, cache, real, spans)
         feats = torch.cat([x.to(self.device) for x in aux], dim=-1)
         keep = max(1, tail)
         outs = [TargetOutput(hidden[b, max(0, x.numel() - keep) : x.numel()] if last_logits_only

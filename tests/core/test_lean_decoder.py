@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import core.model.target as target_module
 from bench.harness.tiny_models import AUX, tiny_target
-from core.model.lean_decoder import LeanDecoder, Projection, attend, pack
+from core.model.lean_decoder import LeanDecoder, Projection, attend, attend_rows, pack
 from core.model.precision import cpu_has_native_bf16
 from core.model.target import Target
 
@@ -61,6 +62,35 @@ def test_lean_forward_matches_the_module_for_every_family(family: str) -> None:
     for a, b in zip(_passes(lean), _passes(module), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert lean.lean.calls == 2  # both passes ran the lean forward
+
+
+@pytest.mark.parametrize("family", ("llama", "mistral"))
+def test_rows_that_attend_apart_match_the_module(family: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # every pass attends row by row (attend_rows): a prefill of unequal rows, then a tree on top
+    # of one prefix beside one token on top of another (rows' keys start past their prefixes)
+    monkeypatch.setattr(target_module, "ROW_ATTENTION_TOKENS", 1)
+    model = _model(family)
+    lean, module = Target(model, None, AUX), Target(model, None, AUX, lean=False)
+    for a, b in zip(_passes(lean), _passes(module), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_attend_rows_matches_attend_on_the_real_queries() -> None:
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(3, 6, 5, 8, generator=gen)
+    keys, values = torch.randn(3, 2, 9, 8, generator=gen), torch.randn(3, 2, 9, 8, generator=gen)
+    spans = [(5, 9), (2, 4), (3, 7)]  # (new tokens, keys) per row; the rest is padding
+    mask = torch.full((3, 1, 5, 9), float("-inf"))
+    for b, (t, s) in enumerate(spans):
+        mask[b, 0, :t, : s - t] = 0.0
+        mask[b, 0, :t, s - t : s] = torch.zeros(t, t).masked_fill(
+            torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        mask[b, 0, t:, 0] = 0.0  # a padding query sees one key
+    got, want = attend_rows(q, keys, values, mask, 0.3, spans), attend(q, keys, values, mask, 0.3)
+    for b, (t, _) in enumerate(spans):
+        torch.testing.assert_close(got[b, :, :t], want[b, :, :t], rtol=1e-5, atol=1e-5)
+        assert not got[b, :, t:].any()  # padding queries come out zero
 
 
 def test_the_modules_linears_read_the_fused_storage() -> None:
