@@ -287,8 +287,9 @@ class EngineConfig:
     # Target logits of a verified tree: "visited" runs the LM head on the root up front and on
     # each further node the acceptance walk reaches (about MAT one-row calls), "all" on every
     # node in one call (a GPU, where 60 rows cost what one does and each further call is a
-    # launch and a sync). "auto": "all" on an accelerator, "visited" on a CPU, the choice on
-    # both CPUs measured (core/batching/head_rows.py, bench/results/verify_logits.md). The
+    # launch and a sync, and a CPU through the lean forward's packed head). "auto": "all",
+    # except "visited" on a CPU whose head is a plain F.linear (core/batching/head_rows.py,
+    # bench/results/verify_logits.md). The
     # committed tokens are the same either way. `--verify-logits` pins one
     # (bench/verify_logits.py measures both).
     verify_logits: str = "auto"

@@ -96,7 +96,7 @@ class SpecEngine:
         self._order: list[str] = []
         self._next = 0
         # Which LM-head rows a verified tree gets up front (a rule by device).
-        self.head_rows = HeadRows(config.verify_logits, config.device)
+        self.head_rows = HeadRows(config.verify_logits, config.device, target.packed_head)
         # What rounds cost per arm and batch size, measured in place (the "time" loss).
         self.costs = StepCosts()
         self._batch = BatchScheduler(target, config, self.head_rows, clock, self.costs)

@@ -147,7 +147,8 @@ class Settings(BaseSettings):
     # "lookup": bench/results/model_free.md). None: off.
     hybrid: str | None = Field(default=None, min_length=1)
     # Rows of a verified tree the LM head computes up front (EngineConfig.verify_logits):
-    # "auto" is "visited" on a CPU and "all" on an accelerator (core/batching/head_rows.py);
+    # "auto" is "all", except "visited" on a CPU whose LM head is not packed
+    # (core/batching/head_rows.py);
     # "visited" or "all" pins one.
     verify_logits: Literal["auto", "visited", "all"] | None = None
     # What a request that leaves temperature / top_p / top_k out samples with: "auto" takes the

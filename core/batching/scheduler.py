@@ -37,7 +37,8 @@ class BatchScheduler:
                  clock: Callable[[], float] = time.perf_counter,
                  costs: StepCosts | None = None) -> None:
         self.target, self.config, self.clock = target, config, clock
-        self.head_rows = head_rows or HeadRows(config.verify_logits, config.device)
+        self.head_rows = head_rows or HeadRows(config.verify_logits, config.device,
+                                                       target.packed_head)
         self.costs = costs or StepCosts()
         self.cache = target.new_slot_cache()
         self._slot: dict[str, int] = {}

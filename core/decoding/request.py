@@ -26,6 +26,7 @@ from core.selection.arm_costs import (
     PlannedRow,
     Start,
     StepCosts,
+    TimePerToken,
     time_losses,
 )
 from core.selection.feedback import FeedbackQueue, Window, WindowLoss
@@ -206,6 +207,9 @@ class RequestState:
     # the prompt and its windows (core/batching/scheduler.py).
     awake_saving_s: float = 0.0
     awake_cost_s: float = 0.0
+    # The arms' running time per token and the best of them, the rate the time loss values a
+    # round's tokens at (core/selection/arm_costs.TimePerToken).
+    time_per_token: TimePerToken = field(default_factory=TimePerToken)
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
@@ -431,13 +435,13 @@ class RequestState:
         time per token over the slowest round's cost (core/selection/arm_costs.py)."""
         if not self.plain_arm:
             return w
-        est = np.append(w.est_len, 1.0)
+        est, awake = np.append(w.est_len, 1.0), np.append(w.awake, True)
         costs = self.arm_costs()
         top = self.round_max
-        # Unmeasured: the length loss, every arm at one cost (plain decoding never the best).
-        loss = ((top - est) / (top - 1) if costs is None
-                else time_losses(est, costs, top)[0])
-        return WindowLoss(loss, np.append(w.awake, True), est)
+        if costs is None:  # unmeasured: the length loss, every arm at one cost
+            return WindowLoss((top - est) / (top - 1), awake, est)
+        rate = self.time_per_token.add(costs, est, awake)
+        return WindowLoss(time_losses(est, costs, top, rate)[0], awake, est)
 
     def track(self, w: WindowLoss) -> None:
         """Keep a running ÂL per drafter over the windows it was awake for (a drafter drafts
@@ -495,7 +499,7 @@ class RequestState:
         if costs is None or w.realised is None:
             return None
         top = self.round_max
-        net = time_losses(np.append(w.est_len, 1.0), costs, top)[1]
+        net = time_losses(np.append(w.est_len, 1.0), costs, top, self.time_per_token.rate)[1]
         return {a: float(t) for a, t in zip(self.arm_ids, net, strict=True)}
 
     def take_logprobs(self) -> list[TokenLogprob] | None:

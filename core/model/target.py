@@ -300,6 +300,12 @@ class Target:
         captured.clear()  # hold no activations between passes
         return hidden, aux
 
+    @property
+    def packed_head(self) -> bool:
+        """Whether the LM head streams its weights packed (the lean forward, bf16 on a CPU):
+        then a call costs about the same for 1 row as for 16 (core/batching/head_rows.py)."""
+        return self.lean is not None and self.lean.head.packed is not None
+
     def head(self, hidden: Tensor) -> Tensor:
         """float32 logits [R, V] of final hidden states [R, H] (the model's LM head)."""
         if self.lean is not None:

@@ -19,17 +19,27 @@ plain), e(b) the counterfactual evaluation's share per request-round (every draf
 whatever was chosen, so the same for every arm) and o(b) the rest of a step per request.
 Its time per committed token over a request is Σ c_a / Σ ÂL_a (ÂL_plain = 1).
 
-The loss. A round's net seconds s_a = c_a - λ·ÂL_a, λ = c_plain (its tokens valued at plain
-decoding's time per token): summed over a request, the arm with the least Σ s_a is the one
-whose time per token Σ c / Σ ÂL beats plain decoding's by most (`time_losses`). The per-round
-ratio c_a/ÂL_a, averaged, would not be: a drafter whose ÂL alternates 1 and 4 has a mean ratio
-near plain's while committing 2.5 tokens a round (measured on the demo pool at one stream: with
-the ratio the learner decoded plain in 40-60% of rounds where drafting every round ran 1.3-1.6x
-plain decoding; with net seconds in 3% once its plain rounds score the drafters as often as
-drafting ones, core/decoding/request.evaluation_due). ℓ_a rescales s_a to [0, 1]
-by its bounds over ÂL in [1, K + 1]; NormalHedge's guarantee holds for any losses in [0, 1],
-so the regret against the best arm is O(sqrt(T ln N)) in these units, at most
-max_t (max c - min c + λ·K)_t times as many net seconds over the T windows.
+The loss. A round's net seconds s_a = c_a - λ·ÂL_a: its time less its tokens valued at the
+request's running best time per token λ = min_a Σ c_a / Σ ÂL_a over the windows so far
+(`TimePerToken`; Dinkelbach's linearisation of a ratio at its optimum). For a fixed λ the sum
+over a request is Σ s_a = Σ ÂL_a · (r_a - λ), r_a = Σ c_a / Σ ÂL_a the arm's time per token;
+at λ = min_a r_a the best arm's sum is 0 and every other arm's is positive, so the arm with
+the least Σ s_a is the arm of least time per token, whatever the arms' token counts
+(`time_losses`). Valued at plain decoding's time per token instead (λ = c_plain, this module
+until issue 58) the sum ranks arms by net seconds saved against plain, which favours an arm
+that commits more tokens at a worse rate: with lookup 54 ms a round at ÂL 2.2 (24.5 ms a
+token) against suffix 75 ms at ÂL 2.9 (25.9 ms a token) and plain 40 ms, suffix saves more
+seconds (41 against 34 ms a round) and took the weight. The per-round ratio c_a/ÂL_a,
+averaged, would be wrong as well: a drafter whose ÂL alternates 1 and 4 has a mean ratio near
+plain's while committing 2.5 tokens a round (Jensen). ℓ_a rescales s_a to [0, 1] by its
+bounds over ÂL in [1, K + 1]: m = min c - λ·(K + 1), M = max c - λ.
+
+The bound. NormalHedge's guarantee holds for any losses in [0, 1], so each request's regret
+against its best arm is O(sqrt(T ln N)) in loss units over its T windows, at most
+max_t (M_t - m_t) times that in net seconds at the rates λ_t used. λ_t converges to the best
+arm's time per token as the windows accumulate (a ratio of running sums), and at a fixed λ a
+regret of R net seconds over Σ ÂL tokens at the learner's choices is a time per token at most
+λ + R / Σ ÂL: the learner's time per token approaches the best arm's at O(sqrt(ln N / T)).
 
 Measurement. Each step's phases (core/batching/step.py) are
 recorded per batch-size bucket (`bucket`); α_b and β_b by least squares of the
@@ -362,19 +372,45 @@ def _per(seconds: float, count: int) -> float:
     return seconds / count if count else 0.0
 
 
-def time_losses(est_len: FloatArray, costs: FloatArray,
-                max_len: float) -> tuple[FloatArray, FloatArray]:
-    """The arms' losses and net seconds from their ÂL and round costs c (both [A], plain
-    decoding last with ÂL 1); `max_len` bounds every ÂL (the deepest tree + the bonus).
+class TimePerToken:
+    """A request's running time per token per arm, Σ_t c_a(t) / Σ_t ÂL_a(t) over the windows
+    in which the arm was scored (plain decoding, always scored, at ÂL 1), and the best of them:
+    the rate λ at which `time_losses` values a round's tokens (module docstring, "The loss")."""
 
-    Net seconds s_a = c_a - λ·ÂL_a, the round's time less its tokens valued at plain decoding's
-    time per token λ = c_plain: over a request the arm with the least Σ s_a is the one whose
-    Σ c / Σ ÂL is least against plain's (Dinkelbach's linearisation of a ratio at the
-    reference rate; a mean of per-round c/ÂL would favour plain decoding wherever a drafter's
-    ÂL varies, by Jensen). Plain decoding's s is 0. Loss ℓ_a = (s_a - m) / (M - m) in [0, 1]
-    with m = min c - λ·max_len and M = max c - λ, the bounds of s over every ÂL in
+    def __init__(self) -> None:
+        self._cost: FloatArray | None = None
+        self._tokens: FloatArray | None = None
+        self.rate: float | None = None  # λ after the last window; None before the first
+
+    def add(self, costs: FloatArray, est_len: FloatArray, awake: npt.NDArray[np.bool_]) -> float:
+        """Add one window's costs and ÂL ([A], plain last) for its awake arms; returns λ."""
+        if self._cost is None or self._tokens is None or self._cost.shape != costs.shape:
+            self._cost, self._tokens = np.zeros_like(costs), np.zeros_like(costs)
+        self._cost += np.where(awake, costs, 0.0)
+        self._tokens += np.where(awake, est_len, 0.0)
+        scored = self._tokens > 0.0
+        self.rate = float(np.min(self._cost[scored] / self._tokens[scored]))
+        return self.rate
+
+    def per_arm(self) -> FloatArray | None:
+        """Each arm's time per token so far ([A]; inf where it was never scored)."""
+        if self._cost is None or self._tokens is None:
+            return None
+        scored = self._tokens > 0.0
+        return np.where(scored, self._cost / np.where(scored, self._tokens, 1.0), np.inf)
+
+
+def time_losses(est_len: FloatArray, costs: FloatArray, max_len: float,
+                rate: float | None = None) -> tuple[FloatArray, FloatArray]:
+    """The arms' losses and net seconds from their ÂL and round costs c (both [A], plain
+    decoding last with ÂL 1); `max_len` bounds every ÂL (the deepest tree + the bonus); `rate`
+    is λ, the request's running best time per token (TimePerToken.rate; None: plain decoding's
+    c, the only rate known before a window is scored).
+
+    Net seconds s_a = c_a - λ·ÂL_a (module docstring, "The loss"); ℓ_a = (s_a - m) / (M - m)
+    in [0, 1] with m = min c - λ·max_len and M = max c - λ, the bounds of s over every ÂL in
     [1, max_len]."""
-    lam = float(costs[-1])
+    lam = float(costs[-1]) if rate is None else rate
     net = costs - lam * est_len
     lo, hi = float(costs.min()) - lam * max_len, float(costs.max()) - lam
     return (net - lo) / (hi - lo), net

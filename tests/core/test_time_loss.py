@@ -11,7 +11,7 @@ import pytest
 
 from bench.harness.tiny_models import bigram_setup
 from core.config import SamplingParams, SelectorConfig, TreeConfig
-from core.decoding.request import PLAIN_ARM
+from core.decoding.request import PLAIN_ARM, RequestState, parse_policy
 from core.engine import RoundOutput, SpecEngine
 from core.selection.arm_costs import (
     FREE,
@@ -23,9 +23,12 @@ from core.selection.arm_costs import (
     PlannedRow,
     StepCosts,
     StepSample,
+    TimePerToken,
     fit_pass,
     time_losses,
 )
+from core.selection.feedback import WindowLoss
+from core.selection.learners import NormalHedge
 from tests.modelled_clock import ModelledClock, slowed_rows
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
@@ -198,6 +201,75 @@ def test_summed_losses_rank_by_tokens_per_second_not_by_mean_ratio() -> None:
     assert total[0] < total[1]
     ratios = [0.016 / est for est in (1.0, 4.0)]
     assert np.mean(ratios) == pytest.approx(0.01)  # what a ratio loss would have tied
+
+
+def _hedge_on(windows: list[tuple[np.ndarray, np.ndarray]], rated: bool) -> np.ndarray:
+    """NormalHedge's final weights over windows of (costs, ÂL) [A] (plain last), the loss's
+    rate the running best time per token (`rated`) or plain decoding's cost."""
+    learner, rates = NormalHedge(len(windows[0][0])), TimePerToken()
+    for costs, est in windows:
+        rate = rates.add(costs, est, np.ones(len(costs), dtype=bool)) if rated else None
+        learner.update(time_losses(est, costs, 5.0, rate)[0])
+    return learner.distribution()
+
+
+def test_the_running_rate_is_the_best_arms_time_per_token_over_the_windows_it_was_scored() -> None:
+    rates = TimePerToken()
+    assert rates.rate is None and rates.per_arm() is None
+    awake = np.array([True, False, True])
+    assert rates.add(np.array([0.06, 0.05, 0.04]), np.array([3.0, 9.0, 1.0]), awake) == 0.02
+    rates.add(np.array([0.06, 0.05, 0.04]), np.array([1.0, 9.0, 1.0]), np.ones(3, dtype=bool))
+    assert rates.per_arm() == pytest.approx([0.03, 0.05 / 9, 0.04])  # arm 1 scored once
+    assert rates.rate == pytest.approx(0.05 / 9)
+
+
+def test_summed_losses_order_arms_by_time_per_token_not_by_seconds_saved() -> None:
+    """Issue 58's finding J: lookup 54 ms a round at ÂL 2.2 (24.5 ms a token), suffix 75 ms at
+    ÂL 2.9 (25.9 ms a token), plain 40 ms, each window's figures 10% noisy. Valued at plain's
+    cost the sum ranks suffix first (it saves more seconds against plain); valued at the running
+    best rate the order of the summed losses is the order of the arms' time per token, and
+    NormalHedge's weight goes to the lookup."""
+    gen = np.random.default_rng(0)
+    mean_costs, mean_est = np.array([0.054, 0.075, 0.040]), np.array([2.2, 2.9, 1.0])
+    windows = []
+    for _ in range(400):
+        noise = 1.0 + 0.1 * gen.standard_normal(3)
+        est = np.maximum(mean_est * noise, 1.0)
+        est[-1] = 1.0
+        windows.append((mean_costs * (1.0 + 0.1 * gen.standard_normal(3)), est))
+    rates, total = TimePerToken(), np.zeros(3)
+    for costs, est in windows:
+        rate = rates.add(costs, est, np.ones(3, dtype=bool))
+        total += time_losses(est, costs, 5.0, rate)[0]
+    per_token = rates.per_arm()
+    assert per_token is not None
+    assert np.argsort(total).tolist() == np.argsort(per_token).tolist() == [0, 1, 2]
+    assert int(np.argmax(_hedge_on(windows, rated=True))) == 0
+    assert int(np.argmax(_hedge_on(windows, rated=False))) == 1  # what plain's rate chose
+
+
+def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
+    """RequestState.arm_losses: each window adds to the request's running time per token, and
+    its losses value the tokens at the best arm's rate so far, not at plain decoding's cost."""
+    _, base = bigram_setup(TREE, randoms=2)
+    config = replace(base.config, selector=SelectorConfig(loss="time"))
+    costs = StepCosts()
+    costs.record(step(1, 13, 0.05, neural_rows=1, neural_s=0.01))
+    costs.record(step(1, 1, 0.02))
+    state = RequestState.create("r", [3, 1, 4], SamplingParams(max_new_tokens=8),
+                                parse_policy("normalhedge", "normalhedge", base.snapshot.ids),
+                                base.snapshot, config, costs=costs)
+    assert state.plain_arm
+    arm_costs = state.arm_costs()
+    assert arm_costs is not None
+    est = np.array([4.0, 1.0, 1.0])
+    window = WindowLoss(np.zeros(3), np.ones(3, dtype=bool), est)
+    loss = state.arm_losses(window).loss
+    est_all = np.append(est, 1.0)
+    rate = float(np.min(arm_costs / est_all))
+    assert state.time_per_token.rate == pytest.approx(rate)
+    assert loss == pytest.approx(time_losses(est_all, arm_costs, state.round_max, rate)[0])
+    assert not np.allclose(loss, time_losses(est_all, arm_costs, state.round_max)[0])
 
 
 # -- in the engine -------------------------------------------------------------------------------
