@@ -204,7 +204,7 @@ export class LiveView {
       ["MAT", fmt(rec.mean_acceptance_length)],
       ["Tokens/s", fmt(rec.tokens_per_s, 1)],
       ["Batch (last round)", rec.batch_rows == null ? "—" : `${fmtInt(rec.batch_rows)} requests`],
-      ["Regret (tokens)", fmt(rec.regret_tokens)],
+      [`Regret (${rec.regret_unit === "s" ? "s" : "tokens"})`, fmt(rec.regret, rec.regret_unit === "s" ? 4 : 2)],
       ["Sampling", samplingText(rec)],
       ["Finish reason", rec.finish_reason ?? (rec.status === "running" ? "—" : "none")],
       ["Elapsed", fmtDuration(rec.elapsed_s)],
@@ -339,7 +339,7 @@ function updateRow(row, rec, labels) {
   setText(c.tokens, fmtInt(rec.completion_tokens));
   setText(c.mat, fmt(rec.mean_acceptance_length));
   setText(c.tps, fmt(rec.tokens_per_s, 1));
-  setText(c.regret, fmt(rec.regret_tokens, 1));
+  setText(c.regret, rec.regret == null ? "—" : `${fmt(rec.regret, rec.regret_unit === "s" ? 3 : 1)}${rec.regret_unit === "s" ? " s" : ""}`);
   const summary = countChoices(labels)
     .map(([name, n]) => `${labelOf(name)} ×${n}`)
     .join(", ");

@@ -150,7 +150,8 @@ function normalise(rec) {
     tokens_per_s: rec.tokens_per_s ?? null,
     weights: rec.weights || {},
     batch_rows: rec.batch_rows ?? null,
-    regret_tokens: rec.regret_tokens ?? null,
+    regret: rec.regret ?? null,
+    regret_unit: rec.regret_unit || "tokens",
     regret_curve: rec.regret_curve || [],
     finish_reason: rec.finish_reason ?? null,
     error: rec.error ?? null,
@@ -181,13 +182,14 @@ export function applyRound(rec, event) {
   rec.batch_rows = event.batch_rows ?? rec.batch_rows;
   const windows = Number(event.feedback_windows) || 0;
   const curve = rec.regret_curve;
-  if (event.regret_tokens != null && windows > 0) {
+  if (event.regret_unit) rec.regret_unit = event.regret_unit;
+  if (event.regret != null && windows > 0) {
     if (curve.length === 0 || windows > curve[curve.length - 1][0]) {
-      curve.push([windows, Number(event.regret_tokens)]);
+      curve.push([windows, Number(event.regret)]);
       if (curve.length > MAX_ROUNDS) curve.splice(0, curve.length - MAX_ROUNDS);
     }
   }
-  if (event.regret_tokens != null) rec.regret_tokens = event.regret_tokens;
+  if (event.regret != null) rec.regret = event.regret;
 }
 
 export function applyFinished(rec, event) {
@@ -206,7 +208,8 @@ export function applyFinished(rec, event) {
   rec.prompt_tokens = stats.prompt_tokens ?? rec.prompt_tokens;
   rec.warm_start_requests = stats.warm_start_requests ?? rec.warm_start_requests;
   rec.mean_acceptance_length = stats.mean_acceptance_length ?? rec.mean_acceptance_length;
-  rec.regret_tokens = stats.regret_tokens ?? rec.regret_tokens;
+  rec.regret = stats.regret ?? rec.regret;
+  rec.regret_unit = stats.regret_unit || rec.regret_unit;
   if (stats.final_weights) rec.weights = stats.final_weights;
   const steps = finalSteps(stats);
   if (steps) replaceSteps(rec, steps);

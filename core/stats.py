@@ -12,6 +12,11 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
 
 @dataclass(frozen=True)
 class TokenLogprob:
@@ -71,12 +76,19 @@ class RequestStats:
     chosen_est_len_sum: float = 0.0  # Σ_t ÂL_{i_t}(t)
     regret_curve: list[float] = field(default_factory=list)
     estimates: list[tuple[float, int]] = field(default_factory=list)  # (ÂL chosen, realised)
-    # Under the time loss (core/selection/arm_costs.py): Σ_t s_a(t), each round's net seconds (its
-    # time less its tokens at plain decoding's time per token), per arm (plain decoding included, at
-    # 0) and for the arms chosen; their difference to the best is the regret in seconds.
+    # Under the time loss (core/selection/arm_costs.py) the regret is the learner's own, in net
+    # seconds: per arm Σ_t s_a(t), each window's net seconds (its time less its tokens at the
+    # request's running best time per token λ_t; an asleep arm charged the learner's expected
+    # net seconds over the awake ones, as its loss is), and the learner's Σ_t ⟨p_t, s_t⟩ and
+    # Σ_t ⟨p_t, ÂL_t⟩ under the weights p_t it updated with (what NormalHedge's regret is
+    # measured against). The token regret above is then not computed: it scores the rounds
+    # played, plain rounds the step check forced included, against ÂL, not the loss minimised.
+    time_loss: bool = False
     arm_seconds: dict[str, float] = field(default_factory=dict)
-    chosen_seconds: float = 0.0
-    # The regret in seconds after each costed window (as regret_curve is in tokens).
+    learner_seconds: float = 0.0
+    learner_tokens: float = 0.0
+    time_per_token: float | None = None  # λ after the last window (seconds a token)
+    # The regret in seconds after each window the learner updated on.
     regret_seconds_curve: list[float] = field(default_factory=list)
     time_draft_s: float = 0.0
     time_verify_s: float = 0.0
@@ -117,11 +129,10 @@ class RequestStats:
         for k in range(rs.accepted):
             self.accepted_by_position[k] += 1
 
-    def record_window(self, est: dict[str, float], chosen: str | None, realised: int,
-                      seconds: dict[str, float] | None = None) -> None:
+    def record_window(self, est: dict[str, float], chosen: str | None, realised: int) -> None:
         """Add one completed feedback window: ÂL_d for every drafter, and the chosen one's (a
-        chosen arm that is not a drafter, plain decoding, commits 1 token); `seconds`: each
-        arm's net seconds for the window (time loss)."""
+        chosen arm that is not a drafter, plain decoding, commits 1 token); the token regret
+        under the acceptance losses."""
         for d, v in est.items():
             self.est_len_sum[d] = self.est_len_sum.get(d, 0.0) + v
         if chosen is not None and chosen in est:
@@ -129,14 +140,21 @@ class RequestStats:
             self.estimates.append((est[chosen], realised))
         elif chosen is not None:
             self.chosen_est_len_sum += 1.0
-        best = max(self.est_len_sum.values()) if self.est_len_sum else 0.0
-        self.regret_curve.append(best - self.chosen_est_len_sum)
-        if seconds is not None and chosen in seconds:
-            for a, v in seconds.items():
-                self.arm_seconds[a] = self.arm_seconds.get(a, 0.0) + v
-            self.chosen_seconds += seconds[chosen]
-            self.regret_seconds_curve.append(self.chosen_seconds
-                                             - min(self.arm_seconds.values()))
+        if not self.time_loss:
+            best = max(self.est_len_sum.values()) if self.est_len_sum else 0.0
+            self.regret_curve.append(best - self.chosen_est_len_sum)
+
+    def record_time_window(self, arms: tuple[str, ...], weights: FloatArray, net: FloatArray,
+                           est_len: FloatArray, rate: float) -> None:
+        """One window the learner updated on under the time loss: its weights p over `arms`,
+        each arm's net seconds (asleep arms already charged the learner's expectation) and ÂL,
+        and the rate λ they were valued at."""
+        for a, v in zip(arms, net, strict=True):
+            self.arm_seconds[a] = self.arm_seconds.get(a, 0.0) + float(v)
+        self.learner_seconds += float(weights @ net)
+        self.learner_tokens += float(weights @ est_len)
+        self.time_per_token = rate
+        self.regret_seconds_curve.append(self.learner_seconds - min(self.arm_seconds.values()))
 
     def snapshot(self) -> StatsSnapshot:
         """An immutable copy: sequences as tuples, mappings as read-only views of copies."""
@@ -164,8 +182,11 @@ class StatsSnapshot:
     chosen_est_len_sum: float
     regret_curve: tuple[float, ...]
     estimates: tuple[tuple[float, int], ...]
+    time_loss: bool
     arm_seconds: Mapping[str, float]
-    chosen_seconds: float
+    learner_seconds: float
+    learner_tokens: float
+    time_per_token: float | None
     regret_seconds_curve: tuple[float, ...]
     time_draft_s: float
     time_verify_s: float
@@ -193,19 +214,43 @@ class StatsSnapshot:
 
     @property
     def regret_tokens(self) -> float | None:
-        """Regret against the best drafter in hindsight, in tokens; None where no feedback
+        """Under the acceptance losses: regret against the best drafter in hindsight, in
+        tokens; None under the time loss (its regret is `regret_seconds`) and where no feedback
         window was scored (policies fixed, router, the bandits and none do not evaluate every
         drafter, so their regret is not computed, which 0.0 would misreport as none)."""
         return self.regret_curve[-1] if self.regret_curve else None
 
     @property
     def regret_seconds(self) -> float | None:
-        """Under the time loss: the request's net seconds (time less tokens at plain
-        decoding's time per token) at the chosen arms beyond the best single arm's in
-        hindsight (plain decoding among the arms); None where no window was costed."""
-        if not self.arm_seconds:
+        """Under the time loss: the learner's regret as it minimises it, in net seconds (its
+        expected net seconds under its weights less the best single arm's in hindsight, plain
+        decoding among the arms; RequestStats.record_time_window); None where no window was
+        costed. A learner that kept all its weight on the best arm throughout reports 0."""
+        return self.regret_seconds_curve[-1] if self.regret_seconds_curve else None
+
+    @property
+    def regret_time_ratio(self) -> float | None:
+        """The learner's time per token over the best arm's: 1 + regret_seconds / (λ x the
+        tokens its weights expected), λ the best arm's running time per token (at a fixed λ the
+        best arm's net seconds are 0 and the learner's are Σ⟨p, c⟩ - λ·Σ⟨p, ÂL⟩)."""
+        regret, rate = self.regret_seconds, self.time_per_token
+        if regret is None or rate is None or rate <= 0.0 or self.learner_tokens <= 0.0:
             return None
-        return self.chosen_seconds - min(self.arm_seconds.values())
+        return 1.0 + regret / (rate * self.learner_tokens)
+
+    @property
+    def regret(self) -> float | None:
+        """The regret the request's learner minimised, in `regret_unit`."""
+        return self.regret_seconds if self.time_loss else self.regret_tokens
+
+    @property
+    def regret_unit(self) -> str:
+        return "s" if self.time_loss else "tokens"
+
+    @property
+    def regret_points(self) -> tuple[float, ...]:
+        """`regret` after each feedback window."""
+        return self.regret_seconds_curve if self.time_loss else self.regret_curve
 
 
 def _frozen(value: Any) -> Any:

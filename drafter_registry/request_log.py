@@ -70,6 +70,15 @@ def recent_requests(session: Session, *, limit: int = 100) -> list[RequestLog]:
     return list(session.scalars(query))
 
 
+def logged_regret(log: RequestLog) -> tuple[float | None, str]:
+    """A logged request's regret as its learner minimised it, and its unit: the seconds the
+    gateway keeps in `extra` under the time loss, else the `regret_tokens` column."""
+    seconds = (log.extra or {}).get("regret_seconds")
+    if isinstance(seconds, int | float):
+        return float(seconds), "s"
+    return log.regret_tokens, "tokens"
+
+
 def plain_step_indices(log: RequestLog) -> list[Any]:
     """The step indices of a logged request's plain steps (the record's `plain_step_indices`,
     kept in `extra`, where the gateway's request log writes them); empty when none were."""

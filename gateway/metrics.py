@@ -41,6 +41,7 @@ LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 10)
 # signed sum, so mean regret = signed sum / count.
 HEAD_SETTINGS = ("visited", "all")  # core/batching/head_rows.HeadRows.describe()
 REGRET_BUCKETS = (0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
+RATIO_BUCKETS = (0.9, 1.0, 1.02, 1.05, 1.1, 1.2, 1.5, 2, 3)
 
 
 class GatewayMetrics:
@@ -105,7 +106,8 @@ class GatewayMetrics:
         )
         self.regret = Histogram(
             "hedgespec_request_regret_tokens",
-            "Per-request regret in tokens against the best single drafter in hindsight.",
+            "Per-request regret in tokens against the best single drafter in hindsight, under "
+            "the acceptance losses (the time loss's regret is in seconds).",
             ["policy"],
             buckets=REGRET_BUCKETS,
             registry=r,
@@ -118,9 +120,18 @@ class GatewayMetrics:
         )
         self.regret_seconds = Gauge(
             "hedgespec_request_regret_seconds_signed_sum",
-            "Sum of per-request regret in seconds against the best single arm (plain decoding "
-            "included) in hindsight, under the time loss; negative regret included.",
+            "Sum of per-request regret in seconds under the time loss, as the learner "
+            "minimises it: its expected net seconds under its weights less the best single "
+            "arm's (plain decoding included) in hindsight; negative regret included.",
             ["policy"],
+            registry=r,
+        )
+        self.regret_ratio = Histogram(
+            "hedgespec_request_regret_time_ratio",
+            "Per-request time per token of the learner's weights over the best single arm's "
+            "in hindsight, under the time loss (1 = no regret).",
+            ["policy"],
+            buckets=RATIO_BUCKETS,
             registry=r,
         )
 
@@ -232,6 +243,8 @@ class GatewayMetrics:
             self.regret_signed.labels(policy).inc(regret)
         if stats.regret_seconds is not None:
             self.regret_seconds.labels(policy).inc(stats.regret_seconds)
+        if stats.regret_time_ratio is not None:
+            self.regret_ratio.labels(policy).observe(stats.regret_time_ratio)
         if stats.warm_start_requests:
             self.warm_starts.labels(policy).inc()
 

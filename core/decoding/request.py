@@ -228,7 +228,7 @@ class RequestState:
             if learner.counterfactual or config.evaluate_all:
                 feedback = _feedback_queue(snapshot, config)
         stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
-                             prompt_tokens=len(prompt))
+                             prompt_tokens=len(prompt), time_loss=plain and learner is not None)
         return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt),
                             stats, gen, np.random.default_rng(seed + 1), frozenset(eos_ids),
                             learner, feedback, evaluate=feedback is not None,
@@ -426,8 +426,19 @@ class RequestState:
             self.track(w)
             arms = self.arm_losses(w)
             if self.learner is not None and self.learner.counterfactual and arms.awake.any():
+                self._record_time_regret(self.learner, arms)
                 self.learner.update(self.learner.sleeping_losses(arms.loss, arms.awake))
         self.record(self.feedback.pop_completed())
+
+    def _record_time_regret(self, learner: Learner, arms: WindowLoss) -> None:
+        """The window's net seconds under the weights the learner updates with (an asleep arm
+        charged the learner's expectation over the awake ones, as its loss is): the regret in
+        seconds that the learner minimises (core/stats.RequestStats.record_time_window)."""
+        if arms.net is None or arms.rate is None:
+            return
+        net = learner.sleeping_losses(arms.net, arms.awake)
+        est = learner.sleeping_losses(arms.est_len, arms.awake)
+        self.stats.record_time_window(self.arm_ids, learner.distribution(), net, est, arms.rate)
 
     def arm_losses(self, w: WindowLoss) -> WindowLoss:
         """A window's losses over the learner's arms: as the queue judged them, or under the
@@ -441,7 +452,8 @@ class RequestState:
         if costs is None:  # unmeasured: the length loss, every arm at one cost
             return WindowLoss((top - est) / (top - 1), awake, est)
         rate = self.time_per_token.add(costs, est, awake)
-        return WindowLoss(time_losses(est, costs, top, rate)[0], awake, est)
+        loss, net = time_losses(est, costs, top, rate)
+        return WindowLoss(loss, awake, est, net, rate)
 
     def track(self, w: WindowLoss) -> None:
         """Keep a running ÂL per drafter over the windows it was awake for (a drafter drafts
@@ -484,23 +496,13 @@ class RequestState:
 
     def record(self, windows: list[Window]) -> None:
         """Statistics of one window per real round (position windows only feed the learner);
-        under the time loss a plain round is the plain arm's, and every window also adds each
-        arm's net seconds (regret in seconds)."""
+        under the time loss a plain round is the plain arm's."""
         for w in windows:
             if w.realised is None:
                 continue
             chosen = self.snapshot.ids[w.chosen] if w.chosen is not None else PLAIN_ARM
             est = {d: float(v) for d, v in zip(self.snapshot.ids, w.est_len, strict=False)}
-            self.stats.record_window(est, chosen, w.realised, self._seconds(w))
-
-    def _seconds(self, w: Window) -> dict[str, float] | None:
-        """Each arm's net seconds for the window (core/selection/arm_costs.time_losses)."""
-        costs = self.arm_costs() if self.plain_arm else None
-        if costs is None or w.realised is None:
-            return None
-        top = self.round_max
-        net = time_losses(np.append(w.est_len, 1.0), costs, top, self.time_per_token.rate)[1]
-        return {a: float(t) for a, t in zip(self.arm_ids, net, strict=True)}
+            self.stats.record_window(est, chosen, w.realised)
 
     def take_logprobs(self) -> list[TokenLogprob] | None:
         if self.params.logprobs is None:

@@ -108,6 +108,10 @@ class WindowLoss:
     loss: FloatArray  # [N]
     awake: BoolArray  # [N]
     est_len: FloatArray  # [N] ÂL (what the "time" loss divides a round's cost by)
+    # Under the time loss: each arm's net seconds (core/selection/arm_costs.time_losses) and the
+    # rate λ they were valued at, what the regret in seconds sums (core/stats.py).
+    net: FloatArray | None = None
+    rate: float | None = None
 
 
 @dataclass(frozen=True)

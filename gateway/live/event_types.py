@@ -12,7 +12,7 @@ Wire forms (`seq` and `ts` appear once the bus has stamped an event):
                     max_tokens, temperature, top_p, top_k, warm_start_requests, seq, ts
   round             type, request_id, round, policy, drafter, drafted, accepted, committed,
                     completion_tokens, mean_acceptance_length, tokens_per_s, weights,
-                    batch_rows, plain, regret_tokens, feedback_windows, seq, ts
+                    batch_rows, plain, regret, regret_unit, feedback_windows, seq, ts
   request_finished  type, request_id, finish_reason, error, elapsed_s, stats (`FinalStats`, or
                     null when the request was aborted), prompt (only with log_prompts), seq, ts
   dropped           type, count, ts (a subscriber lost `count` events before the next one)
@@ -88,8 +88,11 @@ class RoundCompleted:
     batch_rows: int  # requests verified in the same target pass
     plain: bool  # nothing drafted (core.stats.RoundStats.plain)
     # The latest point of the regret curve only: subscribers build the curve, and the full one
-    # rides on request_finished, so a long request does not cost O(rounds²) to stream.
-    regret_tokens: float | None
+    # rides on request_finished, so a long request does not cost O(rounds²) to stream. The
+    # regret is the one the request's learner minimises, in its unit (core/stats.py): "s"
+    # under the time loss, "tokens" under the acceptance losses.
+    regret: float | None
+    regret_unit: str
     feedback_windows: int
     seq: int | None = None
     ts: float | None = None
@@ -110,7 +113,8 @@ class RoundCompleted:
             "weights": dict(self.weights),
             "batch_rows": self.batch_rows,
             "plain": self.plain,
-            "regret_tokens": self.regret_tokens,
+            "regret": self.regret,
+            "regret_unit": self.regret_unit,
             "feedback_windows": self.feedback_windows,
             **_stamp(self.seq, self.ts),
         }
@@ -138,7 +142,13 @@ class FinalStats:
     accepted_per_round: tuple[int, ...]
     drafter_choices: tuple[str | None, ...]
     regret_tokens: float | None
+    # The learner's regret in its unit (RoundCompleted's) and after each window; under the time
+    # loss also in seconds and as a time-per-token ratio to the best arm's.
+    regret: float | None
+    regret_unit: str
     regret_curve: tuple[float, ...]
+    regret_seconds: float | None
+    regret_time_ratio: float | None
     final_weights: Mapping[str, float]
     warm_start_requests: int
     time_draft_s: float
@@ -163,7 +173,11 @@ class FinalStats:
             "accepted_per_round": list(self.accepted_per_round),
             "drafter_choices": list(self.drafter_choices),
             "regret_tokens": self.regret_tokens,
+            "regret": self.regret,
+            "regret_unit": self.regret_unit,
             "regret_curve": list(self.regret_curve),
+            "regret_seconds": self.regret_seconds,
+            "regret_time_ratio": self.regret_time_ratio,
             "final_weights": dict(self.final_weights),
             "warm_start_requests": self.warm_start_requests,
             "time_draft_s": self.time_draft_s,

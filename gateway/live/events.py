@@ -199,8 +199,9 @@ def round_event(
         weights=dict(rs.weights),
         batch_rows=rs.batch_rows,
         plain=rs.plain,
-        regret_tokens=stats.regret_tokens,
-        feedback_windows=len(stats.regret_curve),
+        regret=stats.regret,
+        regret_unit=stats.regret_unit,
+        feedback_windows=len(stats.regret_points),
     )
 
 
@@ -240,7 +241,11 @@ def final_stats(s: StatsSnapshot) -> FinalStats:
         accepted_per_round=tuple(s.accepted_per_round),
         drafter_choices=tuple(s.drafter_per_round),
         regret_tokens=s.regret_tokens,
-        regret_curve=tuple(s.regret_curve),
+        regret=s.regret,
+        regret_unit=s.regret_unit,
+        regret_curve=tuple(s.regret_points),
+        regret_seconds=s.regret_seconds,
+        regret_time_ratio=s.regret_time_ratio,
         final_weights=dict(s.weights),
         warm_start_requests=s.warm_start_requests,
         time_draft_s=s.time_draft_s,

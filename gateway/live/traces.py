@@ -51,8 +51,10 @@ class RequestTrace:
     tokens_per_s: float | None = None
     weights: dict[str, float] = field(default_factory=dict)
     batch_rows: int | None = None  # requests that shared the last round's target pass
-    regret_tokens: float | None = None
-    regret_curve: list[list[float]] = field(default_factory=list)  # [feedback window, tokens]
+    # The learner's regret in its unit ("s" under the time loss, else "tokens") and its curve.
+    regret: float | None = None
+    regret_unit: str = "tokens"
+    regret_curve: list[list[float]] = field(default_factory=list)  # [feedback window, regret]
     finish_reason: str | None = None
     error: str | None = None
     elapsed_s: float | None = None
@@ -92,7 +94,8 @@ class RequestTrace:
         self.weights = dict(event.weights)
         self.batch_rows = event.batch_rows
         windows = event.feedback_windows
-        regret = event.regret_tokens
+        regret = event.regret
+        self.regret_unit = event.regret_unit
         if (
             regret is not None
             and windows
@@ -100,7 +103,7 @@ class RequestTrace:
         ):
             self.regret_curve.append([windows, float(regret)])
             del self.regret_curve[:-MAX_ROUNDS]
-        self.regret_tokens = regret
+        self.regret = regret
 
     def apply_finished(self, event: RequestFinished) -> None:
         self.finish_reason = event.finish_reason
@@ -122,7 +125,7 @@ class RequestTrace:
         self.prompt_tokens = stats.prompt_tokens
         self.warm_start_requests = stats.warm_start_requests
         self.mean_acceptance_length = stats.mean_acceptance_length
-        self.regret_tokens = stats.regret_tokens
+        self.regret, self.regret_unit = stats.regret, stats.regret_unit
         self.weights = dict(stats.final_weights or self.weights)
         steps = _final_steps(stats)
         if steps is not None:
@@ -178,7 +181,8 @@ class RequestTrace:
             "tokens_per_s": self.tokens_per_s,
             "weights": dict(self.weights),
             "batch_rows": self.batch_rows,
-            "regret_tokens": self.regret_tokens,
+            "regret": self.regret,
+            "regret_unit": self.regret_unit,
             "regret_curve": [list(p) for p in self.regret_curve],
             "finish_reason": self.finish_reason,
             "error": self.error,

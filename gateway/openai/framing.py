@@ -37,9 +37,12 @@ def finite(logprob: float) -> float:
 def spec_metrics(stats: list[StatsSnapshot | None]) -> dict[str, Any] | None:
     """`metrics.speculative_decoding`: one choice's stats, or the aggregate of n choices.
 
-    With n > 1 the counts, `regret_tokens` and `regret_seconds` are summed (regret over the
-    choices that computed it; null, as for one choice, where no drafter was scored
-    counterfactually, or, for seconds, where the learner's loss is not time),
+    The regret is the one the request's learner minimised (core/stats.py): under the time
+    loss `regret_seconds` (its expected net seconds under its weights less the best arm's)
+    and `regret_time_ratio` (its time per token over the best arm's), `regret_tokens` null;
+    under the acceptance losses `regret_tokens`, the seconds null. With n > 1 the counts and
+    regrets are summed (over the choices that computed them; null, as for one choice, where
+    no drafter was scored counterfactually), `regret_time_ratio` is the choices' mean,
     `mean_acceptance_length` is recomputed over all rounds, `acceptance_by_position` is
     summed per depth, `drafter_choices` lists the rounds of every choice in choice order,
     `final_weights` is the mean distribution and
@@ -69,6 +72,7 @@ def _one(s: StatsSnapshot) -> dict[str, Any]:
         "drafter_choices": list(s.drafter_per_round),
         "regret_tokens": s.regret_tokens,
         "regret_seconds": s.regret_seconds,
+        "regret_time_ratio": s.regret_time_ratio,
         "final_weights": dict(s.weights),
         "warm_start_requests": s.warm_start_requests,
     }
@@ -95,6 +99,7 @@ def _aggregate(stats: list[StatsSnapshot]) -> dict[str, Any]:
         "drafter_choices": [d for s in stats for d in s.drafter_per_round],
         "regret_tokens": _sum_known([s.regret_tokens for s in stats]),
         "regret_seconds": _sum_known([s.regret_seconds for s in stats]),
+        "regret_time_ratio": _mean_known([s.regret_time_ratio for s in stats]),
         "final_weights": weights,
         "warm_start_requests": max(s.warm_start_requests for s in stats),
     }
@@ -104,6 +109,11 @@ def _sum_known(values: list[float | None]) -> float | None:
     """The sum of the values that were computed; None when none was."""
     known = [v for v in values if v is not None]
     return sum(known) if known else None
+
+
+def _mean_known(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 def _sum_positions(lists: list[tuple[int, ...]]) -> list[int]:

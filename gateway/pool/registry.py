@@ -233,6 +233,8 @@ def request_log_record(event: RequestFinished, *, model: str | None) -> dict[str
             rounds=stats.rounds,
             mat=stats.mean_acceptance_length,
             regret_tokens=stats.regret_tokens,
+            regret_seconds=stats.regret_seconds,  # extra, as the next two
+            regret_time_ratio=stats.regret_time_ratio,
             drafter_choices=list(stats.drafter_choices),
             num_plain_steps=stats.num_plain_steps,
             plain_step_indices=list(stats.plain_step_indices) or None,  # between the rounds

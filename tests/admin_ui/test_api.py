@@ -78,7 +78,7 @@ def round_event(
         request_id=rid, round=index, policy="normalhedge", drafter=drafter, drafted=6,
         accepted=accepted, committed=accepted + 1, completion_tokens=2 * (index + 1),
         mean_acceptance_length=1.5, tokens_per_s=10.0, weights={"a": 0.75, "b": 0.25},
-        batch_rows=1, plain=plain, regret_tokens=0.1 * index, feedback_windows=index,
+        batch_rows=1, plain=plain, regret=0.1 * index, regret_unit="tokens", feedback_windows=index,
         ts=1_000.0,
     )  # fmt: skip
 
@@ -99,7 +99,8 @@ def final_stats(**fields: Any) -> FinalStats:
         "target_forwards": 0, "mean_acceptance_length": 0.0, "num_plain_steps": 0,
         "plain_step_indices": (), "num_draft_tokens": 0, "num_accepted_draft_tokens": 0,
         "acceptance_by_position": (), "accepted_per_round": (), "drafter_choices": (),
-        "regret_tokens": None, "regret_curve": (), "final_weights": {},
+        "regret_tokens": None, "regret": None, "regret_unit": "tokens", "regret_curve": (),
+        "regret_seconds": None, "regret_time_ratio": None, "final_weights": {},
         "warm_start_requests": 0, "time_draft_s": 0.0, "time_verify_s": 0.0,
         "time_evaluate_s": 0.0, "time_bookkeeping_s": 0.0,
     }  # fmt: skip
@@ -164,12 +165,28 @@ def test_a_trace_says_whether_its_learner_continued_a_session() -> None:
     assert agg.history[0].public()["warm_start_requests"] is None
 
 
+def test_under_the_time_loss_a_trace_carries_the_regret_in_seconds() -> None:
+    agg = aggregator()
+    timed = dataclasses.replace(round_event("r1", 0, "a", 1), regret=-0.002, regret_unit="s",
+                                feedback_windows=1)
+    agg.apply(timed)
+    trace = agg.active["r1"].public()
+    assert (trace["regret"], trace["regret_unit"]) == (-0.002, "s")
+    assert trace["regret_curve"] == [[1, -0.002]]
+    stats = final_stats(regret=0.004, regret_unit="s", regret_curve=(-0.002, 0.004),
+                        regret_seconds=0.004, regret_time_ratio=1.01)
+    agg.apply(finished("r1", stats=stats))
+    done = agg.history[0].public()
+    assert (done["regret"], done["regret_unit"]) == (0.004, "s")
+    assert done["regret_curve"] == [[1, -0.002], [2, 0.004]]
+
+
 def test_finished_stats_are_authoritative_and_history_is_newest_first() -> None:
     agg = aggregator()
     agg.apply(round_event("r1", 0, "a", 1))
     stats = final_stats(
         policy="normalhedge", completion_tokens=9, prompt_tokens=5, rounds=3,
-        mean_acceptance_length=2.0, regret_tokens=0.5, final_weights={"a": 1.0},
+        mean_acceptance_length=2.0, regret_tokens=0.5, regret=0.5, final_weights={"a": 1.0},
         drafter_choices=("a", "b", "a"), accepted_per_round=(1, 2, 3), regret_curve=(0.0, 0.5),
     )  # fmt: skip
     agg.apply(finished("r1", stats=stats))
@@ -180,6 +197,7 @@ def test_finished_stats_are_authoritative_and_history_is_newest_first() -> None:
     assert r1["status"] == "finished" and r1["drafter_per_round"] == ["a", "b", "a"]
     assert r1["committed_per_round"] == [2, 3, 4] and r1["regret_curve"] == [[1, 0.0], [2, 0.5]]
     assert r1["weights"] == {"a": 1.0} and r1["mean_acceptance_length"] == 2.0
+    assert (r1["regret"], r1["regret_unit"]) == (0.5, "tokens")
     assert r2["status"] == "failed" and "deadline" in r2["error"]
     assert r3["status"] == "aborted"
     totals = agg.overview()["totals"]

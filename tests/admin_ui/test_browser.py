@@ -266,6 +266,12 @@ def test_detail_view_shows_weights_regret_and_accepted_lengths(
     # the rows its last round's target pass verified: 1 or 2 (the two requests ran together)
     expect(page.locator("#d-meta")).to_contain_text(
         re.compile(r"Batch \(last round\)[12] requests"))
+    # the regret the learner minimised, in its unit (the suite's servers run the acceptance
+    # loss: tokens; the time loss's seconds are tested in tests/admin_ui/test_api.py)
+    assert spec["regret_seconds"] is None and spec["regret_tokens"] is not None
+    shown = f"{spec['regret_tokens']:.2f}"
+    shown = shown.lstrip("-") if float(shown) == 0 else shown  # the page writes no "-0.00"
+    expect(page.locator("#d-meta")).to_contain_text(f"Regret (tokens){shown}")
     for canvas in ("#d-strip", "#d-regret", "#d-accepted"):
         wait_drawn(page, canvas)
     time.sleep(0.3)  # let the weight bars finish their width transition
@@ -376,7 +382,8 @@ def test_rendering_is_throttled_under_an_event_flood(page: Any, server: ServerPr
                         drafter: i % 3 ? 'alpha' : 'beta', accepted: i % 4, committed: i % 4 + 1,
                         completion_tokens: round * 2, mean_acceptance_length: 2.0,
                         tokens_per_s: 50, weights: {alpha: 0.6, beta: 0.4},
-                        regret_tokens: 0.1 * round, feedback_windows: round, ts: Date.now() / 1000});
+                        regret: 0.1 * round, regret_unit: 'tokens', feedback_windows: round,
+                        ts: Date.now() / 1000});
                 }
                 const before = admin.renders;
                 admin.ingest(events);
@@ -387,7 +394,7 @@ def test_rendering_is_throttled_under_an_event_flood(page: Any, server: ServerPr
             return {renders: admin.renders - r0, elapsed: ingested - t0 + 300, syncRenders,
                     rows: document.querySelectorAll('#live-table tbody tr').length,
                     records: admin.model.records.size};
-        }"""  # noqa: E501
+        }"""
     )
     assert result["syncRenders"] == 0, result  # ingest only schedules; a timer renders
     budget = result["elapsed"] / 200 + 3  # one render per 200 ms, plus the edges and the wait

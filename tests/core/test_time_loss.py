@@ -29,6 +29,7 @@ from core.selection.arm_costs import (
 )
 from core.selection.feedback import WindowLoss
 from core.selection.learners import NormalHedge
+from core.stats import RequestStats
 from tests.modelled_clock import ModelledClock, slowed_rows
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
@@ -272,6 +273,32 @@ def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
     assert not np.allclose(loss, time_losses(est_all, arm_costs, state.round_max)[0])
 
 
+def test_the_regret_in_seconds_is_the_learners_under_its_weights() -> None:
+    """The regret reported under the time loss is the one the learner minimises: its expected
+    net seconds under the weights it updated with less the best arm's. A learner that kept all
+    its weight on the best arm reports 0 (and a time per token 1.0x the best's) whatever rounds
+    were played; uniform weights report what they lost."""
+    arms = ("a", "b", PLAIN_ARM)
+    windows = [(np.array([-0.02, 0.01, 0.004]), np.array([3.0, 1.5, 1.0])),
+               (np.array([-0.01, 0.02, 0.006]), np.array([2.5, 1.2, 1.0]))]
+    sure, uniform = RequestStats("normalhedge", time_loss=True), RequestStats("normalhedge",
+                                                                             time_loss=True)
+    for net, est in windows:
+        sure.record_time_window(arms, np.array([1.0, 0.0, 0.0]), net, est, 0.01)
+        uniform.record_time_window(arms, np.full(3, 1 / 3), net, est, 0.01)
+        sure.record_window({"a": float(est[0]), "b": float(est[1])}, PLAIN_ARM, 1)
+    done = sure.snapshot()
+    assert done.regret_seconds == pytest.approx(0.0)
+    assert done.regret_time_ratio == pytest.approx(1.0)
+    assert done.regret_tokens is None and done.regret_unit == "s" and done.regret == 0.0
+    mean = sum(float(net.mean()) for net, _ in windows)
+    assert uniform.snapshot().regret_seconds == pytest.approx(mean + 0.03)
+    tokens = RequestStats("normalhedge")  # an acceptance loss: the token regret as before
+    tokens.record_window({"a": 3.0, "b": 1.5}, "b", 2)
+    assert tokens.snapshot().regret == pytest.approx(1.5)
+    assert tokens.snapshot().regret_unit == "tokens"
+
+
 # -- in the engine -------------------------------------------------------------------------------
 
 def time_engine(loss: str = "time") -> SpecEngine:
@@ -316,6 +343,7 @@ def test_where_verified_rows_are_dear_the_learner_decodes_plain_with_the_same_to
     assert ids(outs) == ids(run(reference))  # greedy: the arm changes no token
     last = outs["r0"][-1].stats
     assert last.regret_seconds is not None and PLAIN_ARM in last.arm_seconds
+    assert last.regret_tokens is None and last.regret == last.regret_seconds  # time's own
     assert min(last.arm_seconds, key=last.arm_seconds.__getitem__) == PLAIN_ARM
     # the statistics: plain rounds outside `rounds` and MAT, every pass counted
     assert last.plain_rounds > 0 and last.rounds >= 1

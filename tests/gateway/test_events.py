@@ -15,8 +15,8 @@ def step(i: int) -> RoundCompleted:
     return RoundCompleted(
         request_id="r", round=i, policy="normalhedge", drafter="a", drafted=6, accepted=1,
         committed=2, completion_tokens=2 * (i + 1), mean_acceptance_length=2.0,
-        tokens_per_s=10.0, weights={"a": 1.0}, batch_rows=1, plain=False, regret_tokens=None,
-        feedback_windows=0,
+        tokens_per_s=10.0, weights={"a": 1.0}, batch_rows=1, plain=False, regret=None,
+        regret_unit="tokens", feedback_windows=0,
     )  # fmt: skip
 
 

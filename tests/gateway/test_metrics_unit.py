@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from core.stats import RequestStats, RoundStats, StatsSnapshot
@@ -183,18 +184,26 @@ def test_a_request_decoded_fully_plain_is_in_the_acceptance_histogram_at_one() -
 
 
 def test_regret_in_seconds_is_summed_where_the_time_loss_costed_windows() -> None:
-    """Per arm, the time its rate gives the window's tokens; regret = chosen - best arm."""
+    """The learner's expected net seconds under its weights less the best arm's, summed per
+    policy; its time-per-token ratio in a histogram; no token regret under the time loss."""
     from core.decoding.request import PLAIN_ARM
 
-    stats = RequestStats("normalhedge")
-    stats.record_window({"a": 2.0}, "a", 2, {"a": 0.02, PLAIN_ARM: 0.012})
-    stats.record_window({"a": 1.0}, PLAIN_ARM, 1, {"a": 0.012, PLAIN_ARM: 0.006})
+    stats = RequestStats("normalhedge", time_loss=True)
+    arms = ("a", PLAIN_ARM)
+    stats.record_time_window(arms, np.array([0.5, 0.5]), np.array([-0.01, 0.004]),
+                             np.array([2.0, 1.0]), 0.006)
+    stats.record_time_window(arms, np.array([1.0, 0.0]), np.array([-0.002, 0.004]),
+                             np.array([1.5, 1.0]), 0.006)
+    stats.record_window({"a": 2.0}, "a", 2)
     snap = stats.snapshot()
-    assert snap.regret_seconds == pytest.approx(0.026 - 0.018)
-    assert snap.regret_seconds_curve == pytest.approx((0.02 - 0.012, 0.026 - 0.018))
-    assert snap.regret_tokens == pytest.approx(3.0 - 3.0)  # plain committed its one token
+    assert snap.regret_seconds == pytest.approx(-0.003 - 0.002 + 0.012)
+    assert snap.regret_seconds_curve == pytest.approx((-0.003 + 0.01, 0.007))
+    assert snap.regret_tokens is None  # the token figure is the acceptance losses' only
+    assert snap.regret_time_ratio == pytest.approx(1 + 0.007 / (0.006 * (1.5 + 1.5)))
     m = GatewayMetrics()
     m.observe_request_stats(snap)
     assert value(m, "hedgespec_request_regret_seconds_signed_sum",
-                 policy="normalhedge") == pytest.approx(0.008)
+                 policy="normalhedge") == pytest.approx(0.007)
+    assert value(m, "hedgespec_request_regret_time_ratio_count", policy="normalhedge") == 1
+    assert value(m, "hedgespec_request_regret_tokens_count", policy="normalhedge") == 0
     assert request_stats("normalhedge", rounds=2, tokens=4, regret=1.0).regret_seconds is None

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 SPEC_FIELDS = {
     "mean_acceptance_length", "num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens",
     "acceptance_by_position", "policy", "drafter_choices", "regret_tokens", "regret_seconds",
-    "final_weights",
+    "regret_time_ratio", "final_weights",
 }  # fmt: skip
 HELLO = [{"role": "user", "content": "Tell me about speculative decoding."}]
 

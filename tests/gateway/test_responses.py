@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from bench.harness.tiny_pool import train_tokenizer
@@ -70,8 +71,11 @@ def test_regret_in_seconds_is_null_without_the_time_loss_and_summed_over_choices
     plain = RequestStats(policy="normalhedge", drafter_ids=("a",))
     plain.record_window({"a": 2.0}, "a", 2)  # the length loss: no window costed
     assert spec_metrics([plain.snapshot()])["regret_seconds"] is None  # type: ignore[index]
-    timed = RequestStats(policy="normalhedge", drafter_ids=("a",))
-    timed.record_window({"a": 1.0}, "a", 1, {"a": 0.02, PLAIN_ARM: 0.0})
+    timed = RequestStats(policy="normalhedge", drafter_ids=("a",), time_loss=True)
+    timed.record_time_window(("a", PLAIN_ARM), np.array([1.0, 0.0]), np.array([0.02, 0.0]),
+                             np.array([1.0, 1.0]), 0.01)
     spec = spec_metrics([plain.snapshot(), timed.snapshot(), timed.snapshot()])
     assert spec is not None and spec["regret_seconds"] == pytest.approx(0.04)
     assert spec["per_choice"][1]["regret_seconds"] == pytest.approx(0.02)
+    assert spec["per_choice"][1]["regret_tokens"] is None
+    assert spec["regret_time_ratio"] == pytest.approx(1 + 0.02 / 0.01)

@@ -143,14 +143,15 @@ def test_events_keep_the_wire_the_admin_page_reads() -> None:
     }  # fmt: skip
     round_keys = ["type", "request_id", "round", "policy", "drafter", "drafted", "accepted",
                   "committed", "completion_tokens", "mean_acceptance_length", "tokens_per_s",
-                  "weights", "batch_rows", "plain", "regret_tokens", "feedback_windows", "seq",
-                  "ts"]  # fmt: skip
+                  "weights", "batch_rows", "plain", "regret", "regret_unit", "feedback_windows",
+                  "seq", "ts"]  # fmt: skip
     assert list(spec) == list(plain) == round_keys
     assert _unstamped(plain) == {
         "type": "round", "request_id": "r1", "round": 1, "policy": "normalhedge",
         "drafter": None, "drafted": 0, "accepted": 0, "committed": 1, "completion_tokens": 4,
         "mean_acceptance_length": 3.0, "tokens_per_s": 8.0, "weights": {"a": 0.75, "b": 0.25},
-        "batch_rows": 2, "plain": True, "regret_tokens": 0.0, "feedback_windows": 1, "seq": 3,
+        "batch_rows": 2, "plain": True, "regret": 0.0, "regret_unit": "tokens",
+        "feedback_windows": 1, "seq": 3,
     }  # fmt: skip
     assert list(done) == ["type", "request_id", "finish_reason", "error", "elapsed_s", "stats",
                           "prompt", "seq", "ts"]
@@ -160,7 +161,8 @@ def test_events_keep_the_wire_the_admin_page_reads() -> None:
         "num_plain_steps": 1, "plain_step_indices": [1], "num_draft_tokens": 6,
         "num_accepted_draft_tokens": 2, "acceptance_by_position": [1, 1],
         "accepted_per_round": [2], "drafter_choices": ["a"], "regret_tokens": 0.0,
-        "regret_curve": [0.0], "final_weights": {}, "warm_start_requests": 0,
+        "regret": 0.0, "regret_unit": "tokens", "regret_curve": [0.0], "regret_seconds": None,
+        "regret_time_ratio": None, "final_weights": {}, "warm_start_requests": 0,
         "time_draft_s": 0.01, "time_verify_s": 0.03, "time_evaluate_s": 0.004,
         "time_bookkeeping_s": 0.002,
     }  # fmt: skip

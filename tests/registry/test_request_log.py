@@ -11,7 +11,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from drafter_registry.db import make_session_factory
 from drafter_registry.models import RequestLog
-from drafter_registry.request_log import RequestLogWriter, purge_older_than, recent_requests, to_row
+from drafter_registry.request_log import (
+    RequestLogWriter,
+    logged_regret,
+    purge_older_than,
+    recent_requests,
+    to_row,
+)
 
 RECORD = {"request_id": "req-1", "model": "demo", "policy": "auto", "prompt_tokens": 12,
           "completion_tokens": 40, "rounds": 9, "mat": 4.4, "regret_tokens": 1.5,
@@ -32,6 +38,15 @@ def test_rows_map_known_fields_and_keep_the_rest_in_extra() -> None:
     assert (to_row({"created_at": 0}, store_prompts=False)["created_at"]
             == datetime(1970, 1, 1, tzinfo=timezone.utc))
     assert len(to_row({}, store_prompts=False)["request_id"]) == 32
+
+
+def test_the_logged_regret_is_the_learners_in_its_unit() -> None:
+    """Under the time loss the gateway logs the regret in seconds (in `extra`) and the token
+    column stays empty; under an acceptance loss the token column holds it."""
+    timed = RequestLog(**to_row({**RECORD, "regret_tokens": None, "regret_seconds": -0.25},
+                                store_prompts=False))
+    assert logged_regret(timed) == (-0.25, "s")
+    assert logged_regret(RequestLog(**to_row(RECORD, store_prompts=False))) == (1.5, "tokens")
 
 
 def test_batches_are_written_off_thread(session_factory: sessionmaker[Session]) -> None:

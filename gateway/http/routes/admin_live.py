@@ -209,7 +209,7 @@ async def recent_requests(
 def _logged_requests(engine: Any, limit: int) -> list[dict[str, Any]] | None:
     """Rows of `request_logs` in the page's request shape; None when the database fails."""
     from drafter_registry.db import make_session_factory
-    from drafter_registry.request_log import plain_step_indices
+    from drafter_registry.request_log import logged_regret, plain_step_indices
     from drafter_registry.request_log import recent_requests as read_recent
 
     try:
@@ -226,6 +226,7 @@ def _logged_requests(engine: Any, limit: int) -> list[dict[str, Any]] | None:
             order = list(range(len(choices)))
         plain = sum(k is None for k in order)
         steps = log.rounds + plain
+        regret, unit = logged_regret(log)
         out.append(
             {
                 "request_id": log.request_id,
@@ -236,7 +237,8 @@ def _logged_requests(engine: Any, limit: int) -> list[dict[str, Any]] | None:
                 "completion_tokens": log.completion_tokens,
                 "rounds": steps,  # speculative rounds and plain steps, as the live page's
                 "mean_acceptance_length": log.mat,
-                "regret_tokens": log.regret_tokens,
+                "regret": regret,
+                "regret_unit": unit,
                 "elapsed_s": log.latency_ms / 1000 if log.latency_ms is not None else None,
                 "drafter_per_round": [None if k is None else choices[k] for k in order],
                 "plain_per_round": [k is None for k in order],
