@@ -443,11 +443,14 @@ class RequestState:
     def arm_losses(self, w: WindowLoss) -> WindowLoss:
         """A window's losses over the learner's arms: as the queue judged them, or under the
         time loss with plain decoding appended (ÂL 1, always awake) and every arm's loss its
-        time per token over the slowest round's cost (core/selection/arm_costs.py)."""
+        net seconds at the costs of the step its round ran in, rescaled to [0, 1]
+        (core/selection/arm_costs.py)."""
         if not self.plain_arm:
             return w
         est, awake = np.append(w.est_len, 1.0), np.append(w.awake, True)
-        costs = self.arm_costs()
+        # the costs of the step the window's round ran in; a position window (the prompt's)
+        # has none: the latest step's
+        costs = w.costs if w.costs is not None else self.arm_costs()
         top = self.round_max
         if costs is None:  # unmeasured: the length loss, every arm at one cost
             return WindowLoss((top - est) / (top - 1), awake, est)

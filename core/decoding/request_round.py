@@ -233,7 +233,9 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
     # A round run plain (nothing chosen) scores the drafters at its root like any position; it
     # is a round of the plain arm under the time loss, else it has no acceptance to report.
     plain_round = chosen is None and state.plain_arm
-    state.feedback.open_window(n, chosen, steps if chosen is not None or plain_round else None)
+    costs = state.arm_costs() if state.plain_arm else None  # this step's (size, neighbours)
+    state.feedback.open_window(n, chosen, steps if chosen is not None or plain_round else None,
+                               costs)
     state.deferred.append(_target_side(v, n))
     asleep = state.drafters_asleep
     state.asleep_rounds += asleep

@@ -112,6 +112,8 @@ class WindowLoss:
     # rate λ they were valued at, what the regret in seconds sums (core/stats.py).
     net: FloatArray | None = None
     rate: float | None = None
+    # The arms' round costs at the step the window's round ran in (open_window's `costs`).
+    costs: FloatArray | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ class _Pending:
     realised: int | None
     learned: bool = False  # its loss was handed out by pop_losses
     asleep: tuple[int, ...] = ()  # drafters asleep for this window (asleep_from)
+    costs: FloatArray | None = None  # the arms' round costs at the window's step (time loss)
     verdict: _Verdict | None = None  # once every position is known (`_verdict`)
 
 
@@ -179,16 +182,19 @@ class FeedbackQueue:
     def open_windows(self) -> int:
         return len(self._pending)
 
-    def open_window(self, start: int, chosen: int | None, realised: int | None) -> None:
+    def open_window(self, start: int, chosen: int | None, realised: int | None,
+                    costs: FloatArray | None = None) -> None:
         """Register the window rooted at `start` (a verified round, or with realised=None a
-        position window that only feeds the learner)."""
+        position window that only feeds the learner); `costs`: what each arm's round cost at
+        the step the round ran in (the time loss; handed back with the window's loss, which is
+        known only rounds later, when the step's size and neighbours may have changed)."""
         if self._last_start is not None and start <= self._last_start:
             raise ValueError(f"window starts must increase: {start} after {self._last_start}")
         if self._base is not None and start < self._base:
             raise ValueError(f"γ for position {start} is no longer held (from {self._base})")
         if chosen is not None and not 0 <= chosen < self.num_drafters:
             raise ValueError(f"chosen drafter {chosen} out of range")
-        self._pending.append(_Pending(start, chosen, realised))
+        self._pending.append(_Pending(start, chosen, realised, costs=costs))
         self._last_start = start
         self._trim()
 
@@ -257,7 +263,8 @@ class FeedbackQueue:
             verdict = self._verdict(pending)
             if not self._loss_ready(verdict):
                 break  # FIFO: a later window never overtakes an earlier one
-            out.append(WindowLoss(self._loss(verdict), verdict.awake, verdict.est_len))
+            out.append(WindowLoss(self._loss(verdict), verdict.awake, verdict.est_len,
+                                  costs=pending.costs))
             pending.learned = True
         return out
 

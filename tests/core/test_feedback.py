@@ -24,6 +24,16 @@ def test_window_completes_only_when_all_K_positions_are_known() -> None:
     assert queue.pop_completed() == [] and queue.open_windows == 0
 
 
+def test_a_windows_loss_carries_the_costs_of_the_step_it_was_opened_in() -> None:
+    queue = FeedbackQueue(2, depth=2)
+    step_costs = np.array([0.03, 0.02, 0.01])
+    queue.open_window(0, chosen=0, realised=2, costs=step_costs)
+    queue.open_window(1, chosen=None, realised=None)  # a position window: no step
+    queue.add_gammas(0, np.array([[0.9, 0.8, 0.7], [0.5, 0.4, 0.3]]))
+    first, second = queue.pop_losses()
+    assert first.costs is step_costs and second.costs is None
+
+
 def test_a_zero_closes_a_window_early_once_every_drafter_hit_zero() -> None:
     queue = FeedbackQueue(2, depth=4)
     queue.open_window(0, chosen=0, realised=1)

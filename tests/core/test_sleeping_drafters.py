@@ -243,9 +243,9 @@ def counted_windows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     real = FeedbackQueue.open_window
 
     def counting(self: FeedbackQueue, start: int, chosen: int | None,
-                 realised: int | None) -> None:
+                 realised: int | None, costs: np.ndarray | None = None) -> None:
         opened.append(start)
-        real(self, start, chosen, realised)
+        real(self, start, chosen, realised, costs)
 
     monkeypatch.setattr(FeedbackQueue, "open_window", counting)
     return opened

@@ -273,6 +273,30 @@ def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
     assert not np.allclose(loss, time_losses(est_all, arm_costs, state.round_max)[0])
 
 
+def test_a_windows_loss_is_costed_at_the_step_its_round_ran_in() -> None:
+    """Issue 58, L: a window's loss is known rounds after its round ran; it is costed at that
+    round's step (size, neighbours), carried with the window, not at the request's latest."""
+    _, base = bigram_setup(TREE, randoms=2)
+    config = replace(base.config, selector=SelectorConfig(loss="time"))
+    costs = StepCosts()
+    for b in (1, 8):
+        costs.record(step(b, 13 * b, 0.05 * b, neural_rows=b, neural_s=0.01 * b))
+        costs.record(step(b, b, 0.02 + 0.001 * b))
+    state = RequestState.create("r", [3, 1, 4], SamplingParams(max_new_tokens=8),
+                                parse_policy("normalhedge", "normalhedge", base.snapshot.ids),
+                                base.snapshot, config, costs=costs)
+    at_one = state.arm_costs()
+    state.step_requests = 8  # the step the loss becomes known in
+    at_eight = state.arm_costs()
+    assert at_one is not None and at_eight is not None and not np.allclose(at_one, at_eight)
+    est = np.array([4.0, 1.0, 1.0])
+    loss = state.arm_losses(WindowLoss(np.zeros(3), np.ones(3, dtype=bool), est,
+                                       costs=at_one)).loss
+    est_all = np.append(est, 1.0)
+    rate = float(np.min(at_one / est_all))
+    assert loss == pytest.approx(time_losses(est_all, at_one, state.round_max, rate)[0])
+
+
 def test_the_regret_in_seconds_is_the_learners_under_its_weights() -> None:
     """The regret reported under the time loss is the one the learner minimises: its expected
     net seconds under the weights it updated with less the best arm's. A learner that kept all
