@@ -52,7 +52,7 @@ from drafter_registry.identifiers import (
 )
 from drafter_registry.models import Drafter
 from drafter_registry.schemas import DiscoverSpec, DrafterCreate
-from eagle3_format.config import check_architectures
+from eagle3_format.config import check_architectures, identity_problem
 from eagle3_format.errors import DrafterConfigError
 from eagle3_format.weights import CONFIG_FILE, WEIGHT_FILES
 
@@ -245,15 +245,7 @@ def _config_problem(config: bytes | str) -> str | None:
         architectures = check_architectures(data)
     except DrafterConfigError as exc:
         return str(exc)
-    eagle_named = any("eagle" in a.lower() for a in architectures)
-    if not eagle_named and "draft_vocab_size" not in data:
-        layers = data.get("num_hidden_layers")
-        what = f"a full model's config ({layers} layers)" if layers else "not an EAGLE-3 config"
-        return f"{CONFIG_FILE} is {what}: no draft_vocab_size and no EAGLE-3 architecture"
-    if data.get("num_hidden_layers", 1) != 1:
-        return (f"{CONFIG_FILE} has num_hidden_layers {data.get('num_hidden_layers')}; an EAGLE-3 "
-                "drafter has one decoder layer")
-    return None
+    return identity_problem(data, architectures)
 
 
 def _nothing_here(repo_id: str, revision: str, prefix: str | None,

@@ -46,6 +46,21 @@ def check_architectures(raw: dict[str, Any]) -> tuple[str, ...]:
     return tuple(names)
 
 
+def identity_problem(raw: dict[str, Any], architectures: tuple[str, ...]) -> str | None:
+    """None if a config.json whose `architectures` passed `check_architectures` identifies an
+    EAGLE-3 drafter, else why not: it must name an EAGLE architecture or carry a
+    draft_vocab_size (a full model's config has neither), and have one decoder layer."""
+    eagle_named = any("eagle" in a.lower() for a in architectures)
+    if not eagle_named and "draft_vocab_size" not in raw:
+        layers = raw.get("num_hidden_layers")
+        what = f"a full model's config ({layers} layers)" if layers else "not an EAGLE-3 config"
+        return f"config.json is {what}: no draft_vocab_size and no EAGLE-3 architecture"
+    if raw.get("num_hidden_layers", 1) != 1:
+        return (f"config.json has num_hidden_layers {raw.get('num_hidden_layers')}; an EAGLE-3 "
+                "drafter has one decoder layer")
+    return None
+
+
 def check_drafter_flags(raw: dict[str, Any]) -> None:
     """Variants of the EAGLE-3 layer that this engine does not run, refused rather than run
     as the plain layer (which would silently lose acceptance)."""

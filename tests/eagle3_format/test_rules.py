@@ -20,7 +20,7 @@ from core.model.eagle3 import weight_file
 from drafter_registry.errors import CheckpointError
 from drafter_registry.validation import check_checkpoint
 from eagle3_format.aux_layers import TOP_LEVEL_IDS
-from eagle3_format.config import Eagle3Config
+from eagle3_format.config import Eagle3Config, identity_problem
 from eagle3_format.errors import DrafterConfigError
 from eagle3_format.rope_config import RopeConfig
 from eagle3_format.target_fit import compatibility_problems
@@ -129,3 +129,19 @@ def test_a_target_config_without_sizes_is_named() -> None:
     needle = "the target's config.json lacks 'hidden_size'"
     with pytest.raises(DrafterConfigError, match=re.escape(needle)):
         compatibility_problems(Eagle3Config.from_dict(BASE), {"vocab_size": 64})
+
+
+@pytest.mark.parametrize(("raw", "architectures", "problem"), [
+    ({"draft_vocab_size": 32000}, (), None),
+    ({}, ("LlamaForCausalLMEagle3",), None),
+    ({"num_hidden_layers": 32}, ("LlamaForCausalLM",), "a full model's config (32 layers)"),
+    ({}, (), "not an EAGLE-3 config"),
+    ({"draft_vocab_size": 32000, "num_hidden_layers": 2}, (), "one decoder layer"),
+])
+def test_what_identifies_an_eagle3_drafters_config(raw: dict[str, Any],
+                                                   architectures: tuple[str, ...],
+                                                   problem: str | None) -> None:
+    """The identity rules discovery applies to a repository's config.json (one home:
+    eagle3_format/config.identity_problem)."""
+    found = identity_problem(raw, architectures)
+    assert found is None if problem is None else problem in (found or "")
