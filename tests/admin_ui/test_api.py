@@ -361,7 +361,8 @@ def test_page_and_static_files_are_served_with_a_strict_policy(app_client: TestC
         "text/javascript"
     )
     assert app_client.get("/admin/static/style.css").headers["content-type"].startswith("text/css")
-    for bad in ["../gateway/app.py", "%2e%2e/pyproject.toml", "nothing.js", "index.py"]:
+    for bad in ["../gateway/app.py", "%2e%2e/pyproject.toml", "nothing.js", "index.py",
+                "%00", "a%00.js", "%2e%2e", "x" * 5000 + ".js"]:  # a NUL, a name too long
         assert app_client.get(f"/admin/static/{bad}").status_code == 404, bad
 
 

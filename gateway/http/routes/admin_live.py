@@ -132,8 +132,12 @@ async def admin_page() -> Response:
 @router.get("/admin/static/{name:path}", include_in_schema=False)
 async def admin_static(name: str) -> Response:
     root = ADMIN_UI_DIR.resolve()
-    path = (root / name).resolve()
-    if not path.is_relative_to(root) or path.suffix not in STATIC_SUFFIXES or not path.is_file():
+    try:
+        path = (root / name).resolve()
+        found = path.is_relative_to(root) and path.suffix in STATIC_SUFFIXES and path.is_file()
+    except (ValueError, OSError):  # a NUL byte, a name too long: no such file either
+        found = False
+    if not found:
         raise APIError(f"No static file {name!r}.", status=404, code="not_found")
     media_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     if path.suffix == ".js":
