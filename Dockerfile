@@ -24,12 +24,13 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PATH=/opt/venv/bin:$PATH
 
 # Ubuntu's archive keeps only the current build of each package, so pinning apt versions would
-# break rebuilds; the base image tag is what pins the system layer. gcc, libc6-dev and
+# break rebuilds; the base image tag is what pins the system layer. g++ builds the canonical
+# attention kernel of `--deterministic` on a CPU (core/model/canonical.py). gcc, libc6-dev and
 # python3-dev serve HEDGESPEC_COMPILE=true: Triton (torch.compile's GPU backend) builds its small
 # CUDA launcher module with the system C compiler and Python's headers at first use.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv python3-dev gcc libc6-dev ca-certificates \
+ && apt-get install -y --no-install-recommends python3 python3-venv python3-dev gcc g++ libc6-dev ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv "$VIRTUAL_ENV"
 

@@ -250,6 +250,13 @@ class EngineConfig:
     # target passes at 8B on a GPU, at the price of about a minute of compilation per shape at
     # start (bench/results/gpu_check.md).
     compile: bool = False
+    # Canonical numerics (`--deterministic`, core/model/canonical.py): a token's logits
+    # bit-identical whatever tree, batch and padding verify it, so greedy output in bf16 does
+    # not depend on the policy, streaming, concurrency or earlier requests. "auto": on where
+    # the target can (a lean-forward family on a CPU with a C++ compiler), "on": refuse to
+    # start elsewhere, "off": the library's kernels. Not a cost: plain decoding at 8 streams
+    # ran 254 against 203 tokens/s (bench/results/deterministic.md).
+    deterministic: str = "auto"
     tree: TreeConfig = field(default_factory=TreeConfig)
     selector: SelectorConfig = field(default_factory=SelectorConfig)
     # Prompt + max_new_tokens a request may ask for (`--max-context`; capped by the target's
@@ -304,3 +311,5 @@ class EngineConfig:
             raise ValueError("max_running and max_step_tokens must be >= 1")
         if self.verify_logits not in ("auto", "visited", "all"):
             raise ValueError("verify_logits must be 'auto', 'visited' or 'all'")
+        if self.deterministic not in ("auto", "on", "off"):
+            raise ValueError("deterministic must be 'auto', 'on' or 'off'")

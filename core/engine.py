@@ -33,7 +33,7 @@ from core.decoding.request import Policy, RequestState, arm_prior, parse_policy
 from core.errors import ContextLengthError, PolicyError, RequestError
 from core.model.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
 from core.model.static_shapes import StaticShapes
-from core.model.target import Target
+from core.model.target import Target, TargetLoadError
 from core.pool_file import PoolFile, load_pool_file
 from core.selection.arm_costs import StepCosts
 from core.selection.learner_sessions import LearnerSessions
@@ -77,6 +77,7 @@ class SpecEngine:
                  model_name: str | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.target = target
+        self.deterministic = _use_numerics(target, config.deterministic)
         # What every in-place measurement reads (the time loss's round costs, the phase times
         # in the statistics). A test of a choice made from measured time
         # passes a modelled clock, so the choice follows the costs it models on any CPU.
@@ -391,3 +392,17 @@ def _aux_from_drafters(paths: list[Path]) -> tuple[int, int, int] | None:
 
 __all__ = ["LEARNER_NAMES", "ContextLengthError", "PolicyError", "RequestError", "RoundOutput",
            "SpecEngine"]
+
+
+def _use_numerics(target: Target, mode: str) -> bool:
+    """Whether `target` runs canonical numerics (EngineConfig.deterministic): "auto" where it
+    can, "on" or a TargetLoadError saying why not, "off" the library's kernels."""
+    if mode == "off":
+        return False
+    problem = target.use_canonical_numerics()
+    if problem is None:
+        return True
+    if mode == "on":
+        raise TargetLoadError(problem)
+    log.warning("deterministic numerics off: %s", problem)
+    return False

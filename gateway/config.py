@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     # (core/batching/head_rows.py);
     # "visited" or "all" pins one.
     verify_logits: Literal["auto", "visited", "all"] | None = None
+    # Canonical numerics (EngineConfig.deterministic): auto (on where the target can: greedy
+    # output independent of policy, streaming, concurrency and history, in bf16 too), on
+    # (refuse to start where it cannot), off (the library's kernels).
+    deterministic: Literal["auto", "on", "off"] | None = None
     # What a request that leaves temperature / top_p / top_k out samples with: "auto" takes the
     # model's defaults (its generation_config.json, then the pool file's "generation_config"),
     # as vLLM does; "openai" the OpenAI API's (temperature 1, no top_p or top_k cut).
@@ -252,7 +256,8 @@ class Settings(BaseSettings):
             **_given(device_map=self.device_map, compile=self.compile,
                      max_context=self.max_context, batching=self.batching,
                      max_running=self.max_running, max_step_tokens=self.max_step_tokens,
-                     verify_logits=self.verify_logits, hybrid=self.hybrid),
+                     verify_logits=self.verify_logits, hybrid=self.hybrid,
+                     deterministic=self.deterministic),
         )
 
 

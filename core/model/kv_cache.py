@@ -53,6 +53,7 @@ class _Batch:
     # one index_copy_ a tensor instead of building 2-D indices in each of the 30 layers.
     flat: Tensor | None = None
     flat_shape: tuple[int, ...] = ()
+    rows_int32: Tensor | None = None  # the rows as indices (SlotLayer.write), once a pass
 
 
 class SlotLayer(CacheLayerMixin):
@@ -73,6 +74,24 @@ class SlotLayer(CacheLayerMixin):
 
     def update(self, key_states: Tensor, value_states: Tensor, *args: Any,
                **kwargs: Any) -> tuple[Tensor, Tensor]:
+        self._write(key_states, value_states)
+        assert self.keys is not None and self.values is not None
+        bt = self.batch
+        return self.keys[bt.rows, :, : bt.kv_len], self.values[bt.rows, :, : bt.kv_len]
+
+    def write(self, key_states: Tensor, value_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Write the pass's new entries and return the whole storage with the pass's rows'
+        indices into it (int32 [B]): for a reader that takes rows in place (the canonical
+        attention kernel), where `update`'s slice gathers the rows whenever they skip a slot."""
+        self._write(key_states, value_states)
+        assert self.keys is not None and self.values is not None
+        bt = self.batch
+        if bt.rows_int32 is None:
+            bt.rows_int32 = _row_index(bt.rows, key_states.shape[0], self.keys.device).to(
+                torch.int32)
+        return self.keys, self.values, bt.rows_int32
+
+    def _write(self, key_states: Tensor, value_states: Tensor) -> None:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         self._fit()
@@ -84,16 +103,15 @@ class SlotLayer(CacheLayerMixin):
             cols = bt.starts[:, None] + torch.arange(t, device=self.keys.device)
             self.keys[bt.row_index[:, None], :, cols] = key_states.transpose(1, 2)
             self.values[bt.row_index[:, None], :, cols] = value_states.transpose(1, 2)
-            return self.keys[bt.rows, :, : bt.kv_len], self.values[bt.rows, :, : bt.kv_len]
+            return
         if isinstance(bt.rows, slice) and key_states.shape[0] == 1:
             s = int(bt.starts[0])
             self.keys[bt.rows, :, s : s + t] = key_states
             self.values[bt.rows, :, s : s + t] = value_states
-            return self.keys[bt.rows, :, : bt.kv_len], self.values[bt.rows, :, : bt.kv_len]
+            return
         flat, hd = self._flat_index(key_states.shape[0], t), self.keys.shape[-1]
         self.keys.view(-1, hd).index_copy_(0, flat, key_states.reshape(-1, hd))
         self.values.view(-1, hd).index_copy_(0, flat, value_states.reshape(-1, hd))
-        return self.keys[bt.rows, :, : bt.kv_len], self.values[bt.rows, :, : bt.kv_len]
 
     def _flat_index(self, count: int, t: int) -> Tensor:
         """Where the pass's [count, nkv, t] new entries go in the storage viewed [-1, hd]."""
@@ -190,7 +208,7 @@ class SlotCache(Cache):
         bt.rows = slice(slots[0], slots[0] + rows)
         bt.row_index = torch.arange(slots[0], slots[0] + rows, device=device)
         bt.starts = torch.tensor(starts + [0] * (rows - len(slots)), device=device)
-        bt.kv_len, bt.static = kv_len, True
+        bt.kv_len, bt.static, bt.rows_int32 = kv_len, True, None
         return starts
 
     def begin(self, slots: list[int], new_tokens: int) -> list[int]:
@@ -198,7 +216,7 @@ class SlotCache(Cache):
         each row's start (its committed length)."""
         starts = [self.lengths[s] for s in slots]
         bt = self._batch
-        bt.static, bt.flat = False, None
+        bt.static, bt.flat, bt.rows_int32 = False, None, None
         contiguous = slots == list(range(slots[0], slots[0] + len(slots)))
         bt.rows = slice(slots[0], slots[0] + len(slots)) if contiguous else torch.tensor(slots)
         bt.starts = torch.tensor(starts, dtype=torch.long)

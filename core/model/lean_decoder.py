@@ -26,7 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from core.model.canonical import CanonicalOrder, attend_canonical
 from core.model.kv_cache import SlotCache, SlotLayer
+
+# A pass's attention masks (additive), or its canonical key orders (deterministic numerics);
+# per window kind ("full_attention", "sliding_attention") where the layers differ
+Masks = Tensor | CanonicalOrder | dict[str, Tensor] | dict[str, CanonicalOrder]
 
 LEAN_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
 
@@ -39,13 +44,20 @@ class Projection:
     weight: Tensor
     bias: Tensor | None = None
     packed: Tensor | None = None
+    # Calls of fewer rows are padded to this many (core/model/canonical.row_floor): where the
+    # library picks another reduction order for few rows, every row then takes the same one.
+    floor: int = 1
 
     def __call__(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        rows = flat.shape[0]
+        if rows < self.floor:
+            flat = torch.cat([flat, flat.new_zeros(self.floor - rows, flat.shape[1])])
         if self.packed is None:
-            return F.linear(x, self.weight, self.bias)
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.packed,
-                                               self.bias, "none", [], "")
-        return y.view(*x.shape[:-1], y.shape[-1])
+            y = F.linear(flat, self.weight, self.bias)
+        else:
+            y = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
+        return y[:rows].view(*x.shape[:-1], y.shape[-1])
 
 
 def pack(proj: Projection) -> Projection:
@@ -110,6 +122,20 @@ class LeanDecoder:
             return None
         return cls(model, layers)
 
+    def projections(self) -> list[tuple[str, int, Projection]]:
+        """Every linear of the forward as (name, layer, projection); the LM head's layer -1."""
+        named = [(name, i, getattr(w, name)) for i, w in enumerate(self.layers)
+                 for name in ("qkv", "o", "gate_up", "down")]
+        return [*named, ("head", -1, self.head)]
+
+    def set_floors(self, floors: dict[tuple[int, int], int]) -> None:
+        """Each projection's row floor by its weight's shape (N, K)."""
+        floor = lambda p: dataclasses.replace(p, floor=floors[tuple(p.weight.shape)])  # noqa: E731
+        self.layers = [dataclasses.replace(w, qkv=floor(w.qkv), o=floor(w.o),
+                                           gate_up=floor(w.gate_up), down=floor(w.down))
+                       for w in self.layers]
+        self.head = floor(self.head)
+
     def unpack(self) -> None:
         """Drop the packed layouts (the dense weights stay): what torch.compile is given, its
         inductor lowering takes no oneDNN-packed tensor (an opaque layout)."""
@@ -119,7 +145,7 @@ class LeanDecoder:
                        for w in self.layers]
         self.head = plain(self.head)
 
-    def __call__(self, ids: Tensor, positions: Tensor, mask: Tensor | dict[str, Tensor],
+    def __call__(self, ids: Tensor, positions: Tensor, mask: Masks,
                  cache: SlotCache, aux_layers: tuple[int, ...],
                  real: Tensor | None = None,
                  spans: list[tuple[int, int]] | None = None) -> tuple[Tensor, list[Tensor]]:
@@ -132,7 +158,10 @@ class LeanDecoder:
         batch-invariant, so a token's result is the same packed or padded.
 
         `spans`: each row's (new tokens, keys it attends to), where each row should attend on
-        its own (`attend_rows`: long prefill chunks on a CPU)."""
+        its own (`attend_rows`: long prefill chunks on a CPU).
+
+        `mask` is the additive mask, or under deterministic numerics each query's canonical key
+        order (core/model/canonical.py), per window kind where the layers differ."""
         self.calls += 1
         b, t = ids.shape
         flat = ids.reshape(-1)
@@ -144,14 +173,15 @@ class LeanDecoder:
             for j, at in enumerate(aux_layers):
                 if at == i:
                     captured[j] = h
-            m = mask if isinstance(mask, Tensor) else mask[
+            m = mask if isinstance(mask, Tensor | CanonicalOrder) else mask[
                 "sliding_attention" if layer.sliding else "full_attention"]
             h = self._layer(layer, h, cos, sin, m, _slot_layer(cache, i), (b, t, real), spans)
         hidden = rms_norm(h, self.final_norm, self.eps)
         return (_padded(hidden, b, t, real),
                 [_padded(x, b, t, real) for x in captured])
 
-    def _layer(self, w: LeanLayer, h: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
+    def _layer(self, w: LeanLayer, h: Tensor, cos: Tensor, sin: Tensor,
+               mask: Tensor | CanonicalOrder,
                kv: SlotLayer, layout: tuple[int, int, Tensor | None],
                spans: list[tuple[int, int]] | None) -> Tensor:
         """One decoder layer over the tokens h [N, H] (`layout`: B, T and the real tokens'
@@ -167,9 +197,13 @@ class LeanDecoder:
         # queries and keys rotated in one go: the same elementwise arithmetic, half the calls
         qk = rotate(qk.transpose(1, 2), cos, sin)
         q, k = qk[:, : self.heads], qk[:, self.heads :]
-        keys, values = kv.update(k, v)
-        a = (attend(q, keys, values, mask, self.scale) if spans is None
-             else attend_rows(q, keys, values, mask, self.scale, spans))
+        if isinstance(mask, CanonicalOrder):
+            keys, values, rows = kv.write(k, v)
+            a = attend_canonical(q, keys, values, rows, mask, self.scale)
+        else:
+            keys, values = kv.update(k, v)
+            a = (attend(q, keys, values, mask, self.scale) if spans is None
+                 else attend_rows(q, keys, values, mask, self.scale, spans))
         a = a.transpose(1, 2).reshape(b * t, nq)
         h = h + w.o(a if real is None else a[real])
         gate, up = w.gate_up(rms_norm(h, w.post_norm, self.eps)).chunk(2, dim=-1)

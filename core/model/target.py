@@ -15,11 +15,13 @@ window, at most max_context / sliding_window times more (none below the window).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,8 +29,9 @@ import torch
 from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from core.model import canonical
 from core.model.kv_cache import SlotCache
-from core.model.lean_decoder import LeanDecoder
+from core.model.lean_decoder import LeanDecoder, Masks, Projection
 from core.model.sampling_defaults import read_generation_config
 from core.model.static_shapes import StaticShapes
 from eagle3_format.aux_layers import AuxLayers, default_aux_layers
@@ -160,6 +163,7 @@ class Target:
         on_one_device = len({p.device for p in model.parameters()}) == 1
         self.lean = LeanDecoder.of(model) if lean and on_one_device else None
         self.sliding_window, self._mixed_windows = attention_windows(cfg)
+        self.deterministic = False  # canonical attention order (use_canonical_numerics)
         # What a request that leaves them out samples with (core/model/sampling_defaults.py).
         self.sampling_defaults: dict[str, float] = {}
         # The compiled lean forward: dynamic shapes, and under static shapes the captured one
@@ -204,6 +208,32 @@ class Target:
         if compile_model:
             target.compile_model(static_shapes)
         return target
+
+    def use_canonical_numerics(self) -> str | None:
+        """Batched passes attend in each query's canonical key order (core/model/canonical.py)
+        and pad linear calls to their probed row floors: a token's logits are bit-identical
+        whatever tree, batch and padding verify it, in bf16 as in fp32. Returns None once on,
+        else why it cannot be here (then nothing changed): it needs the lean forward on a CPU
+        and a C++ compiler."""
+        if self.lean is None or self.device.type != "cpu":
+            return ("deterministic numerics need a lean-forward family (llama, qwen2, qwen3, "
+                    "mistral) on a CPU; the GPU path is not written yet")
+        problem = canonical.available()
+        if problem is not None:
+            return problem
+        floors: dict[tuple[int, int], int] = {}
+        for name, _, proj in self.lean.projections():
+            shape = (int(proj.weight.shape[0]), int(proj.weight.shape[1]))
+            if shape in floors:
+                continue
+            floor = canonical.row_floor(shape, self.dtype, partial(_with_floor, proj))
+            if floor is None:
+                return (f"the {name} projection {shape} is not row-invariant at any floor of "
+                        f"{canonical.FLOORS} rows on this machine")
+            floors[shape] = floor
+        self.lean.set_floors(floors)
+        self.deterministic = True
+        return None
 
     def compile_model(self, static: StaticShapes | None = None) -> None:
         """torch.compile the decoder's forward: the lean forward where the family has one (its
@@ -353,15 +383,20 @@ class Target:
             # padding repeats the last position
             ids[b, :t], pos[b, :t], pos[b, t:] = tok.cpu(), p.cpu(), int(p[-1])
             masks.append(torch.ones(t, t, dtype=torch.bool).tril() if m is None else m)
-        pad_tree = torch.ones(1, 1, dtype=torch.bool)  # a padding row: one token seeing itself
-        starts_all = starts + [0] * (rows - len(slots))
-        mask = self._rows_mask(starts_all, masks + [pad_tree] * (rows - len(slots)), pos, kv_len)
         real = None
         if bucket is None and sum(x.numel() for x in tokens) < rows * t_max:
             real = torch.cat([b * t_max + torch.arange(x.numel()) for b, x in enumerate(tokens)])
         spans = None
-        if bucket is None and self.device.type == "cpu" and t_max >= ROW_ATTENTION_TOKENS:
-            spans = [(x.numel(), s + x.numel()) for x, s in zip(tokens, starts, strict=True)]
+        if self.deterministic:
+            mask: Masks = self._canonical_order(starts, [x.numel() for x in tokens], tree_masks,
+                                                pos)
+        else:
+            pad_tree = torch.ones(1, 1, dtype=torch.bool)  # a padding row: one token seeing itself
+            starts_all = starts + [0] * (rows - len(slots))
+            mask = self._rows_mask(starts_all, masks + [pad_tree] * (rows - len(slots)), pos,
+                                   kv_len)
+            if bucket is None and self.device.type == "cpu" and t_max >= ROW_ATTENTION_TOKENS:
+                spans = [(x.numel(), s + x.numel()) for x, s in zip(tokens, starts, strict=True)]
         hidden, aux = self._decode_rows(ids, pos, mask, cache, real, spans)
         feats = torch.cat([x.to(self.device) for x in aux], dim=-1)
         keep = max(1, tail)
@@ -383,6 +418,16 @@ class Target:
             return None
         longest = max(cache.lengths[s] for s in slots)
         return self.static.bucket(slots[0], len(slots), tokens, longest)
+
+    def _canonical_order(self, starts: list[int], counts: list[int],
+                         trees: list[Tensor | None], positions: Tensor) -> Masks:
+        full = canonical.canonical_order(starts, counts, trees, positions)
+        if self.sliding_window is None:
+            return full
+        windowed = canonical.canonical_order(starts, counts, trees, positions,
+                                             self.sliding_window)
+        return ({"full_attention": full, "sliding_attention": windowed} if self._mixed_windows
+                else windowed)
 
     def _rows_mask(self, starts: list[int], trees: list[Tensor], positions: Tensor,
                    kv_len: int) -> Tensor | dict[str, Tensor]:
@@ -408,6 +453,10 @@ class Target:
                                  sliding_window=self.sliding_window)
         return ({"full_attention": full, "sliding_attention": windowed} if self._mixed_windows
                 else windowed)
+
+
+def _with_floor(proj: Projection, floor: int) -> Projection:
+    return dataclasses.replace(proj, floor=floor)
 
 
 def _store_input(captured: dict[int, Tensor], idx: int) -> Any:

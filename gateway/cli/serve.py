@@ -32,6 +32,7 @@ SERVE_FLAGS: dict[str, str] = {
     "loss": "loss",
     "hybrid": "hybrid",
     "verify_logits": "verify_logits",
+    "deterministic": "deterministic",
     "generation_config": "generation_config",
     "override_generation_config": "override_generation_config",
     "device": "device",
@@ -100,6 +101,11 @@ def register(sub: Any) -> None:
                    help="LM-head rows of a verified tree: auto (visited on a CPU, all on an "
                         "accelerator, as measured in bench/results/verify_logits.md), visited "
                         f"or all; default {EngineConfig.verify_logits}")
+    p.add_argument("--deterministic", choices=("auto", "on", "off"),
+                   help="canonical numerics: a token's logits bit-identical whatever tree, "
+                        "batch and padding verify it (greedy output independent of policy, "
+                        "streaming and load, in bf16 too): auto (default: on where it can, a "
+                        "lean-forward family on a CPU with a C++ compiler), on, off")
     p.add_argument("--generation-config", choices=("auto", "openai"),
                    help="sampling of a request that leaves temperature/top_p/top_k out: auto "
                         "(default): the model's (generation_config.json, the pool file's "

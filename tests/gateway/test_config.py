@@ -170,6 +170,7 @@ def test_hybrid_trees_are_off_unless_a_member_is_named(monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize(("field", "flag_value", "env_value"), [
     ("verify_logits", "all", "visited"),
+    ("deterministic", "off", "on"),
 ])
 def test_measured_settings_default_to_auto_and_the_flag_or_env_pins_them(
     monkeypatch: pytest.MonkeyPatch, field: str, flag_value: str, env_value: str,

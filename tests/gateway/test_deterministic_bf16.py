@@ -1,0 +1,93 @@
+"""Issue 60 as a user tries it: against a default server on the shipped demo pool in bf16, with
+the official SDK at temperature 0, the text does not depend on the policy (every pool kind
+fixed, the learners, plain decoding), on streaming, on earlier requests (the suffix member's
+cross-request cache changes the trees after every request) or on concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from openai import AsyncOpenAI, OpenAI
+
+from bench.harness.server import ServerProcess
+from core.model import canonical
+from core.model.precision import cpu_has_native_bf16
+from gateway.config import DEFAULT_POOL
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(not cpu_has_native_bf16(),
+                       reason="bf16 is emulated on this CPU (no AVX512-BF16 or AMX): a default "
+                              "server serves float32 here"),
+    pytest.mark.skipif(canonical.available() is not None, reason=f"{canonical.available()}"),
+]
+
+PROMPTS = ["Write a Python function that checks whether a number is prime.",
+           "What are the early symptoms of iron deficiency?",
+           "Summarize: The committee met on Tuesday. It approved the budget and delayed the "
+           "vote on the new park until March."]
+POLICIES = ["none", "auto", "normalhedge", "ucbspec", "fixed:generalist", "fixed:python",
+            "fixed:lookup", "fixed:suffix"]
+MAX_TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess.start(DEFAULT_POOL, Path(tmp_path_factory.mktemp("bf16")),
+                              "--dtype", "bfloat16")
+    yield srv
+    srv.stop()
+
+
+def ask(client: OpenAI, prompt: str, policy: str = "auto", stream: bool = False) -> str:
+    body = dict(model=client.models.list().data[0].id, temperature=0, max_tokens=MAX_TOKENS,
+                messages=[{"role": "user", "content": prompt}],
+                extra_body={"hedgespec": {"policy": policy}, "ignore_eos": True})
+    if not stream:
+        return client.chat.completions.create(**body).choices[0].message.content or ""
+    chunks = client.chat.completions.create(stream=True, **body)
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+@pytest.fixture(scope="module")
+def plain(server: ServerProcess) -> list[str]:
+    client = OpenAI(base_url=f"{server.base_url}/v1", api_key="none")
+    return [ask(client, p, "none") for p in PROMPTS]
+
+
+def test_every_policy_gives_plain_decodings_text(server: ServerProcess, plain: list[str]) -> None:
+    client = OpenAI(base_url=f"{server.base_url}/v1", api_key="none")
+    for policy in POLICIES:
+        assert [ask(client, p, policy) for p in PROMPTS] == plain, policy
+
+
+def test_streamed_equals_non_streamed_after_other_requests(server: ServerProcess,
+                                                           plain: list[str]) -> None:
+    client = OpenAI(base_url=f"{server.base_url}/v1", api_key="none")
+    for p, want in zip(PROMPTS, plain, strict=True):
+        assert ask(client, p, stream=True) == want
+        assert ask(client, p) == want
+
+
+def test_alone_equals_among_eight_concurrent_streams(server: ServerProcess,
+                                                     plain: list[str]) -> None:
+    others = ["Name three rivers in Europe.", "def fibonacci(n):", "Explain TCP in one line.",
+              "What is 17 times 23?", "Write a haiku about rain."]
+
+    async def run() -> list[str]:
+        client = AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="none")
+        model = (await client.models.list()).data[0].id
+
+        async def one(prompt: str) -> str:
+            chunks = await client.chat.completions.create(
+                model=model, temperature=0, max_tokens=MAX_TOKENS, stream=True,
+                messages=[{"role": "user", "content": prompt}], extra_body={"ignore_eos": True})
+            return "".join([c.choices[0].delta.content or "" async for c in chunks
+                            if c.choices])
+
+        return list(await asyncio.gather(*(one(p) for p in PROMPTS + others)))
+
+    assert asyncio.run(run())[: len(PROMPTS)] == plain
