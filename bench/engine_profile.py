@@ -11,10 +11,11 @@ of 12 nodes) and stream count, the requests are prefilled, 4 steps warm up, and 
 steps run under the torch profiler. Each step is split by the engine's own phase timers
 (RoundStats: drafting, the target pass, the LM head and acceptance walk, evaluation, the rest
 of the step), and the target pass by the profiler's ops: linear layers (oneDNN or aten
-matmuls), attention (SDPA, the batched matmuls and softmax), KV-cache writes
-(SlotLayer.update), other ops (norms, rotary, residuals, activation, masks) and Python and
-dispatch (the pass's wall time not inside any op). The HTTP and streaming path is the
-gateway's share, measured apart (bench/peer.py against these in-process figures).
+matmuls), attention (the canonical kernel; with `deterministic` off SDPA, the batched matmuls
+and softmax), KV-cache writes (SlotLayer.update / write), other ops (norms, rotary,
+residuals, activation, masks) and Python and dispatch (the pass's wall time not inside any
+op). The HTTP and streaming path is the gateway's share, measured apart (bench/peer.py
+against these in-process figures).
 The memory-bandwidth floor: this machine's read bandwidth over a buffer the size of the
 target's weights, and the time to read those weights once.
 
@@ -47,7 +48,8 @@ from core.model.target import Target
 RESULTS = Path(__file__).resolve().parent / "results"
 FORWARD, KV_WRITE, HEAD = "profile:target_forward", "profile:kv_write", "profile:lm_head"
 LINEAR_OPS = {"mkldnn::_linear_pointwise", "aten::linear", "aten::addmm", "aten::mm"}
-ATTENTION_OPS = {"aten::bmm", "aten::_softmax", "aten::scaled_dot_product_attention",
+ATTENTION_OPS = {"hedgespec::canonical_attend",  # canonical numerics (core/model/canonical.py)
+                 "aten::bmm", "aten::_softmax", "aten::scaled_dot_product_attention",
                  "aten::_scaled_dot_product_flash_attention_for_cpu",
                  "aten::_scaled_dot_product_attention_math"}
 WARMUP_STEPS = 4
@@ -153,6 +155,7 @@ def profile_case(eng: SpecEngine, prompts: list[list[int]], mode: str, streams: 
     phases = {"draft": 0.0, "target_pass": 0.0, "head_and_walk": 0.0, "evaluate": 0.0,
               "rest": 0.0, "tokens": 0.0, "step": 0.0}
     with labelled(Target, "forward_rows", FORWARD), labelled(SlotLayer, "update", KV_WRITE), \
+            labelled(SlotLayer, "write", KV_WRITE), \
             profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             t0 = time.perf_counter()

@@ -21,6 +21,7 @@ from core.config import EngineConfig, SelectorConfig, TreeConfig
 from core.engine import SpecEngine
 from core.model.eagle3 import Eagle3Config, Eagle3Drafter, build_vocab_mapping
 from core.model.target import Target
+from core.speculation.sampling import PositionNoise
 
 AUX = (1, 2, 3)
 # A transformers `*ForCausalLM`: its `.config`, `.model.layers` and `.lm_head` are attributes
@@ -129,3 +130,9 @@ def hf_greedy(target: CausalLM, prompt: list[int], n: int) -> list[int]:
     out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
                           min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt):].tolist()
+
+
+def fresh_noise(gen: torch.Generator) -> PositionNoise:
+    """A sampled request's noise with a seed drawn from `gen`: one independent draw of a
+    verification per call (tests of the sampling rule's law)."""
+    return PositionNoise(int(torch.randint(0, 2**62, (), generator=gen)))

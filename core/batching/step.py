@@ -89,8 +89,8 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     """One round for each (request, slot) row; the requests must be prefilled and unfinished.
     `visited`: the LM head computes the roots' rows up front and the walks the rest (else
     every node's row in one call; core/batching/head_rows.py chooses). `speculate` False (the
-    cost model's plain probe steps): no row drafts but seeded sampled ones; each commits one
-    token and the learners still learn from it. `clock` times the phases (SpecEngine.clock);
+    cost model's plain probe steps): no row drafts; each commits one token and the learners
+    still learn from it. `clock` times the phases (SpecEngine.clock);
     `costs` gets the step's measurement (core/selection/arm_costs.py)."""
     work = [_Row(state, slot) for state, slot in rows]
     t0 = clock()
@@ -186,7 +186,7 @@ def _select(r: _Row, cache: SlotCache, speculate: bool, requests: int) -> None:
                            f"the request {r.n}")
     r.weights = r.state.weights()
     r.state.step_requests = requests
-    if speculate or _reproducible(r.state):
+    if speculate:
         r.chosen = r.state.select()
     r.awake = r.chosen is not None or (r.state.evaluate and not r.state.asleep)
 
@@ -196,23 +196,16 @@ def _check_step(rows: list[_Row], costs: StepCosts) -> None:
     same requests decoding plain (core/selection/arm_costs.CostModel.step_pays): on a CPU a step
     that drafts for any request pays the drafting and evaluation passes, so one request choosing
     plain decoding alone saves little. Otherwise the rows whose learners have plain decoding as an
-    arm decode plain (a seeded sampled one keeps drafting, see `_reproducible`); their learners
-    still learn, and the round counts as the plain arm's. A request alone in its step is not judged:
+    arm decode plain (a seeded sampled one too: its text does not depend on the trees,
+    core/speculation/sampling.PositionNoise); their learners still learn, and the round counts
+    as the plain arm's. A request alone in its step is not judged:
     its learner's plain arm weighs the same costs, and a second judge with a shorter memory
     overruled it (measured: slower at one stream)."""
     judged = [r for r in rows if r.state.plain_arm and r.chosen is not None]
     if len(rows) < 2 or not judged or costs.step_pays([r.state.planned(r.chosen) for r in rows]):
         return
     for r in judged:
-        if not _reproducible(r.state):
-            r.chosen = None
-
-
-def _reproducible(state: RequestState) -> bool:
-    """A seeded sampled request drafts whatever the step's check or probe says: its random
-    stream is consumed differently by a plain step than by a verified tree, so its sample
-    would otherwise depend on timing-based choices (greedy output does not)."""
-    return state.params.seed is not None and not state.params.greedy
+        r.chosen = None
 
 
 def _draft(rows: list[_Row], config: EngineConfig, clock: Callable[[], float]) -> _Drafting:

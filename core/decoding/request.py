@@ -34,6 +34,7 @@ from core.selection.learners import Learner, make_learner
 from core.speculation.drafter_pool import Candidates, DrafterState, PoolSnapshot
 from core.speculation.grammar import GrammarTrail, TokenMatcher
 from core.speculation.model_free.evidence import RequestLookups
+from core.speculation.sampling import PositionNoise
 from core.stats import RequestStats, TokenLogprob
 
 ROUTER = "router"
@@ -143,7 +144,7 @@ class RequestState:
     token_ids: list[int]
     prompt_len: int
     stats: RequestStats
-    generator: torch.Generator
+    noise: PositionNoise  # what sampling draws with, keyed by output position
     rng: np.random.Generator
     eos_ids: frozenset[int]
     learner: Learner | None = None
@@ -216,10 +217,9 @@ class RequestState:
                snapshot: PoolSnapshot, config: EngineConfig,
                eos_ids: tuple[int, ...] = (), costs: StepCosts | None = None) -> RequestState:
         seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
-        gen = torch.Generator().manual_seed(seed)
         n = len(snapshot)
         learner = feedback = None
-        plain = uses_plain_arm(policy, config, params)
+        plain = uses_plain_arm(policy, config)
         if policy.kind != "none" and n:
             fixed = snapshot.index(policy.name) if policy.kind == "fixed" else None
             name = "fixed" if policy.kind == "fixed" else policy.name
@@ -230,7 +230,8 @@ class RequestState:
         stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
                              prompt_tokens=len(prompt), time_loss=plain and learner is not None)
         return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt),
-                            stats, gen, np.random.default_rng(seed + 1), frozenset(eos_ids),
+                            stats, PositionNoise(seed), np.random.default_rng(seed + 1),
+                            frozenset(eos_ids),
                             learner, feedback, evaluate=feedback is not None,
                             eval_every=config.selector.eval_every,
                             plain_arm=plain and learner is not None,
@@ -514,15 +515,14 @@ class RequestState:
         return out
 
 
-def uses_plain_arm(policy: Policy, config: EngineConfig, params: SamplingParams) -> bool:
+def uses_plain_arm(policy: Policy, config: EngineConfig) -> bool:
     """Whether a request's learner has plain decoding as its last arm and time as its loss:
     under the time loss, with a learner that takes counterfactual losses (bandits cannot score
-    an arm they did not play), unless the request samples with a seed. Its sample must not
-    depend on the machine's timing, and the time loss's choices do (a seeded sampled request
-    keeps the length loss, whose losses come from the verified tokens alone)."""
-    seeded = params.seed is not None and not params.greedy
+    an arm they did not play). A seeded sampled request too: its text does not depend on the
+    arms chosen (sampling draws with noise keyed by output position, PositionNoise), so the
+    machine's timing behind the time loss's choices cannot change it."""
     return (config.selector.loss == "time" and policy.kind == "learner"
-            and policy.name in COUNTERFACTUAL_LEARNERS and not seeded)
+            and policy.name in COUNTERFACTUAL_LEARNERS)
 
 
 def arm_prior(prior: tuple[float, ...] | None,

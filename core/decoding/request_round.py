@@ -34,8 +34,7 @@ def first_token(state: RequestState, raw: Tensor) -> int:
     last = penalise(raw, state, chain_tree(state.token_ids[-1:]), [0])
     if state.params.greedy:
         return int(last[0].argmax())
-    probs = _processed(last, state).cpu()  # the request's generator lives on the CPU
-    return int(torch.multinomial(probs[0], 1, generator=state.generator).item())
+    return state.noise.sample(_processed(last, state)[0], len(state.token_ids))
 
 
 def commit_first(state: RequestState, tok: int, raw: Tensor) -> list[int]:
@@ -130,7 +129,7 @@ def verify_tree(state: RequestState, tree: DraftTree, out: TargetOutput) -> Veri
     if state.params.greedy:
         path, bonus = verify_greedy(tree, rows)
     else:
-        path, bonus = verify_sampling(tree, rows, state.generator)
+        path, bonus = verify_sampling(tree, rows, state.noise, len(state.token_ids))
     return Verified(tree, out, rows, path, bonus)
 
 

@@ -2,20 +2,25 @@
 
 greedy:   walk from the root while the target argmax is a child; the argmax at the last
           accepted node is the bonus token. Output = plain greedy decoding, token for token.
-sampling: at each accepted node try its children in order; accept child c with probability
-          p̃(c) (p̃ renormalised after each rejection, rejected children zeroed); if every child
-          is rejected, sample the bonus from the residual. By induction each committed token
-          is distributed exactly as p̃ given the prefix (multi-candidate recursive rejection
-          with deterministic proposals, as in EAGLE/SpecInfer).
+sampling: the same walk against a sampled token: at a node of depth d the token that follows
+          it is drawn from p̃ at the node with the request's noise for output position
+          start + d (core/speculation/sampling.PositionNoise); the walk goes on while that
+          token is a child, and the token drawn at the last accepted node is the bonus. Each
+          committed token is drawn exactly from p̃ given its prefix, with the noise of its own
+          position, so the text is plain sampling's with the same noise whatever the tree.
+          The acceptance is the best a lossless rule can have with deterministic proposals:
+          a node's children are accepted with probability p̃(children), the total the
+          recursive rejection of EAGLE/SpecInfer reaches too (a committed token must be
+          distributed as p̃, so it is one of the children with exactly that probability).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-import torch
 from torch import Tensor
 
+from core.speculation.sampling import PositionNoise
 from core.speculation.tree import DraftTree
 
 
@@ -41,29 +46,17 @@ def verify_greedy(tree: DraftTree, logits: NodeRows) -> tuple[list[int], int]:
         path.append(node)
 
 
-def verify_sampling(tree: DraftTree, probs: NodeRows,
-                    generator: torch.Generator | None) -> tuple[list[int], int]:
-    """probs[node] = p̃ at a node, on any device: only the rows of the nodes visited are read
-    and copied to the CPU, where the request's generator lives. Returns (accepted node path,
-    bonus token)."""
+def verify_sampling(tree: DraftTree, probs: NodeRows, noise: PositionNoise,
+                    start: int) -> tuple[list[int], int]:
+    """probs[node] = p̃ at a node, on any device: only the rows of the nodes visited are read.
+    `start`: the output position of the token after the root (the request's length). Returns
+    (accepted node path, bonus token)."""
     tokens = tree.tokens.tolist()
     node, path = 0, [0]
     while True:
-        p = probs[node].to("cpu", copy=True)
-        accepted = None
-        for child in tree.children[node]:
-            tok = tokens[child]
-            mass = float(p.sum())
-            if mass <= 0:
-                break
-            r = float(torch.rand((), generator=generator))
-            if r * mass < float(p[tok]):
-                accepted = child
-                break
-            p[tok] = 0.0
-        if accepted is None:
-            if float(p.sum()) <= 0:  # numerically exhausted: fall back to p̃ itself
-                p = probs[node].cpu()
-            return path, int(torch.multinomial(p / p.sum(), 1, generator=generator).item())
-        node = accepted
+        want = noise.sample(probs[node], start + len(path) - 1)
+        nxt = next((c for c in tree.children[node] if tokens[c] == want), None)
+        if nxt is None:
+            return path, want
+        node = nxt
         path.append(node)

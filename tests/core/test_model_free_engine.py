@@ -148,12 +148,11 @@ def test_the_bound_catches_a_verifier_that_trusts_lookup(monkeypatch: pytest.Mon
 
     real = core.decoding.request_round.verify_sampling
 
-    def trusting(tree, rows, gen):  # type: ignore[no-untyped-def]
+    def trusting(tree, rows, noise, start):  # type: ignore[no-untyped-def]
         if tree.children[0]:
-            real(tree, rows, gen)  # keep the random stream in step
             path = [0, tree.children[0][0]]
             return path, int(rows.probs(path)[-1].argmax())
-        return real(tree, rows, gen)
+        return real(tree, rows, noise, start)
 
     monkeypatch.setattr(core.decoding.request_round, "verify_sampling", trusting)
     target, counts, n, _ = lookup_draws()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
+from bench.harness.tiny_models import fresh_noise, make_engine, random_drafter, tiny_target
 from core.config import SamplingParams, TreeConfig
 from core.engine import SpecEngine
 from core.model.target import Target
@@ -82,15 +82,23 @@ N_DRAWS = 20_000
 BOUND = 0.02  # sampling noise at 20k draws is ~0.007 in TV on these supports
 
 
+def coupled(tree: DraftTree, probs: torch.Tensor, gen: torch.Generator) -> tuple[list[int], int]:
+    """The verifier under test, each call with fresh noise (one request's draw)."""
+    return verify_sampling(tree, probs, fresh_noise(gen), 0)
+
+
 def test_first_token_and_pairs_follow_the_target_law() -> None:
     probs = node_probs()
-    first, pairs = draw(verify_sampling, probs, N_DRAWS)
+    first, pairs = draw(coupled, probs, N_DRAWS)
     assert tv(first, {x: float(probs[0, x]) for x in range(V)}, N_DRAWS) < BOUND
     exact = exact_two_token(probs)
     on_tree = sum(exact.values())
     n_pairs = sum(c for (x1, _), c in pairs.items() if (x1, 0) in exact)
     cond = Counter({k: c for k, c in pairs.items() if k in exact})
-    assert tv(cond, {k: v / on_tree for k, v in exact.items()}, n_pairs) < BOUND
+    law = {k: v / on_tree for k, v in exact.items()}
+    # the pairs are the draws whose first token was a child (~13% of them here): their bound
+    # is the noise of that many draws from the law itself, not BOUND's 20k
+    assert tv(cond, law, n_pairs) < 1.2 * null_tv_quantile(law, n_pairs)
 
 
 def test_the_bound_catches_a_broken_verifier() -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from bench.harness.tiny_models import fresh_noise
 from core.config import TreeConfig
 from core.selection.counterfactual import (
     Evidence,
@@ -131,7 +132,7 @@ def test_sampled_gammas_are_the_verifier_acceptance_probabilities_on_the_real_tr
     node_probs = torch.from_numpy(p_level[tree.depths.numpy()]).float()
     gen = torch.Generator().manual_seed(0)
     n = 6000
-    paths = [verify_sampling(tree, node_probs, gen)[0] for _ in range(n)]
+    paths = [verify_sampling(tree, node_probs, fresh_noise(gen), 0)[0] for _ in range(n)]
     first = [int(tree.tokens[p[1]]) if len(p) > 1 else -1 for p in paths]
     ids, logp = catch_up_topk(table, cfg.top_k)
 
@@ -316,7 +317,8 @@ def test_tree_length_is_unbiased_over_realised_trajectories_of_the_real_verifier
     node_probs = torch.from_numpy(p_level[tree.depths.numpy()]).float()
     gen = torch.Generator().manual_seed(1)
     n = 20_000
-    truth = np.mean([len(verify_sampling(tree, node_probs, gen)[0]) for _ in range(n)])
+    truth = np.mean([len(verify_sampling(tree, node_probs, fresh_noise(gen), 0)[0])
+                     for _ in range(n)])
     ids, logp = catch_up_topk(table, cfg.top_k)
     draws = np.stack([rng.choice(V, size=n, p=p_level[j]) for j in range(cfg.depth)], axis=1)
     est, paper = [], []

@@ -17,6 +17,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from bench.harness.tiny_models import fresh_noise
 from core.speculation.tree import DraftTree, tree_from_parents
 from core.speculation.verify import verify_greedy, verify_sampling
 
@@ -69,17 +70,17 @@ def test_sampling_with_deterministic_targets_equals_greedy(
     gen = torch.Generator().manual_seed(1)
     leaf_rows = {n: argmax.get(n, 0) for n in range(TREE.tokens.numel())}
     for _ in range(20):
-        assert verify_sampling(TREE, one_hot(leaf_rows), gen) == (path, bonus)
+        assert verify_sampling(TREE, one_hot(leaf_rows), fresh_noise(gen), 0) == (path, bonus)
 
 
-def test_a_rejected_first_sibling_is_zeroed_before_the_next_is_tried() -> None:
-    """p̃(root) = ½ on 5 (node 1) and ½ on 7 (node 2): after rejecting 5 the renormalised
-    p̃ puts all mass on 7, so the root never ends in a bonus and both children occur."""
+def test_all_the_mass_on_children_always_accepts_one() -> None:
+    """p̃(root) = ½ on 5 (node 1) and ½ on 7 (node 2): the token drawn at the root is always a
+    child, so the root never ends in a bonus and both children occur about equally."""
     probs = one_hot({1: 0, 2: 0, 3: 0, 4: 0, 5: 0})
     probs[0] = 0.0
     probs[0, 5] = probs[0, 7] = 0.5
     gen = torch.Generator().manual_seed(2)
-    firsts = [verify_sampling(TREE, probs, gen)[0][1:2] for _ in range(400)]
+    firsts = [verify_sampling(TREE, probs, fresh_noise(gen), 0)[0][1:2] for _ in range(400)]
     assert all(f in ([1], [2]) for f in firsts)
     assert 150 < firsts.count([1]) < 250
 
@@ -94,7 +95,7 @@ def test_the_first_committed_token_follows_p_tilde() -> None:
     draws = 4000
     counts = {5: 0, 7: 0, 8: 0}
     for _ in range(draws):
-        path, bonus = verify_sampling(TREE, probs, gen)
+        path, bonus = verify_sampling(TREE, probs, fresh_noise(gen), 0)
         first = int(TREE.tokens[path[1]]) if len(path) > 1 else bonus
         counts[first] += 1
     for token, p in ((5, 0.2), (7, 0.3), (8, 0.5)):
@@ -102,14 +103,14 @@ def test_the_first_committed_token_follows_p_tilde() -> None:
         assert abs(counts[token] / draws - p) < 5 * sigma, counts
 
 
-def test_when_every_child_is_rejected_the_bonus_comes_from_the_residual() -> None:
-    """p̃(root) = 0.5 on 5 (node 1), 0.5 on 2 (no child): whenever 5 is rejected the bonus is
-    2, never the rejected 5."""
+def test_when_no_child_is_drawn_the_bonus_is_the_drawn_token() -> None:
+    """p̃(root) = 0.5 on 5 (node 1), 0.5 on 2 (no child): whenever 5 is not drawn the bonus
+    is 2, never 5."""
     probs = one_hot({1: 0, 2: 0, 3: 0, 4: 0, 5: 0})
     probs[0] = 0.0
     probs[0, 5] = probs[0, 2] = 0.5
     gen = torch.Generator().manual_seed(4)
-    outcomes = [verify_sampling(TREE, probs, gen) for _ in range(200)]
+    outcomes = [verify_sampling(TREE, probs, fresh_noise(gen), 0) for _ in range(200)]
     assert {(tuple(p[:2]), b if len(p) == 1 else None) for p, b in outcomes} == {
         ((0, 1), None), ((0,), 2)
     }

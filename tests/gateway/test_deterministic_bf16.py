@@ -91,3 +91,32 @@ def test_alone_equals_among_eight_concurrent_streams(server: ServerProcess,
         return list(await asyncio.gather(*(one(p) for p in PROMPTS + others)))
 
     assert asyncio.run(run())[: len(PROMPTS)] == plain
+
+
+def test_a_seeded_sample_is_the_same_alone_again_and_among_four_streams(
+        server: ServerProcess) -> None:
+    # issue 58, deliverable 5: `seed` 7 at temperature 0.8, as the issue's user tried it
+    prompt = "Write a short poem about the sea."
+    seeded = dict(temperature=0.8, max_tokens=MAX_TOKENS, seed=7,
+                  messages=[{"role": "user", "content": prompt}])
+
+    async def run(policy: str, others: int) -> str:
+        client = AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="none")
+        model = (await client.models.list()).data[0].id
+
+        async def one(body: dict) -> str:
+            resp = await client.chat.completions.create(model=model, **body)
+            return resp.choices[0].message.content or ""
+
+        other = [dict(temperature=1.0, max_tokens=MAX_TOKENS,
+                      messages=[{"role": "user", "content": f"Tell me a fact about {topic}."}])
+                 for topic in ("owls", "Mars", "tea", "rivers")[:others]]
+        texts = await asyncio.gather(
+            one({**seeded, "extra_body": {"hedgespec": {"policy": policy}}}),
+            *(one(b) for b in other))
+        return texts[0]
+
+    alone = asyncio.run(run("auto", 0))
+    assert asyncio.run(run("auto", 0)) == alone
+    assert asyncio.run(run("auto", 4)) == alone
+    assert asyncio.run(run("none", 0)) == alone  # plain sampling with the same seed

@@ -2,12 +2,12 @@
 
 A model-free drafter is a *one-step predictor*: given the tokens of a sequence, it names
 candidates for the next token, best first, with log-scores (`Guess`). Its draft tree is that
-predictor iterated along each branch (core/speculation/model_free/trees.py): level j of the tree
-under a path c_1..c_{j-1} is the guess after prefix + c_1..c_{j-1}. This is what makes the
-counterfactual evaluation exact for a chain: when the verifier accepts c_1..c_{j-1}, the sequence is
-prefix + c_1..c_{j-1}, so the drafter's level-j candidates are its one-step guess at the verified
-position, which the evaluation computes from the verified tokens with no target call (as the EAGLE
-catch-up does for a neural drafter).
+predictor iterated along each branch (core/speculation/model_free/evidence.py, `propose`):
+level j of the tree under a path c_1..c_{j-1} is the guess after prefix + c_1..c_{j-1}. This is
+what makes the counterfactual evaluation exact for a chain: when the verifier accepts
+c_1..c_{j-1}, the sequence is prefix + c_1..c_{j-1}, so the drafter's level-j candidates are
+its one-step guess at the verified position, which the evaluation computes from the verified
+tokens with no target call (as the EAGLE catch-up does for a neural drafter).
 
 A guess may be empty: the drafter has nothing to propose (no earlier match). A drafter with no
 guess at a round's root is *asleep* for that round (core/selection/learners.py, sleeping experts).
