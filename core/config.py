@@ -12,7 +12,9 @@ Symbols used across `core` (defined once here):
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 LearnerName = Literal["normalhedge", "adanormalhedge", "hedge", "ucbspec", "exp3spec"]
@@ -313,3 +315,14 @@ class EngineConfig:
             raise ValueError("verify_logits must be 'auto', 'visited' or 'all'")
         if self.deterministic not in ("auto", "on", "off"):
             raise ValueError("deterministic must be 'auto', 'on' or 'off'")
+
+
+def cache_dir(env: str, leaf: str) -> Path:
+    """Where the engine keeps what it builds once: `env` when set, else
+    `$XDG_CACHE_HOME/hedgespec/<leaf>` (~/.cache/...): the provisioned targets
+    (core/provision/target_cache.py), the compiled kernels (core/model/canonical.py)."""
+    explicit = os.environ.get(env)
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "hedgespec" / leaf

@@ -43,6 +43,8 @@ import torch
 from filelock import FileLock
 from torch import Tensor
 
+from core.config import cache_dir
+
 SOURCE = Path(__file__).with_name("kernels") / "canonical_attention.cpp"
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-std=c++20", "-shared",
          "-fPIC", "-w")
@@ -157,7 +159,7 @@ def _build() -> Path:
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
     key = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()
                          + " ".join(FLAGS).encode() + _cpu_flags().encode()).hexdigest()[:16]
-    out = _kernel_cache() / f"canonical_attention-{key}.so"
+    out = cache_dir("HEDGESPEC_KERNEL_CACHE", "kernels") / f"canonical_attention-{key}.so"
     out.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out) + ".lock"):
         if not out.exists():
@@ -170,15 +172,6 @@ def _build() -> Path:
                 raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
             tmp.replace(out)
     return out
-
-
-def _kernel_cache() -> Path:
-    """`HEDGESPEC_KERNEL_CACHE`, else `$XDG_CACHE_HOME/hedgespec/kernels` (~/.cache/...)."""
-    explicit = os.environ.get("HEDGESPEC_KERNEL_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "hedgespec" / "kernels"
 
 
 def _cpu_flags() -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from core.config import cache_dir
 
 
 class ProvisionError(RuntimeError):
@@ -13,8 +14,4 @@ class ProvisionError(RuntimeError):
 
 def cache_root() -> Path:
     """`HEDGESPEC_TARGET_CACHE`, else `$XDG_CACHE_HOME/hedgespec/targets` (~/.cache/...)."""
-    explicit = os.environ.get("HEDGESPEC_TARGET_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "hedgespec" / "targets"
+    return cache_dir("HEDGESPEC_TARGET_CACHE", "targets")
