@@ -132,8 +132,10 @@ def _inside(e: Any, spans: Spans) -> bool:
 
 def engine(forward_kind: str, dtype: str) -> SpecEngine:
     # The served tree; the acceptance loss (no plain arm): every speculative step drafts.
+    # The module runs the library's kernels: canonical numerics need the lean forward.
     config = EngineConfig(dtype=dtype, tree=served_tree("cpu"),
-                          selector=SelectorConfig(loss="length"))
+                          selector=SelectorConfig(loss="length"),
+                          deterministic="off" if forward_kind == "module" else "auto")
     eng = SpecEngine.from_pool_file(DEMO_POOL, config)
     if forward_kind == "module":
         eng.target.lean = None
