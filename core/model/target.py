@@ -377,12 +377,10 @@ class Target:
             starts = cache.begin_static(slots, rows, kv_len, self.device)
         ids = torch.zeros(rows, t_max, dtype=torch.long)
         pos = torch.zeros(rows, t_max, dtype=torch.long)
-        masks = []
-        for b, (tok, p, m) in enumerate(zip(tokens, positions, tree_masks, strict=True)):
+        for b, (tok, p) in enumerate(zip(tokens, positions, strict=True)):
             t = tok.numel()
             # padding repeats the last position
             ids[b, :t], pos[b, :t], pos[b, t:] = tok.cpu(), p.cpu(), int(p[-1])
-            masks.append(torch.ones(t, t, dtype=torch.bool).tril() if m is None else m)
         real = None
         if bucket is None and sum(x.numel() for x in tokens) < rows * t_max:
             real = torch.cat([b * t_max + torch.arange(x.numel()) for b, x in enumerate(tokens)])
@@ -391,6 +389,9 @@ class Target:
             mask: Masks = self._canonical_order(starts, [x.numel() for x in tokens], tree_masks,
                                                 pos)
         else:
+            # a causal chunk's mask is built here only: canonical numerics read no mask
+            masks = [torch.ones(x.numel(), x.numel(), dtype=torch.bool).tril() if m is None
+                     else m for x, m in zip(tokens, tree_masks, strict=True)]
             pad_tree = torch.ones(1, 1, dtype=torch.bool)  # a padding row: one token seeing itself
             starts_all = starts + [0] * (rows - len(slots))
             mask = self._rows_mask(starts_all, masks + [pad_tree] * (rows - len(slots)), pos,
