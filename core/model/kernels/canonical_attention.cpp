@@ -247,7 +247,21 @@ void run(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
     std::vector<float> of(static_cast<size_t>(group * s.dim));
     for (int64_t u = begin; u < end; ++u) {
       const int64_t c = u % chunks, g = (u / chunks) % s.kv_heads, b = u / (chunks * s.kv_heads);
-      const int64_t t0 = c * kChunk, t1 = std::min(s.queries, t0 + kChunk), tn = t1 - t0;
+      const int64_t t0 = c * kChunk, t_end = std::min(s.queries, t0 + kChunk);
+      // padding queries (nothing visible: a row's last ones, where the pass pads it to its
+      // widest neighbour) are zeros, not queries of the unit: scoring them would cost a
+      // plain row beside a 14-node tree 8x its own work
+      int64_t t1 = t_end;
+      while (t1 > t0 && hip[b * s.queries + t1 - 1] <= lop[b * s.queries + t1 - 1] &&
+             plp[b * s.queries + t1 - 1] == 0)
+        --t1;
+      for (int64_t t = t1; t < t_end; ++t)
+        for (int64_t h = 0; h < group; ++h) {
+          T* dst = op + ((b * s.heads + g * group + h) * s.queries + t) * s.dim;
+          std::fill(dst, dst + s.dim, T(0.0f));
+        }
+      const int64_t tn = t1 - t0;
+      if (tn == 0) continue;
       // the unit's keys: the union of its queries' committed ranges, then of their paths
       std::vector<int64_t>& keyset = w.keyset;
       keyset.clear();
