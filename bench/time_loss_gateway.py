@@ -1,32 +1,34 @@
-"""The time loss through the HTTP server: bursts of concurrent streaming completions against a
-`hedgespec serve --loss length` and a `--loss time` (the served default) on the shipped pool,
-side by side in one run. The gateway successor of bench/speculation_gate_gateway.py, which
-compared the speculation gate (retired; its last report, speculation_gate_gateway.md, is of
-2026-12-04).
+"""The served default (the time loss) through the HTTP server against plain decoding, each
+fixed arm of the shipped pool alone and HedgeSpec's acceptance loss: bursts of concurrent
+streaming completions, every mode on its own `hedgespec serve`, side by side in one run
+(issue 58's targets: the default at least plain decoding and at least the best single fixed
+arm at 1-16 streams, within the stated noise).
 
     python -m bench.time_loss_gateway [--levels 1,2,4,8,16] [--max-tokens 48] [--repeats 3]
-                                      [--warmup 3] [--seed 0] [--threads 2] [--dtype auto]
-                                      [--quick]
+                                      [--warmup 2] [--modes plain,time,...] [--seed 0]
+                                      [--threads 2] [--dtype auto] [--quick]
                                       [--out bench/results]
 
-Method. Three servers run at once (an idle one costs nothing), one a mode: a server's suffix
-member remembers every answer it served, so no server sees a prompt twice (a default run takes
-155 of the 210 held-out prompts). Each burst starts N streams together (the next N
-held-out prompts, domains interleaved, chat-formatted token ids, greedy, `ignore_eos`, a fixed
-token count), the same N for every mode of a repeat. Modes: `plain` (policy `none`) and
-`length` (NormalHedge, the acceptance loss: it drafts every round) on `--loss length` servers;
-`time` (NormalHedge, the time loss: plain decoding an extra arm of each request's learner, the
-served default) on a `--loss time` server. They alternate burst by burst, in an order drawn
-afresh every repeat (`--seed`), and each keeps its median of `--repeats` bursts (the slower
-middle one of an even count; not the fastest, which favours the mode that draws this VM's
-occasional fast burst); a mode's run-to-run noise is max/min - 1 over its bursts at a level.
-Before a level is measured the time server runs `--warmup` bursts of that size, so that its
-cost model (core/selection/arm_costs.py) has fitted that batch size: what a server that has
-been up has done. The time server's plain-round share is the increase of its
+Modes, one server each (a server's suffix member remembers every answer it served, so no
+server sees a prompt twice): `plain` (policy `none`), `time` (NormalHedge under the time loss,
+plain decoding one more arm of each request's learner: the served default, `--loss time`),
+`length` (NormalHedge under the acceptance loss: it drafts every round), and each fixed arm
+alone, drafting every round: `lookup`, `suffix` (the model-free members) and `generalist` (the
+pool's general EAGLE-3 drafter). The servers run at once (an idle one costs nothing).
+
+Method. Each burst starts N streams together (the next N held-out prompts, domains
+interleaved, chat-formatted token ids, greedy, `ignore_eos`, a fixed token count), the same N
+for every mode of a repeat; the modes alternate burst by burst in an order drawn afresh every
+repeat (`--seed`), and each keeps its median of `--repeats` bursts (the slower middle one of
+an even count). Like for like: before a level is measured every server runs the same
+`--warmup` bursts of that size (the same prompts, not measured), so that each has fitted that
+batch size (the time loss's cost model, core/selection/arm_costs.py) as a server that has been
+up has. A mode's run-to-run noise is max/min - 1 over its bursts at a level; a target is met
+where the ratio of medians is at least 1, within noise where it is at least 1 / (1 + the
+larger noise of the two modes). The time server's plain-round share is the increase of its
 hedgespec_plain_rounds_total over its measured bursts, against that plus the increase of its
-hedgespec_spec_decode_num_drafts_total.
-Aggregate tokens/s = all tokens / (last token - start).
-Writes bench/results/time_loss_gateway.{md,json,png}. Run it on an idle machine.
+hedgespec_spec_decode_num_drafts_total. Aggregate tokens/s = all tokens / (last token -
+start). Writes bench/results/time_loss_gateway.{md,json,png}. Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -51,8 +53,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # mode: (its server, the server's --loss, the requests' policy). One server a mode: a server's
 # suffix member remembers every answer it served, so a mode that followed another on the same
 # server, or a burst that repeated a prompt, would find the answer it is asked for.
-MODES = {"plain": ("plain", "length", "none"), "length": ("length", "length", "normalhedge"),
-         "time": ("time", "time", "normalhedge")}
+MODES = {"plain": ("plain", "length", "none"), "time": ("time", "time", "normalhedge"),
+         "length": ("length", "length", "normalhedge"),
+         "lookup": ("lookup", "length", "fixed:lookup"),
+         "suffix": ("suffix", "length", "fixed:suffix"),
+         "generalist": ("generalist", "length", "fixed:generalist")}
+FIXED = ("lookup", "suffix", "generalist")  # the single arms the default is held against
 PER_DOMAIN = 30  # every held-out prompt of the demo pool
 PLAIN_ROUNDS = "hedgespec_plain_rounds_total"
 SPEC_ROUNDS = "hedgespec_spec_decode_num_drafts_total"
@@ -91,21 +97,40 @@ def _noise(bursts: list[float]) -> float | None:
 
 def level_row(n: int, bursts: dict[str, list[float]], plain_rounds: float,
               spec_rounds: float) -> dict[str, Any]:
-    """One level: each mode's median burst, the time mode against the others, the time server's
-    plain-round share over its measured bursts, and each mode's noise."""
+    """One level: each mode's median burst and noise, the time mode against plain decoding,
+    the acceptance loss and the best fixed arm run, and the time server's plain-round share
+    over its measured bursts."""
     best = {m: statistics.median_low(b) for m, b in bursts.items()}
+    noise = {m: _noise(b) for m, b in bursts.items()}
+    fixed = [m for m in FIXED if m in best]
+    top = max(fixed, key=best.__getitem__) if fixed else None
     rounds = plain_rounds + spec_rounds
-    return {
+    row: dict[str, Any] = {
         "streams": n,
         **{f"{m}_tps": v for m, v in best.items()},
-        "time_x_plain": _ratio(best["time"], best["plain"]),
-        "time_x_length": _ratio(best["time"], best["length"]),
-        "time_x_max_plain_length": _ratio(best["time"], max(best["plain"], best["length"])),
+        "best_fixed": top,
         "time_plain_rounds": plain_rounds, "time_spec_rounds": spec_rounds,
         "time_plain_share": plain_rounds / rounds if rounds else None,
         **{f"{m}_bursts": b for m, b in bursts.items()},
-        **{f"{m}_noise": _noise(b) for m, b in bursts.items()},
+        **{f"{m}_noise": v for m, v in noise.items()},
     }
+    for key, other in (("plain", "plain"), ("length", "length"), ("best_fixed", top)):
+        if "time" in best and other in best:
+            row[f"time_x_{key}"] = _ratio(best["time"], best[other])
+            row[f"time_x_{key}_verdict"] = verdict(row[f"time_x_{key}"], noise["time"],
+                                                   noise[other])
+    return row
+
+
+def verdict(ratio: float | None, *noises: float | None) -> str:
+    """"met" at a ratio of medians >= 1, "within noise" down to 1 / (1 + the larger noise of
+    the two modes), else "missed"."""
+    if ratio is None:
+        return "-"
+    if ratio >= 1.0:
+        return "met"
+    noise = max((x for x in noises if x is not None), default=0.0)
+    return "within noise" if ratio >= 1.0 / (1.0 + noise) else "missed"
 
 
 def _fresh(prompts: list[list[int]]) -> Any:
@@ -121,21 +146,25 @@ def _fresh(prompts: list[list[int]]) -> Any:
     return take
 
 
-def measure(urls: dict[str, str], prompts: list[list[int]], levels: list[int], max_tokens: int,
-            repeats: int, warmup: int, model: str, seed: int) -> list[dict[str, Any]]:
+def measure(urls: dict[str, str], modes: list[str], prompts: list[list[int]],
+            levels: list[int], max_tokens: int, repeats: int, warmup: int, model: str,
+            seed: int) -> list[dict[str, Any]]:
     for url in urls.values():  # each server's first request (shapes, in-place timings)
         burst(url, prompts[:1], 4, "normalhedge", model)
     rows = []
     fresh = _fresh(prompts)
     rng = random.Random(seed)
     for n in levels:
-        for _ in range(warmup):
-            burst(urls["time"], fresh(n), max_tokens, "normalhedge", model)
-        bursts: dict[str, list[float]] = {m: [] for m in MODES}
+        for _ in range(warmup):  # the same warm-up on every server: like for like
+            group = fresh(n)
+            for mode in modes:
+                server, _, policy = MODES[mode]
+                burst(urls[server], group, max_tokens, policy, model)
+        bursts: dict[str, list[float]] = {m: [] for m in modes}
         plain = spec = 0.0
         for _ in range(repeats):
             group = fresh(n)  # the same prompts for every mode, each on its own server
-            for mode in rng.sample(list(MODES), len(MODES)):
+            for mode in rng.sample(modes, len(modes)):
                 server, _, policy = MODES[mode]
                 before = rounds(urls[server])
                 tps = burst(urls[server], group, max_tokens, policy, model)
@@ -144,7 +173,7 @@ def measure(urls: dict[str, str], prompts: list[list[int]], levels: list[int], m
                     plain += after[0] - before[0]
                     spec += after[1] - before[1]
                 bursts[mode].append(tps)
-                print(f"  {n} streams {mode:<7} {tps:6.1f} tokens/s", flush=True)
+                print(f"  {n} streams {mode:<10} {tps:6.1f} tokens/s", flush=True)
         rows.append(level_row(n, bursts, plain, spec))
     return rows
 
@@ -158,32 +187,40 @@ def _pct(v: float | None) -> str:
 
 
 def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    modes = [m for m in MODES if rows and f"{m}_tps" in rows[0]]
     lines = [
-        "# The time loss through the HTTP server", "",
+        "# The served default through the HTTP server, against plain decoding and each arm", "",
         f"`{meta['command']}` on {meta['machine']}, {meta['date']}; {meta['dtype']}, "
         f"{meta['threads']} torch thread(s) per server, the served CPU defaults but the loss; "
         f"{meta['max_tokens']} tokens a stream, median of {meta['repeats']} bursts per mode "
         f"(order drawn afresh each repeat, seed {meta.get('seed', 0)}), "
-        f"{meta['warmup']} warm-up bursts on the time server before each level. Each mode on its "
-        "own server (`plain` and `length` with `--loss length`, `time` with `--loss time`, the "
-        "served default), no prompt served twice by a server. Method: the "
-        "module docstring.", "",
-        "| streams | plain tokens/s | length tokens/s | time tokens/s | time x plain "
-        "| time x length | time x max(plain, length) | time: plain rounds (of all rounds) |",
-        "|---|---|---|---|---|---|---|---|",
+        f"{meta['warmup']} warm-up bursts on every server before each level. Each mode on its "
+        "own server, no prompt served twice by a server. `time` is the served default. "
+        "Method: the module docstring.", "",
+        "| streams | " + " | ".join(f"{m} tokens/s" for m in modes)
+        + " | time x plain | time x best fixed arm | time: plain rounds (of all rounds) |",
+        "|---|" + "---|" * (len(modes) + 3),
     ]
     for r in rows:
+        best = (f"{_f(r.get('time_x_best_fixed'))} ({r['best_fixed']})"
+                if r.get("best_fixed") else "-")
         lines.append(
-            f"| {r['streams']} | {r['plain_tps']:.1f} | {r['length_tps']:.1f} "
-            f"| {r['time_tps']:.1f} | {_f(r['time_x_plain'])} | {_f(r['time_x_length'])} "
-            f"| {_f(r['time_x_max_plain_length'])} | {_pct(r['time_plain_share'])} "
+            f"| {r['streams']} | " + " | ".join(f"{r[f'{m}_tps']:.1f}" for m in modes)
+            + f" | {_f(r.get('time_x_plain'))} | {best} | {_pct(r['time_plain_share'])} "
             f"({r['time_plain_rounds']:.0f} of "
             f"{r['time_plain_rounds'] + r['time_spec_rounds']:.0f}) |")
+    lines += ["", "Targets (issue 58: the default at least plain decoding and the best fixed arm, "
+              "within the noise):", ""]
+    for r in rows:
+        for key, label in (("plain", "plain decoding"), ("best_fixed", "the best fixed arm")):
+            if f"time_x_{key}" in r:
+                lines.append(f"- {r['streams']} stream(s), x {label}: "
+                             f"{_f(r[f'time_x_{key}'])} {r[f'time_x_{key}_verdict']}")
     lines += ["", "Run-to-run noise: each mode's bursts at a level, max/min - 1.", "",
-              "| streams | " + " | ".join(MODES) + " |", "|---|" + "---|" * len(MODES)]
+              "| streams | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for r in rows:
         lines.append(f"| {r['streams']} | "
-                     + " | ".join(_pct(r[f"{m}_noise"]) for m in MODES) + " |")
+                     + " | ".join(_pct(r[f"{m}_noise"]) for m in modes) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -194,10 +231,11 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.0, 4.0))
-    width = 0.8 / len(MODES)
-    for i, mode in enumerate(MODES):
-        xs = [k + (i - (len(MODES) - 1) / 2) * width for k in range(len(rows))]
+    modes = [m for m in MODES if rows and f"{m}_tps" in rows[0]]
+    fig, ax = plt.subplots(figsize=(8.0, 4.0))
+    width = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
+        xs = [k + (i - (len(modes) - 1) / 2) * width for k in range(len(rows))]
         ax.bar(xs, [r[f"{mode}_tps"] for r in rows], width, label=mode)
     ax.set_xticks(range(len(rows)), [str(r["streams"]) for r in rows])
     save_axes(fig, ax, path, xlabel="concurrent streams", ylabel="aggregate tokens/s",
@@ -212,8 +250,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=3, help="bursts per mode (median kept)")
     ap.add_argument("--seed", type=int, default=0, help="seeds the modes' order each repeat")
-    ap.add_argument("--warmup", type=int, default=3,
-                    help="warm-up bursts on the time server before each level")
+    ap.add_argument("--warmup", type=int, default=2,
+                    help="warm-up bursts on every server before each level")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help=f"comma-separated, of {', '.join(MODES)} (time and plain at least)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--quick", action="store_true",
@@ -222,6 +262,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.quick:
         args.levels, args.max_tokens, args.repeats, args.warmup = "1,2", 8, 1, 1
+    modes = args.modes.split(",")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not {"time", "plain"} <= set(modes):
+        ap.error(f"--modes: {unknown or modes}: of {', '.join(MODES)}, time and plain at least")
+    args.modes = [m for m in MODES if m in modes]
     return args
 
 
@@ -243,12 +288,12 @@ def main(argv: list[str] | None = None) -> None:
         procs: list[Any] = []
         urls: dict[str, str] = {}
         try:
-            for server, loss, _ in MODES.values():
+            for server, loss, _ in (MODES[m] for m in args.modes):
                 (Path(tmp) / server).mkdir()
                 proc, urls[server] = start_server(args.pool, Path(tmp) / server, args.threads,
                                                   dtype, loss=loss)
                 procs.append(proc)
-            rows = measure(urls, prompts, [int(x) for x in args.levels.split(",")],
+            rows = measure(urls, args.modes, prompts, [int(x) for x in args.levels.split(",")],
                            args.max_tokens, args.repeats, args.warmup, model, args.seed)
         finally:
             for proc in procs:
@@ -258,13 +303,13 @@ def main(argv: list[str] | None = None) -> None:
             "date": time.strftime("%Y-%m-%d %H:%M"), "machine": describe_machine(),
             "dtype": dtype, "threads": args.threads, "max_tokens": args.max_tokens,
             "repeats": args.repeats, "seed": args.seed, "warmup": args.warmup,
-            "levels": args.levels}
+            "levels": args.levels, "modes": args.modes}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "time_loss_gateway.json").write_text(
         json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     (args.out / "time_loss_gateway.md").write_text(render(rows, meta))
     plot(rows, args.out / "time_loss_gateway.png",
-         f"The time loss through the HTTP server ({dtype}, CPU)")
+         f"The served default against plain decoding and each arm ({dtype}, CPU)")
     print(render(rows, meta))
 
 

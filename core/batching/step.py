@@ -98,7 +98,6 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     if costs is not None:
         _check_step(_live(work), costs)
     drafting = _draft(_live(work), config, clock)
-    _note_widths(_live(work))
     t1 = clock()
     _batched(_live(work), lambda rs: _forward(target, cache, rs))
     th = clock()
@@ -136,9 +135,9 @@ def _measure(costs: StepCosts, work: list[_Row], drafting: _Drafting,
         return
     draft_s, verify_s, evaluate_s = times
     costs.record(StepSample(
-        # The pass pads every request's row to the longest tree (Target.forward_rows): what it
-        # computes, and what its time follows, is requests x the widest tree.
-        requests=len(trees), rows=len(trees) * max(int(t.tokens.numel()) for _, t in trees),
+        # the rows the pass computes: each tree's own (the padding to the widest costs next
+        # to nothing: core/selection/arm_costs.py)
+        requests=len(trees), rows=sum(int(t.tokens.numel()) for _, t in trees),
         verify_s=verify_s, neural_rows=drafting.neural_rows, neural_s=drafting.neural_s,
         free_rows=drafting.free_rows, free_s=drafting.free_s, evaluate_s=evaluate_s,
         other_s=max(draft_s - drafting.free_s - drafting.neural_s, 0.0)))
@@ -169,14 +168,6 @@ def _credit_awake(costs: StepCosts, work: list[_Row], wall_s: float) -> None:
     saving = sum(len(committed) for _, committed in done) * per_token - wall_s
     for r in sharers:
         r.state.awake_saving_s += saving / len(sharers)
-
-
-def _note_widths(rows: list[_Row]) -> None:
-    """Each request's `others_width`: the widest tree among the step's other rows (the pass
-    pads every row to the widest; core/selection/arm_costs.CostModel.bare_cost)."""
-    widths = [int(r.tree.tokens.numel()) if r.tree is not None else 1 for r in rows]
-    for i, r in enumerate(rows):
-        r.state.others_width = float(max([*widths[:i], *widths[i + 1:], 1]))
 
 
 def _select(r: _Row, cache: SlotCache, speculate: bool, requests: int) -> None:

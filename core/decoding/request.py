@@ -178,9 +178,6 @@ class RequestState:
     plain_arm: bool = False
     costs: StepCosts | None = None
     step_requests: int = 1
-    # The widest tree (rows) of the other requests in its last step: the pass pads every row
-    # to the widest, so a tree within it costs nothing more (CostModel.bare_cost).
-    others_width: float = 1.0
     start_requests: int = 1  # the step size when it was prefilled
     # How it started (awake, its model-free members alone, asleep): what being awake saved it
     # tells the next requests at that level whether to start there (a request that started
@@ -483,9 +480,9 @@ class RequestState:
         model = self.costs.model(self.step_requests) if self.costs is not None else None
         if model is None:
             return None
-        costs = [model.arm_cost(r, k, self.others_width)
-                 for r, k in zip(self._arm_rows(), self._arm_kinds(), strict=True)]
-        return np.array(costs + [model.arm_cost(1.0, PLAIN, self.others_width)])
+        costs = [model.arm_cost(r, k) for r, k in zip(self._arm_rows(), self._arm_kinds(),
+                                                         strict=True)]
+        return np.array(costs + [model.arm_cost(1.0, PLAIN)])
 
     def _arm_kinds(self) -> list[str]:
         return [FREE if i in self.snapshot.model_free else NEURAL

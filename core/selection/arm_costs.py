@@ -4,18 +4,19 @@ learner's "time" loss (SelectorConfig.loss; DESIGN.md section 3.1).
 The arms of a request's learner are its pool's drafters and plain decoding. An arm a, chosen
 for one request's round in a step of b requests, costs
 
-    c_a(b) = α_b / b + β_b · (w + b · max(rows_a - w, 0)) + draft_a(b) + e(b) + o(b)    seconds,
+    c_a(b) = α_b / b + β_b · rows_a + draft_a(b) + e(b) + o(b)    seconds,
 
 where the step's target pass is modelled as α_b + β_b · R for the R rows it computes (α:
 reading the weights and the step's fixed overhead, shared by its b requests; β: each row's
-arithmetic). The pass pads every request's row to the widest tree, so R = b x that width, and
-an arm's tree of rows_a rows (nodes + root: 1 for plain decoding) wider than the widest of
-the step's other requests, w (1 where they all decode plain), widens the pass by rows_a - w for
-all b of them (measured on two cores at 8 streams: a step with one 9-row lookup chain took
-123 ms against 52 ms with none; counted unpadded, the learner priced that tree at a tenth of
-it), while a tree within w rides free. draft_a is the drafting of its
-kind per request (an EAGLE drafter's passes, a model-free lookup's CPU time, nothing for
-plain), e(b) the counterfactual evaluation's share per request-round (every drafter catches up
+arithmetic) and an arm's round adds its tree's rows_a (nodes + root: 1 for plain decoding).
+R counts each request's own rows, not b x the widest tree: the lean forward runs the linear
+layers on the real tokens only and the canonical attention kernel skips the padding queries
+(measured on two cores, 8 rows over 250 committed tokens each: 35.2 ms all plain, 44.7 ms
+with one 6-node chain, 43.1 ms with every row 2 wide, 54.6 ms with one 14-node tree; padded
+to b x 14 the last would be 112 rows: 8 rows 13 wide took 142-147 ms), so an arm's cost is
+its own whatever its neighbours draft. draft_a is the drafting of its kind per request (an
+EAGLE drafter's passes, a model-free lookup's CPU time, nothing for plain), e(b) the
+counterfactual evaluation's share per request-round (every drafter catches up
 whatever was chosen, so the same for every arm) and o(b) the rest of a step per request.
 Its time per committed token over a request is Σ c_a / Σ ÂL_a (ÂL_plain = 1).
 
@@ -47,8 +48,8 @@ verification time on R over the bucket's last WINDOW steps (steps over three tim
 refit without), the other terms as ratios of sums over them. β needs steps of different sizes:
 so the first PROBE_STEPS steps of a bucket alternate speculative and plain, and after that
 every PROBE_EVERY-th step is plain (what measuring costs when speculation pays: a thirty-second
-of the steps commit one token instead of MAT). Until a bucket has steps whose rows per request
-differ by 2x, `model` returns None and the learner's loss falls back to 1/ÂL (time per token
+of the steps commit one token instead of MAT). Until a bucket has steps whose rows differ by
+MIN_SPREAD, `model` returns None and the learner's loss falls back to 1/ÂL (time per token
 with every arm costing the same, which ranks drafters as the acceptance loss does).
 
 Where to start. e(b) is paid whichever arm the learner picks, so its loss cannot weigh it; only
@@ -78,7 +79,9 @@ WINDOW = 128  # steps per bucket the fit reads (the load drifts)
 PROBE_STEPS = 8  # a bucket's first steps, every second one plain
 PROBE_EVERY = 32  # then one plain step in this many
 STALL = 3.0  # a step slower than STALL x its fit is a stall (a page fault, GC): left out
-MIN_SPREAD = 2.0  # rows per request must vary this much in a bucket before β is trusted
+# A bucket's rows per step must vary this much before β is trusted: one 6-node chain among 8
+# plain rows is 13 rows against 8 (1.6x), what a loaded server's drafting steps mostly are.
+MIN_SPREAD = 1.5
 NEURAL, FREE, PLAIN = "neural", "free", "plain"  # how an arm drafts
 MAX_BUCKET = 16
 ENDINGS = 8
@@ -122,7 +125,7 @@ class StepSample:
     """One step's round: its size and where its time went."""
 
     requests: int  # requests whose trees the pass verified
-    rows: int  # rows the pass computed: requests x the widest tree (nodes + root), padded
+    rows: int  # rows the pass computed: each request's tree (nodes + root)
     verify_s: float  # the target pass, LM head and acceptance
     neural_rows: int = 0  # requests that drafted with an EAGLE drafter
     neural_s: float = 0.0  # their drafting (catch-up of the chosen drafter + tree growth)
@@ -155,18 +158,14 @@ class CostModel:
     evaluate_plain: float  # per request-round in plain steps (the evaluation runs less often)
     other: float  # per request-round
 
-    def arm_cost(self, rows: float, kind: str, width: float = 1.0) -> float:
+    def arm_cost(self, rows: float, kind: str) -> float:
         evaluate = self.evaluate_plain if kind == PLAIN else self.evaluate
-        return self.bare_cost(rows, kind, width) + evaluate
+        return self.bare_cost(rows, kind) + evaluate
 
-    def bare_cost(self, rows: float, kind: str, width: float = 1.0) -> float:
+    def bare_cost(self, rows: float, kind: str) -> float:
         """c_a without the evaluation e(b): what the round costs a request whose pool sleeps
-        (plain decoding) or would cost it with no learner to feed. The pass pads every row to
-        the widest tree: `width` is the widest of the step's other requests (1: all plain), so
-        the request's share is a row that wide, and a tree of r > width rows widens the pass by
-        r - width for all b requests, which the arm pays."""
-        padded = width + self.requests * max(rows - width, 0.0)
-        return (self.alpha / self.requests + self.beta * padded + self.drafting(kind)
+        (plain decoding) or would cost it with no learner to feed."""
+        return (self.alpha / self.requests + self.beta * rows + self.drafting(kind)
                 + self.other)
 
     def drafting(self, kind: str) -> float:
@@ -177,21 +176,18 @@ class CostModel:
         """Whether an arm cannot beat plain decoding's time per token even if every round
         committed `most_tokens` (its tree's depth + 1): then its net seconds
         s_a = c_a - λ·ÂL_a >= c_a - λ·most_tokens > 0 = s_plain on every window, so its loss
-        exceeds plain decoding's whatever it drafts and it is never the best arm in hindsight.
-        Judged among requests decoding plain (width 1), what they mostly do under load: where
-        the others draft trees as wide, the tree would ride free."""
+        exceeds plain decoding's whatever it drafts and it is never the best arm in hindsight."""
         return self.arm_cost(rows, kind) > most_tokens * self.arm_cost(1.0, PLAIN)
 
     def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
         """Whether the step as planned commits tokens at least as fast as the same requests
-        decoding plain: the pass, the drafting and the evaluation are paid once a step, so a
-        request that alone chose plain decoding saves only its rows and its drafting while
-        the others draft (the coupling per-request arm costs cannot see)."""
+        decoding plain: the evaluation runs at its drafting steps' cost for every request of a
+        step that drafts (the coupling per-request arm costs cannot see)."""
         b = len(plan)
-        if any(p.expected is None for p in plan if p.kind != PLAIN):
-            return True  # nothing to judge by yet: draft, and learn
+        # A row with no estimate yet counts one token: its learner learns the drafters' value
+        # from the evaluation of plain rounds (full information), not by drafting.
         drafting = sum(self.drafting(p.kind) for p in plan)
-        spec_s = (self.alpha + self.beta * b * max(p.rows for p in plan) + drafting
+        spec_s = (self.alpha + self.beta * sum(p.rows for p in plan) + drafting
                   + b * (self.evaluate + self.other))
         plain_s = self.alpha + self.beta * b + b * (self.evaluate_plain + self.other)
         tokens = sum(p.expected or 1.0 for p in plan)
@@ -330,8 +326,8 @@ class StepCosts:
 
 def _fit(samples: list[StepSample]) -> CostModel | None:
     """A bucket's terms from its samples (`requests` 1: StepCosts.model sets the step's)."""
-    per_request = [s.rows / s.requests for s in samples]
-    if not samples or max(per_request) < MIN_SPREAD * min(per_request):
+    rows = [s.rows for s in samples]
+    if not samples or max(rows) < MIN_SPREAD * min(rows):
         return None
     alpha, beta = fit_pass(samples)
     plain = [s for s in samples if s.rows == s.requests]

@@ -94,6 +94,11 @@ class Evidence:
         return Evidence(self.logp[:, lo:hi], self.credit[:, lo:hi], self.path_rank[:, lo:hi],
                         self.mass[:, lo:hi])
 
+    def rows(self, index: IntArray) -> Evidence:
+        """The drafters `index` only."""
+        return Evidence(self.logp[index], self.credit[index], self.path_rank[index],
+                        self.mass[index])
+
     def padded(self, length: int) -> Evidence:
         """The first `length` positions, unknown ones as positions with no candidate."""
         n, m, k = self.logp.shape
@@ -276,10 +281,34 @@ def window_estimates(window: Evidence, estimator: str, total_tokens: TotalTokens
     give them, with the tree's kept candidates computed once (the feedback queue judges a few
     thousand windows a second at 16 streams)."""
     if estimator == "tree":
-        kept = tree_kept(window, total_tokens, override)
-        return _kept_gammas(window, kept), _kept_length(window, kept)
+        return _tree_estimates(window, total_tokens, override or {})
     gammas = window_gammas(window, estimator, total_tokens)
     return gammas, estimate_length(gammas)
+
+
+def _tree_estimates(window: Evidence, total_tokens: TotalTokens,
+                    override: KeptOverride) -> tuple[FloatArray, FloatArray]:
+    """`window_estimates` under "tree", the modelled tree built only for the drafters that need
+    it: not those whose kept candidates are known (`override`), nor those with no credit in
+    the window (an asleep drafter's, a model-free member with no guess), whose γ is 0 and ÂL 1
+    whatever they keep. Exactly `tree_kept`'s figures, for a fraction of its time where most
+    members are model-free or asleep (the evaluation of a loaded server's plain rounds)."""
+    n = window.logp.shape[0]
+    gammas, est = np.zeros((n, window.positions)), np.ones(n)
+    credited: BoolArray = np.asarray(window.credit.reshape(n, -1).any(axis=1))
+    modelled = np.array([i for i in range(n) if credited[i] and i not in override],
+                        dtype=np.int64)
+    if modelled.size:
+        sub = window.rows(modelled)
+        totals = np.broadcast_to(np.asarray(total_tokens, dtype=np.int64), (n,))[modelled]
+        kept = tree_kept(sub, totals)
+        gammas[modelled], est[modelled] = _kept_gammas(sub, kept), _kept_length(sub, kept)
+    known = np.array([d for d in override if credited[d]], dtype=np.int64)
+    if known.size:
+        sub = window.rows(known)
+        kept = np.stack([override[int(d)] for d in known])
+        gammas[known], est[known] = _kept_gammas(sub, kept), _kept_length(sub, kept)
+    return gammas, est
 
 
 def window_length(window: Evidence, estimator: str, total_tokens: TotalTokens,

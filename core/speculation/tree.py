@@ -34,8 +34,8 @@ def select_candidates(scores: Tensor, parents: Tensor, total: int) -> list[int]:
     are added so the tree is always valid.
     """
     m = scores.numel()
-    if m == 0:
-        return []
+    if m <= total:  # every candidate kept (a model-free member's small trees, mostly)
+        return list(range(m))
     top = torch.topk(scores, min(total, m)).indices.tolist()
     chosen = set(top)
     par = parents.tolist()

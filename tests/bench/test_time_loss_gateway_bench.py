@@ -7,46 +7,58 @@ from __future__ import annotations
 
 import pytest
 
-from bench.time_loss_gateway import counter, level_row, parse_args, render
+from bench.time_loss_gateway import MODES, counter, level_row, parse_args, render, verdict
 
 META = {"command": "python -m bench.time_loss_gateway", "machine": "m", "date": "d",
-        "dtype": "bfloat16", "threads": 2, "max_tokens": 48, "repeats": 2, "warmup": 3,
+        "dtype": "bfloat16", "threads": 2, "max_tokens": 48, "repeats": 2, "warmup": 2,
         "levels": "1,16"}
 # Bursts per mode (tokens/s), the median kept (the slower middle of two); the time server's
 # plain and speculative rounds over its measured bursts.
-ONE = level_row(1, {"plain": [21.0, 20.0, 19.0], "length": [32.0, 36.0, 31.0], "time": [40.0]},
+ONE = level_row(1, {"plain": [21.0, 20.0, 19.0], "length": [32.0, 36.0, 31.0], "time": [40.0],
+                    "lookup": [30.0, 30.0], "suffix": [44.0, 44.0], "generalist": [33.0]},
                 10, 30)
 SIXTEEN = level_row(16, {"plain": [90.0, 99.0, 81.0], "length": [50.0, 45.0, 55.0],
-                         "time": [85.5, 90.0]}, 1400, 136)
+                         "time": [85.5, 90.0], "lookup": [70.0, 70.0], "suffix": [60.0],
+                         "generalist": [40.0]}, 1400, 136)
 
 
-def test_rows_keep_the_median_burst_and_compare_the_time_mode() -> None:
+def test_rows_keep_the_median_burst_and_hold_the_time_mode_against_plain_and_each_arm() -> None:
     assert ONE["plain_tps"] == 20.0 and SIXTEEN["length_tps"] == 50.0
     assert SIXTEEN["plain_tps"] == 90.0  # not the fastest (99)
     assert SIXTEEN["time_tps"] == 85.5  # the slower middle of two
     assert ONE["time_x_plain"] == pytest.approx(2.0)
     assert ONE["time_x_length"] == pytest.approx(1.25)
-    assert ONE["time_x_max_plain_length"] == pytest.approx(1.25)  # length (32) beats plain
+    assert ONE["best_fixed"] == "suffix" and SIXTEEN["best_fixed"] == "lookup"
+    assert ONE["time_x_best_fixed"] == pytest.approx(40 / 44)
     assert SIXTEEN["time_x_plain"] == pytest.approx(0.95)
-    assert SIXTEEN["time_x_length"] == pytest.approx(1.71)
-    assert SIXTEEN["time_x_max_plain_length"] == pytest.approx(0.95)  # plain (90) beats length
+    assert SIXTEEN["time_x_best_fixed"] == pytest.approx(85.5 / 70)
     assert ONE["time_plain_share"] == pytest.approx(0.25)
     assert SIXTEEN["time_plain_share"] == pytest.approx(1400 / 1536)
     assert ONE["time_noise"] is None  # one burst: no noise
     assert SIXTEEN["plain_noise"] == pytest.approx(99 / 81 - 1)
-    assert level_row(2, {"plain": [1.0], "length": [1.0], "time": [1.0]}, 0, 0)[
-        "time_plain_share"] is None  # no round counted
+    assert level_row(2, {"plain": [1.0], "time": [1.0]}, 0, 0)["time_plain_share"] is None
 
 
-def test_the_report_gives_each_mode_the_ratios_the_plain_share_and_the_noise() -> None:
+def test_a_target_is_met_within_noise_or_missed() -> None:
+    assert ONE["time_x_plain_verdict"] == "met"
+    assert ONE["time_x_best_fixed_verdict"] == "missed"  # 0.91, neither mode noisy
+    assert SIXTEEN["time_x_plain_verdict"] == "within noise"  # 0.95 >= 1 / 1.22
+    assert SIXTEEN["time_x_best_fixed_verdict"] == "met"
+    assert verdict(0.80, 0.2, None) == "missed" and verdict(0.84, 0.2) == "within noise"
+    assert verdict(None) == "-"
+
+
+def test_the_report_gives_each_mode_the_ratios_the_targets_the_plain_share_and_the_noise() -> None:
     text = render([ONE, SIXTEEN], META)
-    assert "| 1 | 20.0 | 32.0 | 40.0 | 2.00 | 1.25 | 1.25 | 25% (10 of 40) |" in text
-    assert "| 16 | 90.0 | 50.0 | 85.5 | 0.95 | 1.71 | 0.95 | 91% (1400 of 1536) |" in text
-    assert "| 1 | 11% | 16% | - |" in text
-    assert "| 16 | 22% | 22% | 5% |" in text
+    assert ("| 1 | 20.0 | 40.0 | 32.0 | 30.0 | 44.0 | 33.0 | 2.00 | 0.91 (suffix) "
+            "| 25% (10 of 40) |") in text
+    assert ("| 16 | 90.0 | 85.5 | 50.0 | 70.0 | 60.0 | 40.0 | 0.95 | 1.22 (lookup) "
+            "| 91% (1400 of 1536) |") in text
+    assert "- 16 stream(s), x plain decoding: 0.95 within noise" in text
+    assert "- 1 stream(s), x the best fixed arm: 0.91 missed" in text
+    assert "| 1 | 11% | - | 16% | 0% | 0% | - |" in text
     assert "median of 2 bursts per mode (order drawn afresh each repeat, seed 0)" in text
-    assert "3 warm-up bursts" in text
-    assert "speculation gate" not in text and "`gate`" not in text
+    assert "2 warm-up bursts on every server" in text
 
 
 def test_counters_sum_over_labels_and_skip_other_series() -> None:
@@ -63,8 +75,13 @@ def test_counters_sum_over_labels_and_skip_other_series() -> None:
     assert counter(text, "hedgespec_missing_total") == 0.0
 
 
-def test_quick_is_a_smoke_run_and_the_default_levels_run_one_to_sixteen() -> None:
+def test_quick_is_a_smoke_run_and_the_default_levels_run_one_to_sixteen_every_mode() -> None:
     quick = parse_args(["--quick"])
     assert (quick.levels, quick.max_tokens, quick.repeats, quick.warmup) == ("1,2", 8, 1, 1)
     full = parse_args([])
     assert (full.levels, full.max_tokens, full.repeats) == ("1,2,4,8,16", 48, 3)
+    assert full.modes == list(MODES)
+    assert parse_args(["--modes", "time,plain"]).modes == ["plain", "time"]
+    for bad in ("time,lookup", "time,plain,nope"):
+        with pytest.raises(SystemExit):
+            parse_args(["--modes", bad])

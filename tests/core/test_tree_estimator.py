@@ -18,6 +18,8 @@ from bench.harness.tiny_models import fresh_noise
 from core.config import TreeConfig
 from core.selection.counterfactual import (
     Evidence,
+    _kept_gammas,
+    _kept_length,
     estimate_length,
     evidence_greedy,
     evidence_sampling,
@@ -28,6 +30,7 @@ from core.selection.counterfactual import (
     simulate_acceptance,
     tree_kept,
     tree_length,
+    window_estimates,
 )
 from core.selection.feedback import FeedbackQueue
 from core.speculation.drafting import grow_tree
@@ -383,3 +386,26 @@ def test_a_tree_window_closes_early_only_when_its_verdict_is_final() -> None:
                                         np.array([[-1]])))
     [early] = first_zero.pop_completed()
     assert early.est_len.tolist() == [1.0] and not early.censored
+
+
+def test_window_estimates_model_only_the_drafters_that_need_it_with_the_same_figures() -> None:
+    """`window_estimates` builds the modelled tree only for drafters with credit and no known
+    tree; the others' γ and ÂL must be what the whole computation gives (random windows, some
+    drafters asleep, some with exact trees)."""
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        n, depth, k = (int(x) for x in (rng.integers(1, 10), rng.integers(1, 7),
+                                        rng.integers(1, 5)))
+        logp = -np.sort(-np.log(rng.dirichlet(np.ones(k), size=(n, depth))), axis=-1)
+        logp[rng.random((n, depth, k)) < 0.2] = -np.inf
+        credit = np.where(np.isfinite(logp),
+                          rng.random((n, depth, k)) * (rng.random((n, depth, k)) < 0.5), 0.0)
+        credit[rng.random(n) < 0.3] = 0.0  # asleep, or no guess: no credit anywhere
+        rank = np.where(rng.random((n, depth)) < 0.7, rng.integers(0, k, (n, depth)), -1)
+        window = Evidence(logp, credit, rank)
+        totals = rng.integers(1, 12, n) if trial % 2 else int(rng.integers(1, 12))
+        exact = {d: rng.random((depth, k)) < 0.5 for d in range(n) if rng.random() < 0.3}
+        kept = tree_kept(window, totals, exact)
+        gammas, est = window_estimates(window, "tree", totals, exact)
+        np.testing.assert_array_equal(gammas, _kept_gammas(window, kept))
+        np.testing.assert_array_equal(est, _kept_length(window, kept))
