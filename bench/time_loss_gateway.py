@@ -19,16 +19,20 @@ pool's general EAGLE-3 drafter). The servers run at once (an idle one costs noth
 Method. Each burst starts N streams together (the next N held-out prompts, domains
 interleaved, chat-formatted token ids, greedy, `ignore_eos`, a fixed token count), the same N
 for every mode of a repeat; the modes alternate burst by burst in an order drawn afresh every
-repeat (`--seed`), and each keeps its median of `--repeats` bursts (the slower middle one of
-an even count). Like for like: before a level is measured every server runs the same
-`--warmup` bursts of that size (the same prompts, not measured), so that each has fitted that
-batch size (the time loss's cost model, core/selection/arm_costs.py) as a server that has been
-up has. A mode's run-to-run noise is max/min - 1 over its bursts at a level; a target is met
-where the ratio of medians is at least 1, within noise where it is at least 1 / (1 + the
-larger noise of the two modes). The time server's plain-round share is the increase of its
-hedgespec_plain_rounds_total over its measured bursts, against that plus the increase of its
-hedgespec_spec_decode_num_drafts_total. Aggregate tokens/s = all tokens / (last token -
-start). Writes bench/results/time_loss_gateway.{md,json,png}. Run it on an idle machine.
+repeat (`--seed`). A level runs `--repeats` bursts per mode, more at low concurrency so that
+every mode serves at least MIN_PROMPTS prompts (level_repeats), and each mode keeps its median
+burst (the slower middle one of an even count). Like for like: before a level is measured
+every server runs the same `--warmup` bursts of that size (the same prompts, not measured), so
+that each has fitted that batch size (the time loss's cost model,
+core/selection/arm_costs.py) as a server that has been up has. A ratio between two modes is
+the median of their per-repeat ratios (a repeat's modes served the same prompts, so the
+prompts' own spread, 1-5x at one stream, cancels); a target is met where that median is at
+least 1, within noise where some repeat's ratio is, missed where none is. A mode's run-to-run
+spread (max/min - 1 over its bursts, prompts included) is reported beside. The time server's
+plain-round share is the increase of its hedgespec_plain_rounds_total over its measured
+bursts, against that plus the increase of its hedgespec_spec_decode_num_drafts_total.
+Aggregate tokens/s = all tokens / (last token - start). Writes
+bench/results/time_loss_gateway.{md,json,png}. Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ MODES = {"plain": ("plain", "length", "none"), "time": ("time", "time", "normalh
          "generalist": ("generalist", "length", "fixed:generalist")}
 FIXED = ("lookup", "suffix", "generalist")  # the single arms the default is held against
 PER_DOMAIN = 30  # every held-out prompt of the demo pool
+MIN_PROMPTS = 8  # measured prompts per mode at every level (level_repeats)
 PLAIN_ROUNDS = "hedgespec_plain_rounds_total"
 SPEC_ROUNDS = "hedgespec_spec_decode_num_drafts_total"
 
@@ -98,8 +103,9 @@ def _noise(bursts: list[float]) -> float | None:
 def level_row(n: int, bursts: dict[str, list[float]], plain_rounds: float,
               spec_rounds: float) -> dict[str, Any]:
     """One level: each mode's median burst and noise, the time mode against plain decoding,
-    the acceptance loss and the best fixed arm run, and the time server's plain-round share
-    over its measured bursts."""
+    the acceptance loss and the best fixed arm run (the median of the per-repeat ratios: a
+    repeat's modes served the same prompts, so the prompts' own spread cancels), and the time
+    server's plain-round share over its measured bursts."""
     best = {m: statistics.median_low(b) for m, b in bursts.items()}
     noise = {m: _noise(b) for m, b in bursts.items()}
     fixed = [m for m in FIXED if m in best]
@@ -116,21 +122,32 @@ def level_row(n: int, bursts: dict[str, list[float]], plain_rounds: float,
     }
     for key, other in (("plain", "plain"), ("length", "length"), ("best_fixed", top)):
         if "time" in best and other in best:
-            row[f"time_x_{key}"] = _ratio(best["time"], best[other])
-            row[f"time_x_{key}_verdict"] = verdict(row[f"time_x_{key}"], noise["time"],
-                                                   noise[other])
+            ratios = paired_ratios(bursts["time"], bursts[other])
+            row[f"time_x_{key}_repeats"] = ratios
+            row[f"time_x_{key}"] = statistics.median(ratios) if ratios else None
+            row[f"time_x_{key}_verdict"] = verdict(ratios)
     return row
 
 
-def verdict(ratio: float | None, *noises: float | None) -> str:
-    """"met" at a ratio of medians >= 1, "within noise" down to 1 / (1 + the larger noise of
-    the two modes), else "missed"."""
-    if ratio is None:
+def paired_ratios(a: list[float], b: list[float]) -> list[float]:
+    """a's burst over b's, repeat by repeat (the same prompts)."""
+    return [x / y for x, y in zip(a, b, strict=True) if y > 0]
+
+
+def verdict(ratios: list[float]) -> str:
+    """"met" where the median of the per-repeat ratios is at least 1, "within noise" where it
+    is not but some repeat's is, "missed" where every repeat's ratio is below 1."""
+    if not ratios:
         return "-"
-    if ratio >= 1.0:
+    if statistics.median(ratios) >= 1.0:
         return "met"
-    noise = max((x for x in noises if x is not None), default=0.0)
-    return "within noise" if ratio >= 1.0 / (1.0 + noise) else "missed"
+    return "within noise" if max(ratios) >= 1.0 else "missed"
+
+
+def level_repeats(n: int, repeats: int) -> int:
+    """Bursts per mode at n streams: `repeats`, and at low concurrency enough that every mode
+    serves at least MIN_PROMPTS prompts (one prompt's speed-up spans 1-5x on its own)."""
+    return max(repeats, -(-MIN_PROMPTS // n))
 
 
 def _fresh(prompts: list[list[int]]) -> Any:
@@ -162,7 +179,7 @@ def measure(urls: dict[str, str], modes: list[str], prompts: list[list[int]],
                 burst(urls[server], group, max_tokens, policy, model)
         bursts: dict[str, list[float]] = {m: [] for m in modes}
         plain = spec = 0.0
-        for _ in range(repeats):
+        for _ in range(level_repeats(n, repeats)):
             group = fresh(n)  # the same prompts for every mode, each on its own server
             for mode in rng.sample(modes, len(modes)):
                 server, _, policy = MODES[mode]
@@ -192,8 +209,9 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "# The served default through the HTTP server, against plain decoding and each arm", "",
         f"`{meta['command']}` on {meta['machine']}, {meta['date']}; {meta['dtype']}, "
         f"{meta['threads']} torch thread(s) per server, the served CPU defaults but the loss; "
-        f"{meta['max_tokens']} tokens a stream, median of {meta['repeats']} bursts per mode "
-        f"(order drawn afresh each repeat, seed {meta.get('seed', 0)}), "
+        f"{meta['max_tokens']} tokens a stream, median of {meta['repeats']} or more bursts per "
+        f"mode (at least {MIN_PROMPTS} prompts a mode at each level; order drawn afresh each "
+        f"repeat, seed {meta.get('seed', 0)}), "
         f"{meta['warmup']} warm-up bursts on every server before each level. Each mode on its "
         "own server, no prompt served twice by a server. `time` is the served default. "
         "Method: the module docstring.", "",
@@ -210,13 +228,17 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"({r['time_plain_rounds']:.0f} of "
             f"{r['time_plain_rounds'] + r['time_spec_rounds']:.0f}) |")
     lines += ["", "Targets (issue 58: the default at least plain decoding and the best fixed arm, "
-              "within the noise):", ""]
+              "within the noise; each ratio the median of the per-repeat ratios, the repeats' "
+              "own in brackets):", ""]
     for r in rows:
         for key, label in (("plain", "plain decoding"), ("best_fixed", "the best fixed arm")):
             if f"time_x_{key}" in r:
+                each = ", ".join(_f(x) for x in r.get(f"time_x_{key}_repeats", []))
                 lines.append(f"- {r['streams']} stream(s), x {label}: "
-                             f"{_f(r[f'time_x_{key}'])} {r[f'time_x_{key}_verdict']}")
-    lines += ["", "Run-to-run noise: each mode's bursts at a level, max/min - 1.", "",
+                             f"{_f(r[f'time_x_{key}'])} [{each}] "
+                             f"{r[f'time_x_{key}_verdict']}")
+    lines += ["", "Run-to-run spread: each mode's bursts at a level (different prompts), "
+              "max/min - 1.", "",
               "| streams | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for r in rows:
         lines.append(f"| {r['streams']} | "

@@ -7,45 +7,61 @@ from __future__ import annotations
 
 import pytest
 
-from bench.time_loss_gateway import MODES, counter, level_row, parse_args, render, verdict
+from bench.time_loss_gateway import (
+    MODES,
+    counter,
+    level_repeats,
+    level_row,
+    parse_args,
+    render,
+    verdict,
+)
 
 META = {"command": "python -m bench.time_loss_gateway", "machine": "m", "date": "d",
         "dtype": "bfloat16", "threads": 2, "max_tokens": 48, "repeats": 2, "warmup": 2,
         "levels": "1,16"}
-# Bursts per mode (tokens/s), the median kept (the slower middle of two); the time server's
-# plain and speculative rounds over its measured bursts.
-ONE = level_row(1, {"plain": [21.0, 20.0, 19.0], "length": [32.0, 36.0, 31.0], "time": [40.0],
-                    "lookup": [30.0, 30.0], "suffix": [44.0, 44.0], "generalist": [33.0]},
-                10, 30)
+# Bursts per mode (tokens/s), repeat by repeat (a repeat's modes serve the same prompts), the
+# median kept (the slower middle of an even count); the time server's plain and speculative
+# rounds over its measured bursts.
+ONE = level_row(1, {"plain": [21.0, 20.0, 19.0], "length": [32.0, 36.0, 31.0],
+                    "time": [40.0, 42.0, 38.0], "lookup": [30.0] * 3, "suffix": [44.0] * 3,
+                    "generalist": [33.0] * 3}, 10, 30)
 SIXTEEN = level_row(16, {"plain": [90.0, 99.0, 81.0], "length": [50.0, 45.0, 55.0],
-                         "time": [85.5, 90.0], "lookup": [70.0, 70.0], "suffix": [60.0],
-                         "generalist": [40.0]}, 1400, 136)
+                         "time": [85.5, 90.0, 84.0], "lookup": [70.0] * 3, "suffix": [60.0] * 3,
+                         "generalist": [40.0] * 3}, 1400, 136)
 
 
-def test_rows_keep_the_median_burst_and_hold_the_time_mode_against_plain_and_each_arm() -> None:
+def test_rows_keep_the_median_burst_and_the_median_of_paired_ratios() -> None:
     assert ONE["plain_tps"] == 20.0 and SIXTEEN["length_tps"] == 50.0
     assert SIXTEEN["plain_tps"] == 90.0  # not the fastest (99)
-    assert SIXTEEN["time_tps"] == 85.5  # the slower middle of two
+    assert level_row(2, {"plain": [1.0, 2.0], "time": [3.0, 4.0]}, 0, 0)["time_tps"] == 3.0
+    # each ratio the median over repeats of time's burst over the other's on the same prompts
+    assert ONE["time_x_plain_repeats"] == pytest.approx([40 / 21, 42 / 20, 38 / 19])
     assert ONE["time_x_plain"] == pytest.approx(2.0)
-    assert ONE["time_x_length"] == pytest.approx(1.25)
+    assert ONE["time_x_length"] == pytest.approx(38 / 31)  # not 40 / 32, the medians' ratio
     assert ONE["best_fixed"] == "suffix" and SIXTEEN["best_fixed"] == "lookup"
     assert ONE["time_x_best_fixed"] == pytest.approx(40 / 44)
     assert SIXTEEN["time_x_plain"] == pytest.approx(0.95)
     assert SIXTEEN["time_x_best_fixed"] == pytest.approx(85.5 / 70)
     assert ONE["time_plain_share"] == pytest.approx(0.25)
     assert SIXTEEN["time_plain_share"] == pytest.approx(1400 / 1536)
-    assert ONE["time_noise"] is None  # one burst: no noise
     assert SIXTEEN["plain_noise"] == pytest.approx(99 / 81 - 1)
-    assert level_row(2, {"plain": [1.0], "time": [1.0]}, 0, 0)["time_plain_share"] is None
+    one_burst = level_row(2, {"plain": [1.0], "time": [1.0]}, 0, 0)
+    assert one_burst["time_noise"] is None and one_burst["time_plain_share"] is None
 
 
 def test_a_target_is_met_within_noise_or_missed() -> None:
     assert ONE["time_x_plain_verdict"] == "met"
-    assert ONE["time_x_best_fixed_verdict"] == "missed"  # 0.91, neither mode noisy
-    assert SIXTEEN["time_x_plain_verdict"] == "within noise"  # 0.95 >= 1 / 1.22
+    assert ONE["time_x_best_fixed_verdict"] == "missed"  # below 1 in every repeat
+    assert SIXTEEN["time_x_plain_verdict"] == "within noise"  # 0.95, one repeat 1.04
     assert SIXTEEN["time_x_best_fixed_verdict"] == "met"
-    assert verdict(0.80, 0.2, None) == "missed" and verdict(0.84, 0.2) == "within noise"
-    assert verdict(None) == "-"
+    assert verdict([0.8, 0.9, 0.99]) == "missed" and verdict([0.8, 0.9, 1.01]) == "within noise"
+    assert verdict([0.8, 1.0, 1.2]) == "met" and verdict([]) == "-"
+
+
+def test_low_concurrency_runs_more_bursts() -> None:
+    assert [level_repeats(n, 3) for n in (1, 2, 4, 8, 16)] == [8, 4, 3, 3, 3]
+    assert level_repeats(1, 10) == 10
 
 
 def test_the_report_gives_each_mode_the_ratios_the_targets_the_plain_share_and_the_noise() -> None:
@@ -54,10 +70,10 @@ def test_the_report_gives_each_mode_the_ratios_the_targets_the_plain_share_and_t
             "| 25% (10 of 40) |") in text
     assert ("| 16 | 90.0 | 85.5 | 50.0 | 70.0 | 60.0 | 40.0 | 0.95 | 1.22 (lookup) "
             "| 91% (1400 of 1536) |") in text
-    assert "- 16 stream(s), x plain decoding: 0.95 within noise" in text
-    assert "- 1 stream(s), x the best fixed arm: 0.91 missed" in text
-    assert "| 1 | 11% | - | 16% | 0% | 0% | - |" in text
-    assert "median of 2 bursts per mode (order drawn afresh each repeat, seed 0)" in text
+    assert "- 16 stream(s), x plain decoding: 0.95 [0.95, 0.91, 1.04] within noise" in text
+    assert "- 1 stream(s), x the best fixed arm: 0.91 [0.91, 0.95, 0.86] missed" in text
+    assert "| 1 | 11% | 11% | 16% | 0% | 0% | 0% |" in text
+    assert "median of 2 or more bursts per mode (at least 8 prompts" in text
     assert "2 warm-up bursts on every server" in text
 
 
