@@ -243,7 +243,8 @@ class SpecEngine:
             state.session = session
             warm = self.sessions.take(session, resolved.name, state.arm_ids)
             if warm is not None:
-                state.learner, state.stats.warm_start_requests = warm.learner, warm.requests
+                assert state.arms is not None
+                state.arms.learner, state.stats.warm_start_requests = warm.learner, warm.requests
                 prior = arm_prior(resolved.prior, state.plain_arm)
                 if prior is not None and isinstance(warm.learner, NormalHedge):
                     warm.learner.set_prior(prior)  # this prompt's, not the first's

@@ -102,7 +102,7 @@ class RequestStats:
     # The round index (RoundStats.round_index: speculative and plain rounds counted together)
     # of each plain round, so a per-round view can interleave them with `drafter_per_round`.
     plain_round_indices: list[int] = field(default_factory=list)
-    # Rounds run while the request's EAGLE-3 drafters slept (core/decoding/request.py), and
+    # Rounds run while the request's EAGLE-3 drafters slept (core/selection/arm_policy.py), and
     # how often they were woken to be scored again.
     asleep_rounds: int = 0
     wakes: int = 0

@@ -65,7 +65,8 @@ class BatchScheduler:
         left = max(budget - len(rows) * self._tree_tokens, budget // 4, 1)
         waiting = [s for s in states if not s.prefilled]
         for s in waiting:  # the step size its first rounds will run at (its costs' bucket)
-            s.step_requests = s.start_requests = len(states)
+            if s.arms is not None:
+                s.arms.step_requests = s.arms.start_requests = len(states)
         return results + self._prefill(waiting, left)
 
     def _probe_allows(self, rows: list[tuple[RequestState, int]]) -> bool:
@@ -142,8 +143,9 @@ class BatchScheduler:
                 t0 = self.clock()
                 committed = finish_chunk(self.cache, chunk, target_out, self.config)
                 # The drafters' catch-up on the prompt and its windows: what a request that
-                # starts awake pays beyond plain decoding (RequestState.awake_cost_s).
-                chunk.state.awake_cost_s += self.clock() - t0
+                # starts awake pays beyond plain decoding (ArmPolicy.awake_cost_s).
+                if chunk.state.arms is not None:
+                    chunk.state.arms.awake_cost_s += self.clock() - t0
             except Exception as exc:
                 log.exception("prefill of request %s failed", chunk.state.request_id)
                 out.append(RowResult(chunk.state, [], None, exc))

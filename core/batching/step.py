@@ -45,7 +45,7 @@ from core.decoding.request_round import (
 )
 from core.model.kv_cache import SlotCache
 from core.model.target import Target, TargetOutput, fill_rows
-from core.selection.arm_costs import StepCosts, StepSample
+from core.selection.arm_costs import PLAIN, PlannedRow, StepCosts, StepSample
 from core.speculation.drafter_pool import Candidates, sync_many
 from core.speculation.drafting import grow_trees
 from core.speculation.tree import DraftTree, chain_tree
@@ -147,15 +147,15 @@ def _measure(costs: StepCosts, work: list[_Row], drafting: _Drafting,
 
 
 def _credit_awake(costs: StepCosts, work: list[_Row], wall_s: float) -> None:
-    """The step's saving against plain decoding, shared by its awake rows (RequestState.
-    awake_saving_s): its committed tokens at plain decoding's time per token at this step size
-    (StepCosts.plain_token_s: the steps where every pool slept) less the step's measured time,
-    drafting, padding and evaluation included. A step with no awake row measures that time per
-    token instead. Measured, not modelled: the cost model prices an arm's round well (at two
-    streams on two cores, 87 ms modelled for 86 ms measured) but a request's saving summed
-    from it priced a drafting round's tokens at a plain row padded to its neighbours' trees:
-    the two-stream starts awake reported savings of 0.2-0.9 s a request while their passes ran
-    0.85x plain decoding."""
+    """The step's saving against plain decoding, shared by its awake rows
+    (ArmPolicy.awake_saving_s): its committed tokens at plain decoding's time per token at this
+    step size (StepCosts.plain_token_s: the steps where every pool slept) less the step's
+    measured time, drafting, padding and evaluation included. A step with no awake row
+    measures that time per token instead. Measured, not modelled: the cost model prices an
+    arm's round well (at two streams on two cores, 87 ms modelled for 86 ms measured) but a
+    request's saving summed from it priced a drafting round's tokens at a plain row padded to
+    its neighbours' trees: the two-stream starts awake reported savings of 0.2-0.9 s a request
+    while their passes ran 0.85x plain decoding."""
     done = [(r, r.committed) for r in work if r.committed is not None]
     sharers = [r for r, _ in done if r.awake]
     if not sharers:
@@ -167,7 +167,8 @@ def _credit_awake(costs: StepCosts, work: list[_Row], wall_s: float) -> None:
         return
     saving = sum(len(committed) for _, committed in done) * per_token - wall_s
     for r in sharers:
-        r.state.awake_saving_s += saving / len(sharers)
+        if r.state.arms is not None:
+            r.state.arms.awake_saving_s += saving / len(sharers)
 
 
 def _select(r: _Row, cache: SlotCache, speculate: bool, requests: int) -> None:
@@ -176,7 +177,8 @@ def _select(r: _Row, cache: SlotCache, speculate: bool, requests: int) -> None:
         raise RuntimeError(f"slot {r.slot} holds {cache.lengths[r.slot]} entries, "
                            f"the request {r.n}")
     r.weights = r.state.weights()
-    r.state.step_requests = requests
+    if r.state.arms is not None:
+        r.state.arms.step_requests = requests
     if speculate:
         r.chosen = r.state.select()
     r.awake = r.chosen is not None or (r.state.evaluate and not r.state.asleep)
@@ -193,10 +195,17 @@ def _check_step(rows: list[_Row], costs: StepCosts) -> None:
     its learner's plain arm weighs the same costs, and a second judge with a shorter memory
     overruled it (measured: slower at one stream)."""
     judged = [r for r in rows if r.state.plain_arm and r.chosen is not None]
-    if len(rows) < 2 or not judged or costs.step_pays([r.state.planned(r.chosen) for r in rows]):
+    if len(rows) < 2 or not judged or costs.step_pays([_planned(r) for r in rows]):
         return
     for r in judged:
         r.chosen = None
+
+
+def _planned(r: _Row) -> PlannedRow:
+    """The row's part of the step as chosen (plain decoding for a request with no learner)."""
+    if r.state.arms is None:
+        return PlannedRow(1.0, PLAIN, 1.0)
+    return r.state.arms.planned(r.chosen)
 
 
 def _draft(rows: list[_Row], config: EngineConfig, clock: Callable[[], float]) -> _Drafting:

@@ -104,13 +104,14 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
             state.feedback.open_window(m, None, None)
         state.feedback.add_evidence(lo, pool.evidence, pool.trees)
         state.learn()
-    elif isinstance(state.learner, NormalHedge):
+    elif state.arms is not None and isinstance(state.arms.learner, NormalHedge):
+        arms, learner = state.arms, state.arms.learner
         windows = prompt_losses(pool.evidence, state.feedback, pool.trees)
         for window in windows:
-            state.track(window)
-        losses = [state.arm_losses(window) for window in windows]
+            arms.track(window)
+        losses = [arms.arm_losses(window) for window in windows]
         if losses:
-            state.learner.set_prior(prompt_prior(losses, state.learner.prior))
+            learner.set_prior(prompt_prior(losses, learner.prior))
 
 
 def prompt_losses(evidence: Evidence, like: FeedbackQueue,

@@ -1,6 +1,7 @@
-"""Per-request state: committed tokens, drafter caches, learner, feedback queue, statistics,
-RNGs, and the stop rules that decide what a round may commit. Its target KV cache is a slot of
-the scheduler's (core/batching/scheduler.py)."""
+"""Per-request state: committed tokens, drafter caches, lookups, feedback queue, statistics,
+RNGs, and the stop rules that decide what a round may commit; it carries out what its arm
+policy (core/selection/arm_policy.py: the learner and the decisions taken from it) decides.
+Its target KV cache is a slot of the scheduler's (core/batching/scheduler.py)."""
 
 from __future__ import annotations
 
@@ -19,16 +20,8 @@ from core.config import (
     SamplingParams,
 )
 from core.errors import PolicyError
-from core.selection.arm_costs import (
-    FREE,
-    NEURAL,
-    PLAIN,
-    PlannedRow,
-    Start,
-    StepCosts,
-    TimePerToken,
-    time_losses,
-)
+from core.selection.arm_costs import FREE, NEURAL, StepCosts
+from core.selection.arm_policy import ArmPolicy, Members
 from core.selection.feedback import FeedbackQueue, Window, WindowLoss
 from core.selection.learners import Learner, make_learner
 from core.speculation.drafter_pool import Candidates, DrafterState, PoolSnapshot
@@ -38,8 +31,6 @@ from core.speculation.sampling import PositionNoise
 from core.stats import RequestStats, TokenLogprob
 
 ROUTER = "router"
-# Weight of a new window in a member's running ÂL (RequestState.expected): about the last ten.
-EXPECTED_DECAY = 0.1
 # The plain-decoding arm's name where arms are listed by id (learner sessions, statistics); not
 # a valid drafter id (the registry's ids are slugs).
 PLAIN_ARM = "<plain>"
@@ -108,33 +99,6 @@ class DeferredRound:
     new: tuple[int, ...]  # the L+1 verified tokens
 
 
-# Sleeping drafters. Under the time loss a request whose learner would give its EAGLE-3 drafters
-# less than SLEEP_SHARE against plain decoding stops feeding them (DrafterState.sleep): asleep
-# experts (core/selection/learners.py), their regrets frozen, while it decodes plain or with a
-# model-free member. Every PROBE_ROUNDS rounds they restart from the last WAKE_PAIRS verified
-# pairs and are scored for at least PROBE_LENGTH rounds, so the learner sees them again. Why:
-# on a CPU one pair through the demo pool's eight drafters costs about a third of a target row,
-# so at 8 and 16 streams feeding them every pair cost a quarter of plain decoding's rate while the
-# learner decoded plain (bench/results/time_loss_held_out.md); asleep, that cost falls to
-# (WAKE_PAIRS + eval_every) / PROBE_ROUNDS of it.
-# When the learner would give each drafter less than SLEEP_SHARE against plain decoding, the
-# whole pool sleeps (`asleep`): no arm is drawn, the model-free members neither index nor
-# record (the probe indexes what was committed meanwhile) and no window opens, so a round costs
-# what plain decoding's does but for keeping the last verified pairs; the same probes wake it.
-# A request starts awake, with its EAGLE-3 drafters asleep or with its whole pool asleep,
-# whichever saved most for the last requests that started there at its step size
-# (StepCosts.start, core/selection/arm_costs.Start). Why: at 16 streams on two cores the
-# evaluation's bookkeeping (windows, lookups' guesses) cost about 2.5 ms a request-round, half
-# of a plain row's 4.5 ms; even the speculation gate (retired since), 98% plain, ran at 0.72x
-# plain decoding.
-SLEEP_SHARE = 0.05
-PROBE_ROUNDS = 64
-# Rounds after a wake before the learner may put the drafters back to sleep: long enough for
-# the windows rooted at the wake to complete (the pool's deepest window, 8 plain rounds) and
-# reach the learner.
-PROBE_LENGTH = 16
-
-
 @dataclass
 class RequestState:
     request_id: str
@@ -147,7 +111,9 @@ class RequestState:
     noise: PositionNoise  # what sampling draws with, keyed by output position
     rng: np.random.Generator
     eos_ids: frozenset[int]
-    learner: Learner | None = None
+    # The learner and every decision taken from it (core/selection/arm_policy.py); None when
+    # the request drafts nothing.
+    arms: ArmPolicy | None = None
     feedback: FeedbackQueue | None = None
     session: str | None = None  # the learner is kept for this session's next request
     dstate: DrafterState | None = None
@@ -172,69 +138,38 @@ class RequestState:
     # The model-free members' lookups over this request's tokens
     # (core/speculation/model_free/evidence.py).
     lookups: RequestLookups | None = None
-    # Plain decoding is the learner's last arm and its loss is time per token (loss "time"):
-    # the engine's measured round costs (core/selection/arm_costs.py) and the size of the request's
-    # last step (what its costs are looked up at).
-    plain_arm: bool = False
-    costs: StepCosts | None = None
-    step_requests: int = 1
-    start_requests: int = 1  # the step size when it was prefilled
-    # How it started (awake, its model-free members alone, asleep): what being awake saved it
-    # tells the next requests at that level whether to start there (a request that started
-    # asleep only learns at its probes: StepCosts.note_end).
-    start: Start = Start.AWAKE
-    # The tree rows each member drafts per round (nodes + root), for the time loss.
-    tree_rows: tuple[float, ...] = ()
-    # The most tokens a round can commit (the deepest member's tree + the bonus): ÂL's bound.
-    round_max: int = 2
-    # A running ÂL per member (EXPECTED_DECAY), for the step check (core/selection/arm_costs.py).
-    expected: npt.NDArray[np.float64] | None = None
-    # The whole pool asleep (SLEEP_SHARE): rounds run plain and nothing is evaluated.
-    asleep: bool = False
-    # Rounds since the EAGLE-3 drafters (or the pool) fell asleep, and since the request started
-    # or they last woke: no sleep before PROBE_LENGTH (at the start the learner's regrets are
-    # its exploration's noise, and a sleep then lasts PROBE_ROUNDS: at one stream the EAGLE-3
-    # specialists slept after the first evaluations and 68% of rounds ran plain, 1.15x plain
-    # decoding where the suffix member alone ran 1.77x).
-    asleep_rounds: int = 0
-    awake_rounds: int = 0
-    # Under the time loss, what starting awake earned this request against plain decoding
-    # (StepCosts.note_end): its share of each step's saving while it was awake (the step's
-    # tokens at plain decoding's bare time per token less its measured time,
-    # core/batching/step._credit_awake), and the measured seconds of the drafters' catch-up on
-    # the prompt and its windows (core/batching/scheduler.py).
-    awake_saving_s: float = 0.0
-    awake_cost_s: float = 0.0
-    # The arms' running time per token and the best of them, the rate the time loss values a
-    # round's tokens at (core/selection/arm_costs.TimePerToken).
-    time_per_token: TimePerToken = field(default_factory=TimePerToken)
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
                snapshot: PoolSnapshot, config: EngineConfig,
                eos_ids: tuple[int, ...] = (), costs: StepCosts | None = None) -> RequestState:
         seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
-        n = len(snapshot)
-        learner = feedback = None
-        plain = uses_plain_arm(policy, config)
-        if policy.kind != "none" and n:
-            fixed = snapshot.index(policy.name) if policy.kind == "fixed" else None
-            name = "fixed" if policy.kind == "fixed" else policy.name
-            learner = make_learner(name, n + plain, max_len=max_len(snapshot, config),
-                                   fixed_index=fixed, prior=arm_prior(policy.prior, plain))
-            if learner.counterfactual or config.evaluate_all:
+        arms = feedback = None
+        if policy.kind != "none" and len(snapshot):
+            arms = _arm_policy(policy, snapshot, config, costs)
+            if arms.learner.counterfactual or config.evaluate_all:
                 feedback = _feedback_queue(snapshot, config)
-        stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if learner else (),
-                             prompt_tokens=len(prompt), time_loss=plain and learner is not None)
+        stats = RequestStats(policy=policy.label, drafter_ids=snapshot.ids if arms else (),
+                             prompt_tokens=len(prompt),
+                             time_loss=arms is not None and arms.plain_arm)
         return RequestState(request_id, params, policy, snapshot, list(prompt), len(prompt),
                             stats, PositionNoise(seed), np.random.default_rng(seed + 1),
-                            frozenset(eos_ids),
-                            learner, feedback, evaluate=feedback is not None,
-                            eval_every=config.selector.eval_every,
-                            plain_arm=plain and learner is not None,
-                            costs=costs if costs is not None else StepCosts(),
-                            tree_rows=_tree_rows(snapshot, config),
-                            round_max=max_len(snapshot, config) if n else 2)
+                            frozenset(eos_ids), arms, feedback, evaluate=feedback is not None,
+                            eval_every=config.selector.eval_every)
+
+    @property
+    def learner(self) -> Learner | None:
+        return self.arms.learner if self.arms is not None else None
+
+    @property
+    def plain_arm(self) -> bool:
+        """Plain decoding is the learner's last arm (the time loss)."""
+        return self.arms is not None and self.arms.plain_arm
+
+    @property
+    def asleep(self) -> bool:
+        """The whole pool sleeps: rounds run plain and nothing is evaluated."""
+        return self.arms is not None and self.arms.pool_asleep
 
     @property
     def arm_ids(self) -> tuple[str, ...]:
@@ -257,16 +192,9 @@ class RequestState:
     def select(self) -> int | None:
         """The round's drafter, among those awake (a model-free member with no guess at the
         root sleeps); None when the request drafts nothing or every member sleeps."""
-        if self.learner is None or self.asleep:  # asleep: plain decoding is the only arm
+        if self.arms is None:
             return None
-        awake = self.awake()
-        if self.plain_arm:  # plain decoding is always awake
-            awake = np.append(np.ones(len(self.snapshot), dtype=bool) if awake is None else awake,
-                              True)
-        if awake is not None and not awake.any():
-            return None
-        arm = self.learner.select(self.rng, awake=awake)
-        return None if arm == len(self.snapshot) else arm
+        return self.arms.choose(self.rng, self.awake())
 
     def awake(self) -> npt.NDArray[np.bool_] | None:
         """Which members can draft from the root; None when all can: a model-free member with
@@ -288,107 +216,49 @@ class RequestState:
     def drafters_asleep(self) -> bool:
         return self.dstate is not None and self.dstate.asleep
 
-    def should_sleep(self) -> bool:
-        """Whether the EAGLE-3 drafters go to sleep at this evaluation: under the time loss,
-        when the learner would give them less than SLEEP_SHARE of its weight in a round where
-        no model-free member has a guess (they and plain decoding awake). Their share of the
-        whole distribution is no test: a learner that favours a lookup falls back on them
-        wherever the lookup has nothing to propose (measured: with that test the one-stream
-        rounds ran plain there, 35% of them, at 0.77x the tokens/s)."""
-        if (not self.plain_arm or self.learner is None or self.dstate is None
-                or not self.dstate.full or self.dstate.asleep or not self.snapshot.neural):
-            return False
-        if self.drafters_dominated():
-            return True
-        if self.awake_rounds < PROBE_LENGTH:
-            return False
-        return self._share_against_plain(self.snapshot.neural) < SLEEP_SHARE
-
-    def pool_should_sleep(self) -> bool:
-        """Whether the whole pool goes to sleep at this evaluation: under the time loss, when
-        the learner would give each drafter less than SLEEP_SHARE against plain decoding in a
-        round where only the two are awake. Not their share of the whole distribution: a
-        lookup is awake only where it has a guess, so plain decoding, always awake, gathers
-        regret over more windows; judged on the whole distribution the pool slept at one
-        stream where the suffix member ran 1.74x plain decoding (69% of rounds plain, 1.28x)."""
-        if not self.plain_arm or self.learner is None or self.asleep:
-            return False
-        return self.awake_rounds >= PROBE_LENGTH and self.leaves_pool()
-
-    def leaves_pool(self) -> bool:
-        """The learner's verdict behind `pool_should_sleep`: under SLEEP_SHARE against plain
-        decoding for every member not already asleep."""
-        sleeping = set(self.snapshot.neural) if self.drafters_asleep else set()
-        # EAGLE-3 drafters already asleep do not count
-        return all(self._share_against_plain([i]) < SLEEP_SHARE
-                   for i in set(range(len(self.snapshot))) - sleeping)
-
-    def _share_against_plain(self, members: list[int]) -> float:
-        """The weight the learner gives `members` in a round where only they and plain
-        decoding are awake."""
-        assert self.learner is not None
-        awake = np.zeros(len(self.snapshot) + 1, dtype=bool)
-        awake[members] = True
-        awake[-1] = True  # plain decoding
-        return float(self.learner.awake_distribution(awake)[members].sum())
+    @property
+    def drafters_fed(self) -> bool:
+        """Every EAGLE-3 drafter is awake and caught up on every pair (full evaluation)."""
+        return self.dstate is not None and self.dstate.full and not self.dstate.asleep
 
     def sleep(self) -> None:
         """The EAGLE-3 drafters stop being fed."""
-        assert self.dstate is not None
+        assert self.dstate is not None and self.arms is not None
         if not self.dstate.asleep:
             self.dstate.sleep()
-            self.asleep_rounds = 0
+            self.arms.fall_asleep(pool=False)
         self.pending = None
 
     def sleep_pool(self) -> None:
         """Every member sleeps: the EAGLE-3 drafters are not fed, the lookups record nothing
         and no window opens until a probe wakes them (the queue holds none by now)."""
+        assert self.arms is not None
         if self.dstate is not None and self.dstate.full and self.snapshot.neural:
             self.sleep()
         if self.lookups is not None:
             self.lookups.pause()
-        self.asleep, self.asleep_rounds = True, 0
+        self.arms.fall_asleep(pool=True)
 
     def wake_due(self) -> bool:
-        """Asleep for PROBE_ROUNDS rounds with no round waiting to be scored; the EAGLE-3
-        drafters alone only once plain decoding no longer dominates them."""
-        if self.asleep_rounds < PROBE_ROUNDS or self.deferred:
-            return False
-        return self.asleep or (self.drafters_asleep and not self.drafters_dominated())
+        return self.arms is not None and self.arms.wake_due(self.drafters_asleep,
+                                                            bool(self.deferred))
 
     def wake(self) -> bool:
         """End a sleep (a probe): the pool records and opens windows again from the next
         root; True when the EAGLE-3 drafters are to restart too (not dominated)."""
+        assert self.arms is not None
         if self.asleep:
-            self.asleep = False
             if self.lookups is not None:  # the tokens committed asleep, then record again
                 self.lookups.sync(self.token_ids)
                 self.lookups.resume()
             if self.feedback is not None:
                 self.feedback.restart()
-        self.asleep_rounds, self.awake_rounds = 0, 0
+        self.arms.wake()
         self.stats.wakes += 1
-        return self.drafters_asleep and not self.drafters_dominated()
-
-    def drafters_dominated(self) -> bool:
-        """Under the time loss, whether every EAGLE-3 drafter is dominated by plain decoding at
-        the request's step size (CostModel.dominated): none can be the best arm in hindsight,
-        so feeding them buys nothing. On two cores this holds from about 4 streams on (a
-        13-row tree costs more than 5 plain rows' worth there), where the drafters then sleep
-        from the prompt on (no prompt catch-up) until the load falls."""
-        model = self.costs.model(self.step_requests) if self.costs is not None else None
-        if not self.plain_arm or model is None or not self.snapshot.neural:
-            return False
-        assert self.feedback is not None
-        rows = self._arm_rows()
-        return all(model.dominated(rows[i], NEURAL, float(self.feedback.depths[i] + 1))
-                   for i in self.snapshot.neural)
+        return self.drafters_asleep and not self.arms.drafters_dominated()
 
     def weights(self) -> dict[str, float]:
-        if self.learner is None:
-            return {}
-        return {d: float(w)
-                for d, w in zip(self.snapshot.ids, self.learner.distribution(), strict=False)}
+        return self.arms.weights() if self.arms is not None else {}
 
     def commit(self, tokens: list[int], logprobs: list[TokenLogprob] | None = None) -> list[int]:
         """Append tokens up to the first EOS token (excluded) or the token budget."""
@@ -409,23 +279,21 @@ class RequestState:
             self.matcher.commit(out)
         if self.finished and self.feedback is not None:
             self.record(self.feedback.close())  # statistics only: censored windows are biased low
-        if (self.finished and self.plain_arm and self.costs is not None
-                and self.start is not Start.ASLEEP
-                and self.costs.model(self.start_requests) is not None):  # its rounds costed
-            self.costs.note_end(self.start_requests, self.start,
-                                self.awake_saving_s - self.awake_cost_s)
+        if self.finished and self.arms is not None:
+            self.arms.note_end()
         return out
 
     def learn(self) -> None:
         """Apply the loss vectors that became known, in order (counterfactual learners), then
         record the completed windows' ÂL estimates for the statistics."""
-        assert self.feedback is not None
+        assert self.feedback is not None and self.arms is not None
+        learner = self.arms.learner
         for w in self.feedback.pop_losses():
-            self.track(w)
-            arms = self.arm_losses(w)
-            if self.learner is not None and self.learner.counterfactual and arms.awake.any():
-                self._record_time_regret(self.learner, arms)
-                self.learner.update(self.learner.sleeping_losses(arms.loss, arms.awake))
+            self.arms.track(w)
+            arms = self.arms.arm_losses(w)
+            if learner.counterfactual and arms.awake.any():
+                self._record_time_regret(learner, arms)
+                learner.update(learner.sleeping_losses(arms.loss, arms.awake))
         self.record(self.feedback.pop_completed())
 
     def _record_time_regret(self, learner: Learner, arms: WindowLoss) -> None:
@@ -437,63 +305,6 @@ class RequestState:
         net = learner.sleeping_losses(arms.net, arms.awake)
         est = learner.sleeping_losses(arms.est_len, arms.awake)
         self.stats.record_time_window(self.arm_ids, learner.distribution(), net, est, arms.rate)
-
-    def arm_losses(self, w: WindowLoss) -> WindowLoss:
-        """A window's losses over the learner's arms: as the queue judged them, or under the
-        time loss with plain decoding appended (ÂL 1, always awake) and every arm's loss its
-        net seconds at the costs of the step its round ran in, rescaled to [0, 1]
-        (core/selection/arm_costs.py)."""
-        if not self.plain_arm:
-            return w
-        est, awake = np.append(w.est_len, 1.0), np.append(w.awake, True)
-        # the costs of the step the window's round ran in; a position window (the prompt's)
-        # has none: the latest step's
-        costs = w.costs if w.costs is not None else self.arm_costs()
-        top = self.round_max
-        if costs is None:  # unmeasured: the length loss, every arm at one cost
-            return WindowLoss((top - est) / (top - 1), awake, est)
-        rate = self.time_per_token.add(costs, est, awake)
-        loss, net = time_losses(est, costs, top, rate)
-        return WindowLoss(loss, awake, est, net, rate)
-
-    def track(self, w: WindowLoss) -> None:
-        """Keep a running ÂL per drafter over the windows it was awake for (a drafter drafts
-        only when awake): what the step check expects its round to commit."""
-        if self.expected is None:
-            self.expected = np.full(len(self.snapshot), np.nan)
-        first = np.isnan(self.expected) & w.awake
-        self.expected[first] = w.est_len[first]
-        later = ~first & w.awake
-        self.expected[later] += EXPECTED_DECAY * (w.est_len[later] - self.expected[later])
-
-    def planned(self, chosen: int | None) -> PlannedRow:
-        """This request's part of the next step if it drafts with `chosen` (None: plain)."""
-        if chosen is None:
-            return PlannedRow(1.0, PLAIN, 1.0)
-        known = self.expected is not None and not np.isnan(self.expected[chosen])
-        expected = float(self.expected[chosen]) if known else None  # type: ignore[index]
-        return PlannedRow(self._arm_rows()[chosen], self._arm_kinds()[chosen], expected)
-
-    def arm_costs(self) -> npt.NDArray[np.float64] | None:
-        """Each arm's measured cost of one round at the request's step size (seconds; plain
-        last), or None before the engine has measured that size."""
-        model = self.costs.model(self.step_requests) if self.costs is not None else None
-        if model is None:
-            return None
-        costs = [model.arm_cost(r, k) for r, k in zip(self._arm_rows(), self._arm_kinds(),
-                                                         strict=True)]
-        return np.array(costs + [model.arm_cost(1.0, PLAIN)])
-
-    def _arm_kinds(self) -> list[str]:
-        return [FREE if i in self.snapshot.model_free else NEURAL
-                for i in range(len(self.snapshot))]
-
-    def _arm_rows(self) -> list[float]:
-        """Rows each member's round verifies: the tree's, or for a model-free member (whose
-        trees end where its guesses do) the mean it has drafted on this engine."""
-        costs = self.costs or StepCosts()
-        return [costs.mean_nodes(d, r - 1) + 1 if i in self.snapshot.model_free else r
-                for i, (d, r) in enumerate(zip(self.snapshot.ids, self.tree_rows, strict=True))]
 
     def record(self, windows: list[Window]) -> None:
         """Statistics of one window per real round (position windows only feed the learner);
@@ -510,6 +321,27 @@ class RequestState:
             return None
         out, self._logprobs = self._logprobs, []
         return out
+
+
+def _arm_policy(policy: Policy, snapshot: PoolSnapshot, config: EngineConfig,
+                costs: StepCosts | None) -> ArmPolicy:
+    """The request's learner over its pool's members (and plain decoding under the time loss)
+    and the policy around it."""
+    n = len(snapshot)
+    plain = uses_plain_arm(policy, config)
+    fixed = snapshot.index(policy.name) if policy.kind == "fixed" else None
+    name = "fixed" if policy.kind == "fixed" else policy.name
+    top = max_len(snapshot, config)
+    learner = make_learner(name, n + plain, max_len=top, fixed_index=fixed,
+                           prior=arm_prior(policy.prior, plain))
+    tree = config.tree
+    members = Members(
+        ids=snapshot.ids,
+        kinds=tuple(FREE if i in snapshot.model_free else NEURAL for i in range(n)),
+        rows=_tree_rows(snapshot, config),
+        depths=tuple(snapshot.depth(i, tree.depth) for i in range(n)), round_max=top)
+    return ArmPolicy(learner, members, plain_arm=plain,
+                     costs=costs if costs is not None else StepCosts())
 
 
 def uses_plain_arm(policy: Policy, config: EngineConfig) -> bool:

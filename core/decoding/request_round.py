@@ -50,32 +50,24 @@ def start_drafters(state: RequestState) -> None:
     Under the time loss a request starts with every member awake, its model-free members alone
     (the EAGLE-3 drafters asleep, with no prompt catch-up) or its pool asleep, as the last
     requests at this step size fared at each level (StepCosts.start); never with the EAGLE-3
-    drafters awake where plain decoding dominates them (RequestState.drafters_dominated)."""
-    assert state.learner is not None
-    fixed = state.learner.fixed_index
+    drafters awake where plain decoding dominates them (ArmPolicy.drafters_dominated)."""
+    arms = state.arms
+    assert arms is not None
+    fixed = arms.learner.fixed_index
     state.dstate = DrafterState(state.snapshot, full=state.evaluate,
                                 drafters=None if fixed is None else [fixed])
     if state.grammar_trail is not None:
         state.dstate.grammar = state.grammar_trail
-    if not state.evaluate or not state.plain_arm or state.costs is None:
+    if not state.evaluate or not state.plain_arm:
         return
     # What the learner saves a request does not always pay for its evaluation and prompt
     # catch-up (on two cores from about 4 streams on; at one stream a lookup's rounds save
     # several times what they cost, the eight EAGLE-3 drafters' catch-up on a long prompt not).
-    state.start = state.costs.start(state.step_requests, start_levels(state))
-    if state.start is Start.ASLEEP:
+    start = arms.choose_start()
+    if start is Start.ASLEEP:
         state.sleep_pool()
-    elif state.start is Start.MODEL_FREE and state.snapshot.neural:
+    elif start is Start.MODEL_FREE and state.snapshot.neural:
         state.sleep()
-
-
-def start_levels(state: RequestState) -> list[Start]:
-    """The levels a request can start at (Start): all awake only where an EAGLE-3 drafter may
-    pay, the model-free members alone only where there are some, asleep always."""
-    levels = [] if not state.snapshot.neural or state.drafters_dominated() else [Start.AWAKE]
-    if state.snapshot.model_free:
-        levels.append(Start.MODEL_FREE)
-    return [*levels, Start.ASLEEP]
 
 
 def start_lookups(state: RequestState, config: EngineConfig) -> None:
@@ -223,21 +215,21 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
     later one (SelectorConfig.eval_every), then the losses that became known update the
     learner."""
     assert state.dstate is not None and state.feedback is not None
-    if state.asleep:  # the whole pool: nothing to score
-        state.asleep_rounds += 1
+    arms = state.arms
+    assert arms is not None
+    arms.count_round(state.drafters_asleep)
+    if arms.pool_asleep:  # the whole pool: nothing to score
         state.stats.asleep_rounds += 1
         return
-    state.awake_rounds += 1
     steps = len(v.path)
     # A round run plain (nothing chosen) scores the drafters at its root like any position; it
     # is a round of the plain arm under the time loss, else it has no acceptance to report.
     plain_round = chosen is None and state.plain_arm
-    costs = state.arm_costs() if state.plain_arm else None  # this step's (size, neighbours)
+    costs = arms.arm_costs() if arms.plain_arm else None  # this step's (size)
     state.feedback.open_window(n, chosen, steps if chosen is not None or plain_round else None,
                                costs)
     state.deferred.append(_target_side(v, n))
     asleep = state.drafters_asleep
-    state.asleep_rounds += asleep
     state.stats.asleep_rounds += asleep
     if cur is None and state.snapshot.neural and not (asleep and due):
         return
@@ -254,8 +246,8 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
         new = np.array([t for r in rounds for t in r.new])
         target = TargetSide(None, probs.cpu().numpy().astype(np.float64), new)
     parts = []
-    pool_sleeping = state.pool_should_sleep()
-    sleeping = pool_sleeping or state.should_sleep()
+    pool_sleeping = arms.pool_should_sleep(state.drafters_asleep)
+    sleeping = pool_sleeping or arms.should_sleep(state.drafters_fed)
     if cur is not None:
         assert prev is not None and cur.indices == prev.indices == state.snapshot.neural
         assert cur.topk_ids.shape[1] == pairs, (cur.topk_ids.shape, pairs)

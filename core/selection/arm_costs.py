@@ -53,7 +53,7 @@ MIN_SPREAD, `model` returns None and the learner's loss falls back to 1/ÂL (tim
 with every arm costing the same, which ranks drafters as the acceptance loss does).
 
 Where to start. e(b) is paid whichever arm the learner picks, so its loss cannot weigh it; only
-sleeping saves it (core/decoding/request.py). A request that started awake ends with what that
+sleeping saves it (core/selection/arm_policy.py). A request that started awake ends with what that
 earned it, measured: its share of each step it was awake in of the step's committed tokens
 at plain decoding's time per token (`plain_token_s`: the steps of that size where every pool
 slept; before there are any, c⁰_plain, `bare_cost`) less the step's measured seconds
@@ -95,7 +95,7 @@ class Start(IntEnum):
     model-free members alone awake (the EAGLE-3 drafters asleep from the prompt on, with no
     prompt catch-up: on two cores it cost the copy-heavy prompts about 130 ms a request at one
     stream, where a lookup alone ran 1.5x plain decoding); or the whole pool asleep
-    (RequestState.asleep). Each level is an arm of a small learner per step size: the requests
+    (ArmPolicy.pool_asleep). Each level is an arm of a small learner per step size: the requests
     that started there report what being awake saved them (their share of their steps'
     tokens at plain decoding's time per token less the steps' measured time, less their
     prompt catch-up), and a request starts at the level whose last ENDINGS saved most on
@@ -284,7 +284,7 @@ class StepCosts:
     def note_end(self, started_at: int, start: Start, saving_s: float) -> None:
         """A request under the time loss that started at this step size and level (awake or
         its model-free members alone) ended; what being awake saved it against plain decoding
-        with its pool asleep (seconds, negative when it cost; RequestState.awake_saving_s -
+        with its pool asleep (seconds, negative when it cost; ArmPolicy.awake_saving_s -
         awake_cost_s). Keyed by where it started: where it ends depends on when the others
         finish."""
         key = (bucket(started_at), start)

@@ -248,7 +248,7 @@ class FeedbackQueue:
 
     def restart(self) -> None:
         """Forget the held evidence: the next positions need not follow it (a request whose
-        drafters slept, core/decoding/request.py). No window may be open."""
+        drafters slept, core/selection/arm_policy.py). No window may be open."""
         if self._pending:
             raise ValueError(f"{len(self._pending)} windows still open")
         self._evidence, self._base, self._trees = None, None, {}

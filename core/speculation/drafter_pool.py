@@ -390,7 +390,7 @@ class DrafterState:
     def sleep(self) -> None:
         """Stop feeding the EAGLE drafters (full evaluation only): the verified pairs are no
         longer consumed, so a request that decodes plain or drafts with a model-free member
-        stops paying a catch-up per pair (core/decoding/request.py says when). The caches keep
+        stops paying a catch-up per pair (core/selection/arm_policy.py says when). The caches keep
         what they hold."""
         assert self.full, "only full evaluation has drafters to put to sleep"
         self._asleep = True

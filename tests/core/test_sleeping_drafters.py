@@ -1,4 +1,4 @@
-"""Sleeping EAGLE-3 drafters (core/decoding/request.py, SLEEP_SHARE): under the time loss a
+"""Sleeping EAGLE-3 drafters (core/selection/arm_policy.py, SLEEP_SHARE): under the time loss a
 request whose learner has left its EAGLE-3 drafters stops feeding them, they are asleep experts
 meanwhile, and every PROBE_ROUNDS rounds they restart from the last WAKE_PAIRS verified pairs.
 Tokens never depend on it; the learner never sees a window the drafters could not finish."""
@@ -13,14 +13,15 @@ import pytest
 import torch
 
 import core.batching.step as step_module
-import core.decoding.request as request_module
 import core.selection.arm_costs as arm_costs
+import core.selection.arm_policy as arm_policy
 from bench.harness.tiny_models import random_drafter, tiny_target
 from core.config import SamplingParams
 from core.decoding.request import RequestState
 from core.engine import SpecEngine
 from core.model.kv_buffer import KVBuffer
 from core.selection.arm_costs import NEURAL, CostModel, Start, StepCosts
+from core.selection.arm_policy import ArmPolicy
 from core.selection.feedback import FeedbackQueue, WindowLoss
 from core.speculation.drafter_pool import (
     WAKE_PAIRS,
@@ -94,7 +95,7 @@ def test_a_learner_decoding_plain_stops_feeding_its_drafters_but_for_probes(
     """No drafter pays (two random ones), though none is dominated (a pass costs 20 rows):
     the learner goes plain, its drafters fall asleep, and only the probes (every PROBE_ROUNDS
     rounds) catch them up again; the learner still sees them after each probe."""
-    monkeypatch.setattr(request_module, "PROBE_ROUNDS", 16)
+    monkeypatch.setattr(arm_policy, "PROBE_ROUNDS", 16)
     catch_ups = counted_catch_ups(monkeypatch)
     engine = random_pool_engine("time")
     slowed_rows(engine, per_call_s=0.01, per_row_s=0.0005)
@@ -119,17 +120,17 @@ def test_woken_drafters_draft_again_and_the_tokens_stay_the_targets(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Put to sleep while the copy drafter pays (forced), its regret frozen meanwhile: woken
     by a probe it drafts again from its restarted cache, and greedy output is unchanged."""
-    monkeypatch.setattr(request_module, "PROBE_ROUNDS", 8)
+    monkeypatch.setattr(arm_policy, "PROBE_ROUNDS", 8)
     slept = []
-    should_sleep = RequestState.should_sleep
+    should_sleep = ArmPolicy.should_sleep
 
-    def once(self: RequestState) -> bool:
-        if not slept and self.generated >= 24 and self.plain_arm and not self.drafters_asleep:
-            slept.append(self.generated)
+    def once(self: ArmPolicy, fed: bool) -> bool:
+        if not slept and self.awake_rounds >= 6 and self.plain_arm and fed:
+            slept.append(self.awake_rounds)
             return True
-        return should_sleep(self)
+        return should_sleep(self, fed)
 
-    monkeypatch.setattr(RequestState, "should_sleep", once)
+    monkeypatch.setattr(ArmPolicy, "should_sleep", once)
     engine = time_engine()
     slowed_rows(engine, per_call_s=0.01, per_row_s=0.0)  # memory-bound: the copy drafter pays
     outs = run(engine, streams=1, tokens=96)
@@ -164,13 +165,14 @@ def test_windows_the_drafters_cannot_finish_have_them_asleep(
     exactly as the run that never sleeps does (no window cut short by the sleep, which would
     count γ = 0 past it), and the windows rooted up to the sleep keep it awake."""
     monkeypatch.setattr(RequestState, "select", lambda self: None)
-    monkeypatch.setattr(request_module, "PROBE_ROUNDS", 1 << 20)
+    monkeypatch.setattr(arm_policy, "PROBE_ROUNDS", 1 << 20)
     runs = {}
     for sleeps in (False, True):
-        def decide(self: RequestState, sleeps: bool = sleeps) -> bool:
-            return sleeps and self.generated >= 20 and not self.drafters_asleep
+        # a round commits one token here: round 19 is the one after the 20th token
+        def decide(self: ArmPolicy, fed: bool, sleeps: bool = sleeps) -> bool:
+            return sleeps and self.awake_rounds >= 19 and fed
 
-        monkeypatch.setattr(RequestState, "should_sleep", decide)
+        monkeypatch.setattr(ArmPolicy, "should_sleep", decide)
         seen = windows_learned(monkeypatch)
         engine = time_engine()
         run(engine, streams=1, tokens=48)
@@ -257,7 +259,7 @@ def test_where_no_drafter_pays_the_whole_pool_sleeps_and_nothing_is_evaluated(
     sleeps, and its rounds open no window, index and record nothing and feed no drafter until a
     probe; the probe indexes what was committed meanwhile, and after it the learner scores
     them again (windows open, the lookups record)."""
-    monkeypatch.setattr(request_module, "PROBE_ROUNDS", 48)
+    monkeypatch.setattr(arm_policy, "PROBE_ROUNDS", 48)
     opened = counted_windows(monkeypatch)
     engine = free_pool_engine()
     slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)
@@ -297,7 +299,7 @@ def start_group(engine: SpecEngine, tag: str) -> list[Start]:
     for i in range(4):
         engine.add_request(f"{tag}{i}", [3, 1, 4, 2 + i, 5], params, "normalhedge")
     engine.step()  # the prefill
-    return sorted(s.start for s in engine._requests.values())
+    return sorted(s.arms.start for s in engine._requests.values() if s.arms is not None)
 
 
 def test_each_level_is_tried_by_one_request_and_where_both_lost_time_requests_start_asleep(
@@ -313,7 +315,7 @@ def test_each_level_is_tried_by_one_request_and_where_both_lost_time_requests_st
     assert start_group(engine, "f") == [Start.AWAKE, Start.MODEL_FREE, Start.ASLEEP, Start.ASLEEP]
     while engine.has_unfinished():
         assert all(s.drafters_asleep for s in engine._requests.values()
-                   if s.start is Start.MODEL_FREE)
+                   if s.arms is not None and s.arms.start is Start.MODEL_FREE)
         assert not any(o.error for o in engine.step())
     assert start_group(engine, "a") == [Start.ASLEEP] * 4
     assert all(s.asleep for s in engine._requests.values())

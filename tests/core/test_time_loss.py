@@ -253,7 +253,7 @@ def test_summed_losses_order_arms_by_time_per_token_not_by_seconds_saved() -> No
 
 
 def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
-    """RequestState.arm_losses: each window adds to the request's running time per token, and
+    """ArmPolicy.arm_losses: each window adds to the request's running time per token, and
     its losses value the tokens at the best arm's rate so far, not at plain decoding's cost."""
     _, base = bigram_setup(TREE, randoms=2)
     config = replace(base.config, selector=SelectorConfig(loss="time"))
@@ -263,17 +263,19 @@ def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
     state = RequestState.create("r", [3, 1, 4], SamplingParams(max_new_tokens=8),
                                 parse_policy("normalhedge", "normalhedge", base.snapshot.ids),
                                 base.snapshot, config, costs=costs)
-    assert state.plain_arm
-    arm_costs = state.arm_costs()
+    arms = state.arms
+    assert arms is not None and arms.plain_arm
+    arm_costs = arms.arm_costs()
     assert arm_costs is not None
     est = np.array([4.0, 1.0, 1.0])
     window = WindowLoss(np.zeros(3), np.ones(3, dtype=bool), est)
-    loss = state.arm_losses(window).loss
+    loss = arms.arm_losses(window).loss
     est_all = np.append(est, 1.0)
     rate = float(np.min(arm_costs / est_all))
-    assert state.time_per_token.rate == pytest.approx(rate)
-    assert loss == pytest.approx(time_losses(est_all, arm_costs, state.round_max, rate)[0])
-    assert not np.allclose(loss, time_losses(est_all, arm_costs, state.round_max)[0])
+    top = arms.members.round_max
+    assert arms.time_per_token.rate == pytest.approx(rate)
+    assert loss == pytest.approx(time_losses(est_all, arm_costs, top, rate)[0])
+    assert not np.allclose(loss, time_losses(est_all, arm_costs, top)[0])
 
 
 def test_a_windows_loss_is_costed_at_the_step_its_round_ran_in() -> None:
@@ -288,16 +290,18 @@ def test_a_windows_loss_is_costed_at_the_step_its_round_ran_in() -> None:
     state = RequestState.create("r", [3, 1, 4], SamplingParams(max_new_tokens=8),
                                 parse_policy("normalhedge", "normalhedge", base.snapshot.ids),
                                 base.snapshot, config, costs=costs)
-    at_one = state.arm_costs()
-    state.step_requests = 8  # the step the loss becomes known in
-    at_eight = state.arm_costs()
+    arms = state.arms
+    assert arms is not None
+    at_one = arms.arm_costs()
+    arms.step_requests = 8  # the step the loss becomes known in
+    at_eight = arms.arm_costs()
     assert at_one is not None and at_eight is not None and not np.allclose(at_one, at_eight)
     est = np.array([4.0, 1.0, 1.0])
-    loss = state.arm_losses(WindowLoss(np.zeros(3), np.ones(3, dtype=bool), est,
-                                       costs=at_one)).loss
+    loss = arms.arm_losses(WindowLoss(np.zeros(3), np.ones(3, dtype=bool), est,
+                                      costs=at_one)).loss
     est_all = np.append(est, 1.0)
     rate = float(np.min(at_one / est_all))
-    assert loss == pytest.approx(time_losses(est_all, at_one, state.round_max, rate)[0])
+    assert loss == pytest.approx(time_losses(est_all, at_one, arms.members.round_max, rate)[0])
 
 
 def test_the_regret_in_seconds_is_the_learners_under_its_weights() -> None:
@@ -467,10 +471,10 @@ def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation
     plain steps scored them four times less often, which made plain rounds look cheaper and
     kept the learner plain). The drafters kept awake here: asleep, they are not scored at all
     (tests/core/test_sleeping_drafters.py)."""
-    from core.decoding.request import RequestState
+    from core.selection.arm_policy import ArmPolicy
 
-    monkeypatch.setattr(RequestState, "should_sleep", lambda self: False)
-    monkeypatch.setattr(RequestState, "pool_should_sleep", lambda self: False)
+    monkeypatch.setattr(ArmPolicy, "should_sleep", lambda self, fed: False)
+    monkeypatch.setattr(ArmPolicy, "pool_should_sleep", lambda self, asleep: False)
     engine = time_engine()
     slowed_rows(engine, per_call_s=0.0, per_row_s=0.002)  # the learner goes plain
     catch_ups = counted_catch_ups(monkeypatch)
