@@ -50,6 +50,12 @@ from core.selection.learners import Learner
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
+# The three sleep constants, swept one at a time against these values in process at one and
+# two streams (bench/results/arm_policy_sweep.md, 2026-12-07, 12 held-out prompts a pass, two
+# passes, per-pass ratios): every alternative lost or was within noise at two streams
+# (PROBE_ROUNDS 16 / 32: 0.83x / 0.90x; PROBE_LENGTH 8 / 32: 0.85x / 0.90x; SLEEP_SHARE
+# 0.02 / 0.15: 1.00x / 0.96x); at one stream PROBE_LENGTH 32 and SLEEP_SHARE 0.15 read 1.06x and
+# 1.04x (two passes each) but not at two streams (0.90x, 0.96x), so the values below stay.
 SLEEP_SHARE = 0.05
 PROBE_ROUNDS = 64
 # Rounds after a wake before the learner may put the drafters back to sleep: long enough for
