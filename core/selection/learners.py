@@ -15,9 +15,14 @@ at a round's root; it is then *asleep* for that round. A learner chooses among t
 only (`select(..., awake=)`: its distribution restricted to them), and a window's loss charges each
 asleep expert the learner's own expected loss over the awake ones (`sleeping_losses`), so its regret
 does not move: the standard reduction of sleeping experts to experts (Freund, Schapire, Singer,
-Warmuth 1997, "Using and combining predictors that specialize"; Blum, Mansour 2007, §6; the form
-AdaNormalHedge states in Luo, Schapire 2015, §5), under which the regret bound holds against each
-expert over the rounds it was awake.
+Warmuth 1997, "Using and combining predictors that specialize"; Blum, Mansour 2007, §6). What
+it guarantees depends on the learner run under it. NormalHedge (the served default) bounds each
+expert's regret, which now sums only the rounds it was awake, by its own O(sqrt(T ln N) + ln² N)
+with T every round (an asleep round adds 0 to the regret but counts in T); AdaNormalHedge's
+sleeping form (Luo, Schapire 2015, §5) is O(sqrt(T_i ln N)) in the rounds T_i the expert was
+awake, tighter for an expert asleep most of the time. The drafters the arm policy puts to sleep
+(core/selection/arm_policy.py) are asleep experts of the same reduction: the bound covers each
+over the windows it was scored in, not the rounds it slept.
 
 References: Chaudhuri, Freund, Hsu 2009 (NormalHedge, arXiv 0903.2851); Luo, Schapire 2015
 (AdaNormalHedge, arXiv 1502.05934); Hou et al. 2025 (BanditSpec, arXiv 2505.15141).
