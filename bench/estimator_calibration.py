@@ -128,7 +128,8 @@ def report(r: dict[str, Any]) -> str:
               "remains in both is the one-step model's (deeper levels modelled from the "
               "catch-up, not drafted from the drafter's own features), the same at T = 0 where "
               "the forms coincide. The Monte Carlo test over realised trajectories of the real "
-              "verifier (tests/core/test_tree_estimator.py) pins that `tree` is unbiased for "
+              "verifier (tests/core/speculation/test_tree_estimator.py) pins that `tree` is "
+              "unbiased for "
               "the process it models. Plot: `estimator_calibration.png`."]
     return "\n".join(lines) + "\n"
 

@@ -1,7 +1,7 @@
 """The three target layers whose features an EAGLE-3 drafter fuses, as config.json names them.
 
 Engines read them from two places, in two conventions (reimplemented from their sources in
-tests/core/test_aux_layer_metadata.py):
+tests/core/model/test_aux_layer_metadata.py):
   top-level `eagle_aux_hidden_state_layer_ids`      vLLM reads it first, as "input of decoder
                                                     layer id" (its aux capture appends the
                                                     residual stream before layer id);

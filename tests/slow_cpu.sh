@@ -11,7 +11,7 @@ CORE=${CORE:-0}
 export ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HEDGESPEC_TORCH_THREADS=1
 # A cache of its own: kernels torch.compile builds under the AVX2 cap, loaded later by a run
-# without it, aborted that run (tests/core/test_compile.py, seen 2026-12-05).
+# without it, aborted that run (tests/core/model/test_compile.py, seen 2026-12-05).
 export TORCHINDUCTOR_CACHE_DIR="${TMPDIR:-/tmp}/hedgespec-slow-cpu-inductor"
 if [[ "${HOG:-0}" == 1 ]]; then
   taskset -c "$CORE" python3 -c 'while True: pass' &

@@ -6,7 +6,7 @@ every library attention picks its reduction order from the call's shapes, so the
 token differ in their last bits between those passes and near-tied argmaxes flip: the same
 request gives different text alone and under load, streamed and not, under one policy and
 another (issue 60). The linear layers, norms and the LM head of the lean forward are already
-row-invariant on the CPU (tests/core/test_lean_decoder.py); attention is what is not.
+row-invariant on the CPU (tests/core/model/test_lean_decoder.py); attention is what is not.
 
 `attend_canonical` (kernels/canonical_attention.cpp) computes each query from its visible keys
 walked in position order, a fixed sequence of float operations per (query head, key list):

@@ -13,7 +13,8 @@ twice and the fallback (`Target.forward` over a DynamicCache) reads the same num
 The arithmetic is the module's, operation for operation (RMSNorm in float32, rotary from the
 model's own rotary embedding, SDPA with the same additive mask), so both forwards agree in
 fp32 to rounding; every linear call is batch-invariant on the CPU kernels measured here (a
-row's result does not depend on how many rows share the call: tests/core/test_lean_decoder.py).
+row's result does not depend on how many rows share the call:
+tests/core/model/test_lean_decoder.py).
 """
 
 from __future__ import annotations

@@ -115,7 +115,8 @@ def test_pool_changes_apply_to_new_requests_only() -> None:
 
 
 def test_a_failing_round_fails_only_its_request(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The round-robin engine (batching off); tests/core/test_batching.py has the batched case."""
+    """The round-robin engine (batching off); tests/core/batching/test_batching.py has the
+    batched case."""
     target, base = setup
     engine = SpecEngine(base.target, dict(base.snapshot.drafters),
                         replace(base.config, batching=False))

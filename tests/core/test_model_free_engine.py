@@ -23,7 +23,7 @@ from core.decoding.request import RequestState
 from core.engine import SpecEngine
 from core.selection.feedback import Window
 from core.speculation.model_free.kinds import make_model_free
-from tests.core.test_sampling_lossless import exact_sequences, null_tv_quantile, tv
+from tests.core.speculation.test_sampling_lossless import exact_sequences, null_tv_quantile, tv
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
 # Prompts that repeat themselves (lookup has matches from the start) and one that does not.

@@ -3,8 +3,8 @@
 The others are pinned where a reader meets them: sizes, architectures, the refused variants and
 the d2t/t2d mapping in tests/registry/test_validation_agreement.py (both readers, same reason)
 and tests/registry/test_validation.py; missing, unexpected and misshapen tensors in
-tests/core/test_eagle3.py; feature layers in tests/core/test_aux_layer_metadata.py; RoPE in
-tests/core/test_rope.py.
+tests/core/model/test_eagle3.py; feature layers in
+tests/core/model/test_aux_layer_metadata.py; RoPE in tests/core/model/test_rope.py.
 """
 
 from __future__ import annotations

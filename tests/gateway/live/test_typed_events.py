@@ -25,7 +25,7 @@ from gateway.live.event_types import FeedEvent, RequestFinished, RoundCompleted
 from gateway.live.events import EventBus, finished_event, round_event, started_event
 from gateway.pool.registry import request_log_record
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GATEWAY = ROOT / "gateway"
 FEED_MODULES = ("gateway.live", "core.model.drafter_check")
 # (module, key): literal-key reads that are no engine or feed dict, with why.

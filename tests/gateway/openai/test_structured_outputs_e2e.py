@@ -1,7 +1,7 @@
 """Structured outputs end to end: a real `hedgespec serve` on the tiny random pool, the official
 `openai` SDK (create, stream, parse) and LangChain's `with_structured_output`. Every output must
 validate against its schema, speculation must not change greedy output, and bad formats get
-OpenAI-shaped 400s. Losslessness itself is pinned in tests/core/test_grammar.py."""
+OpenAI-shaped 400s. Losslessness itself is pinned in tests/core/speculation/test_grammar.py."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from core.config import Penalties, SamplingParams, TreeConfig
 from core.speculation.penalties import apply_penalties, path_counts, token_counts
 from core.speculation.sampling import process_logits
 from core.speculation.tree import tree_from_parents
-from tests.core.test_sampling_lossless import null_tv_quantile, tv
+from tests.core.speculation.test_sampling_lossless import null_tv_quantile, tv
 
 PEN = Penalties(presence=0.8, frequency=1.2, repetition=1.6, logit_bias=((2, 3.0), (5, -100.0)))
 

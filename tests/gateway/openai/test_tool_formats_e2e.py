@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 from bench.harness.server import ServerProcess
 from bench.harness.tiny_pool import MODEL_NAME, build_pool
 from tests.gateway.conftest import API_KEY
-from tests.gateway.test_tool_calling_e2e import MESSAGES, NAMED, PARAMS, TOOLS
+from tests.gateway.openai.test_tool_calling_e2e import MESSAGES, NAMED, PARAMS, TOOLS
 from tests.gateway.tool_templates import LLAMA31_STYLE, QWEN3_STYLE
 
 pytestmark = pytest.mark.timeout(240)

@@ -399,8 +399,12 @@ def test_chunked_prefill_feeds_the_drafters_like_one_pass(llama, policy: str) ->
 def test_grammar_and_penalties_inside_a_batch() -> None:
     """Constrained and penalised requests share steps with plain ones; each still equals its
     own plain (constrained / penalised) greedy decoding."""
-    from tests.core.test_grammar import JSON_SPEC, engine_with_tokenizer, plain_constrained_greedy
-    from tests.core.test_penalties import PEN, plain_penalised_greedy
+    from tests.core.speculation.test_grammar import (
+        JSON_SPEC,
+        engine_with_tokenizer,
+        plain_constrained_greedy,
+    )
+    from tests.core.speculation.test_penalties import PEN, plain_penalised_greedy
     from tests.core.tiny_tokenizer import char_tokenizer
 
     tok = char_tokenizer()

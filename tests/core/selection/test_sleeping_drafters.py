@@ -31,7 +31,7 @@ from core.speculation.drafter_pool import (
     StackedGroup,
 )
 from core.speculation.model_free.kinds import make_model_free
-from tests.core.test_time_loss import counted_catch_ups, ids, run, time_engine
+from tests.core.selection.test_time_loss import counted_catch_ups, ids, run, time_engine
 from tests.modelled_clock import ModelledClock, slowed_rows
 
 # -- the drafters' caches ----------------------------------------------------------------------

@@ -15,8 +15,8 @@ from core.engine import SpecEngine
 from core.model.target import Target
 from core.speculation.model_free.kinds import make_model_free
 from core.speculation.tree import chain_tree, merge_trees, tree_from_parents
+from tests.core.speculation.test_sampling_lossless import exact_sequences, null_tv_quantile, tv
 from tests.core.test_model_free_engine import PROMPT, PROMPTS, pool
-from tests.core.test_sampling_lossless import exact_sequences, null_tv_quantile, tv
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
 

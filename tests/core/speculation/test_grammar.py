@@ -25,7 +25,7 @@ from core.speculation.drafter_pool import DrafterState
 from core.speculation.drafting import grow_tree
 from core.speculation.grammar import GrammarCompiler, TokenMatcher, grammar_text
 from core.speculation.sampling import process_logits
-from tests.core.test_sampling_lossless import null_tv_quantile, tv
+from tests.core.speculation.test_sampling_lossless import null_tv_quantile, tv
 from tests.core.tiny_tokenizer import char_tokenizer
 
 SCHEMA = {

@@ -470,7 +470,7 @@ def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation
     losses as often to leave plain decoding when one pays again (the retired speculation gate's
     plain steps scored them four times less often, which made plain rounds look cheaper and
     kept the learner plain). The drafters kept awake here: asleep, they are not scored at all
-    (tests/core/test_sleeping_drafters.py)."""
+    (tests/core/selection/test_sleeping_drafters.py)."""
     from core.selection.arm_policy import ArmPolicy
 
     monkeypatch.setattr(ArmPolicy, "should_sleep", lambda self, fed: False)

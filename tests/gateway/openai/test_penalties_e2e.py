@@ -1,6 +1,6 @@
 """Penalties, logit_bias and completions `echo` with `logprobs`, end to end: a real
 `hedgespec serve` process and the official `openai` SDK. Losslessness itself is pinned at
-the core level (tests/core/test_penalties.py); here speculative output must equal plain
+the core level (tests/core/speculation/test_penalties.py); here speculative output must equal plain
 decoding through the HTTP path, and bad values must get OpenAI-shaped 400s."""
 
 from __future__ import annotations

@@ -21,13 +21,13 @@ from core.speculation.model_free.base import OutputGrammar
 from core.speculation.model_free.evidence import RequestLookups, propose
 from core.speculation.model_free.forced import GrammarDrafter
 from core.speculation.model_free.kinds import make_model_free
-from tests.core.test_grammar import (
+from tests.core.speculation.test_grammar import (
     JSON_SPEC,
     exact_constrained_law,
     plain_constrained_greedy,
 )
+from tests.core.speculation.test_sampling_lossless import null_tv_quantile, tv
 from tests.core.test_model_free_engine import windows_of
-from tests.core.test_sampling_lossless import null_tv_quantile, tv
 from tests.core.tiny_tokenizer import char_tokenizer
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=12)
@@ -170,7 +170,7 @@ def test_constrained_sampling_with_the_grammar_member_follows_the_target_law() -
     """The law of the first three sampled tokens over 1000 seeds, the grammar member drafting
     the forced c (fixed, and inside NormalHedge beside two EAGLE drafters), against the exact
     constrained law (the control that this bound sees a broken verifier is
-    tests/core/test_grammar.py's)."""
+    tests/core/speculation/test_grammar.py's)."""
     tok = char_tokenizer("abcd")
     target, engine = grammar_engine(tok, seed=4, tree=TreeConfig(top_k=3, depth=3,
                                                                  total_tokens=8))

@@ -1,7 +1,7 @@
 """`verify_logits="auto"` is a rule by head (core/batching/head_rows.py): the visited rows on a
 CPU whose head is a plain F.linear, every node on an accelerator or through a packed head; a
 pinned setting holds on any device. The tokens do not depend on it
-(tests/core/test_node_logits.py)."""
+(tests/core/batching/test_node_logits.py)."""
 
 from __future__ import annotations
 
