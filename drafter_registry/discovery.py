@@ -29,7 +29,6 @@ One code path: the CLI (`hedgespec drafter add --prefix`), the admin API
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -52,9 +51,8 @@ from drafter_registry.identifiers import (
 )
 from drafter_registry.models import Drafter
 from drafter_registry.schemas import DiscoverSpec, DrafterCreate
-from eagle3_format.config import check_architectures, identity_problem
-from eagle3_format.errors import DrafterConfigError
-from eagle3_format.weights import CONFIG_FILE, WEIGHT_FILES
+from eagle3_format.config import config_json_problem
+from eagle3_format.weights import CONFIG_FILE, no_weights, preferred_weight_file
 
 MAX_CONFIG_BYTES = 1 << 20  # a drafter's config.json is a few KB
 CONFIG_FETCH_THREADS = 8
@@ -210,9 +208,8 @@ def _under(folder: str, prefix: str | None) -> bool:
 def _folder_problem(folder: str, names: set[str]) -> str | None:
     if folder.count("/") + 1 > MAX_SUBFOLDER_DEPTH:
         return f"nested deeper than {MAX_SUBFOLDER_DEPTH} folders"
-    if not any(name in names for name in WEIGHT_FILES):
-        return (f"{CONFIG_FILE} but no weights (expected one of "
-                f"{', '.join(WEIGHT_FILES)})")
+    if preferred_weight_file(names) is None:
+        return f"{CONFIG_FILE} but " + no_weights("it")
     return None
 
 
@@ -232,20 +229,9 @@ def _fetch_config(repo_id: str, folder: str, *, commit: str, cache_dir: str | Pa
 
 
 def _config_problem(config: bytes | str) -> str | None:
-    """None if `config` is an EAGLE-3 drafter's config.json, else why not."""
-    if isinstance(config, str):
-        return config
-    try:
-        data = json.loads(config)
-    except (ValueError, UnicodeDecodeError):
-        return f"{CONFIG_FILE} is not valid JSON"
-    if not isinstance(data, dict):
-        return f"{CONFIG_FILE} is not a JSON object"
-    try:
-        architectures = check_architectures(data)
-    except DrafterConfigError as exc:
-        return str(exc)
-    return identity_problem(data, architectures)
+    """None if `config` is an EAGLE-3 drafter's config.json, else why not (a str is already
+    the reason it could not be fetched)."""
+    return config if isinstance(config, str) else config_json_problem(config)
 
 
 def _nothing_here(repo_id: str, revision: str, prefix: str | None,

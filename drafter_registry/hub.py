@@ -56,9 +56,9 @@ from drafter_registry.errors import HubError, HubNotFound, InvalidIdentifier
 from drafter_registry.identifiers import validate_repo_id, validate_revision, validate_subfolder
 from eagle3_format.weights import (
     CONFIG_FILE,
-    SAFETENSORS_FILE,
     SAFETENSORS_INDEX_FILE,
-    TORCH_BIN_FILE,
+    no_weights,
+    preferred_weight_file,
     shard_names,
 )
 
@@ -144,9 +144,10 @@ def _select_files(
     files = {Path(e.path).name: e for e in entries if isinstance(e, RepoFile)}
     if CONFIG_FILE not in files:
         raise HubError(f"no {CONFIG_FILE} in {where}: not a drafter checkpoint")
-    if SAFETENSORS_FILE in files:
-        return [files[CONFIG_FILE], files[SAFETENSORS_FILE]]
-    if SAFETENSORS_INDEX_FILE in files:
+    name = preferred_weight_file(files)
+    if name is None:
+        raise HubError(no_weights(where))
+    if name == SAFETENSORS_INDEX_FILE:
         index = files[SAFETENSORS_INDEX_FILE]
         index_path = hf_hub_download(repo_id, index.path, revision=commit, cache_dir=cache,
                                      token=token, endpoint=api.endpoint)
@@ -159,12 +160,7 @@ def _select_files(
             raise HubError(f"shards {missing} listed in {SAFETENSORS_INDEX_FILE} are missing from "
                            f"{where}")
         return [files[CONFIG_FILE], index, *(files[s] for s in shards)]
-    if TORCH_BIN_FILE in files:
-        return [files[CONFIG_FILE], files[TORCH_BIN_FILE]]
-    raise HubError(
-        f"no weights in {where}: expected {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or "
-        f"{TORCH_BIN_FILE}"
-    )
+    return [files[CONFIG_FILE], files[name]]
 
 
 def _check_free_space(cache: Path, needed: int) -> None:

@@ -42,6 +42,8 @@ from eagle3_format.weights import (
     WEIGHT_FORMATS,
     check_tensors,
     check_vocab_mapping,
+    no_weights,
+    preferred_weight_file,
     shard_names,
 )
 
@@ -156,10 +158,9 @@ def check_torch_archive(path: Path) -> None:
 
 def _check_weights(root: Path) -> tuple[str, tuple[str, ...], dict[str, tuple[int, ...]]]:
     """(format, files, tensor shapes) of the weight file the format prefers (WEIGHT_FILES)."""
-    name = next((n for n in WEIGHT_FILES if (root / n).is_file()), None)
+    name = preferred_weight_file(n for n in WEIGHT_FILES if (root / n).is_file())
     if name is None:
-        raise CheckpointError(f"no weights in {root.name}: expected one of "
-                              f"{', '.join(WEIGHT_FILES)}")
+        raise CheckpointError(no_weights(root.name))
     if name == SAFETENSORS_FILE:
         header = read_safetensors_header(root / name)
         return WEIGHT_FORMATS[name], (name,), {k: v[1] for k, v in header.items()}

@@ -8,6 +8,7 @@ target's vocabulary, a null target_hidden_size as hidden_size), else the config 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,23 @@ def identity_problem(raw: dict[str, Any], architectures: tuple[str, ...]) -> str
         return (f"config.json has num_hidden_layers {raw.get('num_hidden_layers')}; an EAGLE-3 "
                 "drafter has one decoder layer")
     return None
+
+
+def config_json_problem(text: bytes) -> str | None:
+    """None if `text`, a folder's config.json, identifies an EAGLE-3 drafter (a JSON object whose
+    architectures and identity pass), else why not: how discovery tells drafters from other
+    folders before anything else is fetched."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        return "config.json is not valid JSON"
+    if not isinstance(raw, dict):
+        return "config.json is not a JSON object"
+    try:
+        architectures = check_architectures(raw)
+    except DrafterConfigError as exc:
+        return str(exc)
+    return identity_problem(raw, architectures)
 
 
 def check_drafter_flags(raw: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ rules to the core's full check).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from eagle3_format.config import Eagle3Config
@@ -36,6 +36,18 @@ REQUIRED_TENSORS = ("fc.weight", *LAYER_TENSORS, "norm.weight", "lm_head.weight"
 OPTIONAL_TENSORS = ("d2t", "t2d", "embed_tokens.weight")
 
 Shapes = Mapping[str, tuple[int, ...]]
+
+
+def preferred_weight_file(names: Iterable[str]) -> str | None:
+    """The weight file a drafter folder holding `names` is read from (WEIGHT_FILES' order), or
+    None: the one rule the loader, the registry's validation and discovery apply."""
+    present = set(names)
+    return next((name for name in WEIGHT_FILES if name in present), None)
+
+
+def no_weights(where: str) -> str:
+    """Why a folder without any weight file is not a drafter."""
+    return f"no weights in {where}: expected one of {', '.join(WEIGHT_FILES)}"
 
 
 def shard_names(index: Any) -> tuple[str, ...]:

@@ -29,6 +29,8 @@ from eagle3_format.weights import (
     WEIGHT_FILES,
     check_tensors,
     check_vocab_mapping,
+    no_weights,
+    preferred_weight_file,
     shard_names,
 )
 
@@ -298,11 +300,10 @@ def read_config(path: str | Path, subfolder: str | None = None) -> Eagle3Config:
 
 
 def weight_file(root: Path) -> Path:
-    for name in WEIGHT_FILES:
-        if (root / name).is_file():
-            return root / name
-    raise DrafterLoadError(f"no weights in {root}: expected one of {list(WEIGHT_FILES)}",
-                           readable=False)
+    name = preferred_weight_file(n for n in WEIGHT_FILES if (root / n).is_file())
+    if name is None:
+        raise DrafterLoadError(no_weights(str(root)), readable=False)
+    return root / name
 
 
 def read_weights(root: Path) -> dict[str, Tensor]:

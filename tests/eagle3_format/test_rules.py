@@ -20,7 +20,7 @@ from core.model.eagle3 import weight_file
 from drafter_registry.errors import CheckpointError
 from drafter_registry.validation import check_checkpoint
 from eagle3_format.aux_layers import TOP_LEVEL_IDS
-from eagle3_format.config import Eagle3Config, identity_problem
+from eagle3_format.config import Eagle3Config, config_json_problem, identity_problem
 from eagle3_format.errors import DrafterConfigError
 from eagle3_format.rope_config import RopeConfig
 from eagle3_format.target_fit import compatibility_problems
@@ -30,6 +30,8 @@ from eagle3_format.weights import (
     check_tensors,
     check_vocab_mapping,
     expected_shapes,
+    no_weights,
+    preferred_weight_file,
     shard_names,
 )
 
@@ -145,3 +147,28 @@ def test_what_identifies_an_eagle3_drafters_config(raw: dict[str, Any],
     eagle3_format/config.identity_problem)."""
     found = identity_problem(raw, architectures)
     assert found is None if problem is None else problem in (found or "")
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    (b'{"draft_vocab_size": 32000}', None),
+    (b'{"architectures": ["LlamaForCausalLMEagle3"]}', None),
+    (b"not json", "not valid JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"architectures": ["Qwen3ForCausalLM"]}', "is not an EAGLE-3 drafter"),
+    (b'{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32}', "a full model's"),
+])
+def test_what_discovery_reads_from_a_folders_config(text: bytes, problem: str | None) -> None:
+    """A folder's config.json as bytes, judged by the one rule discovery applies
+    (eagle3_format/config.config_json_problem)."""
+    found = config_json_problem(text)
+    assert found is None if problem is None else problem in (found or "")
+
+
+def test_one_rule_picks_a_folders_weight_file() -> None:
+    """The loader, the registry's validation, discovery and the hub's file selection all ask
+    eagle3_format/weights.preferred_weight_file."""
+    assert preferred_weight_file(["pytorch_model.bin", "model.safetensors.index.json"]) \
+        == "model.safetensors.index.json"
+    assert preferred_weight_file(["config.json", *reversed(WEIGHT_FILES)]) == "model.safetensors"
+    assert preferred_weight_file(["config.json", "README.md"]) is None
+    assert "expected one of model.safetensors" in no_weights("x")
