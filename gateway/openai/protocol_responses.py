@@ -258,15 +258,9 @@ class ResponsesRequest(SamplingFields):
     top_logprobs: int | None = None
     include: list[str] | None = None
 
-    # Set by the serving class: the new response's id, and the learner session it runs under.
-    _response_id: str = PrivateAttr(default="")
-    _conversation_session: str | None = PrivateAttr(default=None)
+    # The function tools, parsed once from `tools`. Per-job state (the response's id, owner,
+    # conversation and learner session) is the serving class's `ResponseContext`, not kept here.
     _tools: tuple[Tool, ...] = PrivateAttr(default=())
-    # The API key scope that owns it, the stored conversation it continues (chat messages) and
-    # that conversation with this request's input (what its stored response continues from).
-    _owner: str = PrivateAttr(default="")
-    _history: list[dict[str, Any]] = PrivateAttr(default_factory=list)
-    _conversation: list[dict[str, Any]] = PrivateAttr(default_factory=list)
 
     @field_validator("input", mode="after")
     @classmethod
@@ -376,11 +370,3 @@ class ResponsesRequest(SamplingFields):
     @property
     def include_usage(self) -> bool:
         return False
-
-    @property
-    def session(self) -> str | None:
-        """The learner session: the client's `hedgespec.session`, else the conversation's
-        (set by the serving class from `previous_response_id`, or the new response's id)."""
-        if self.hedgespec and self.hedgespec.session:
-            return self.hedgespec.session
-        return self._conversation_session

@@ -1,10 +1,9 @@
-"""What chat and completions serving share (vLLM's `OpenAIServing`): validate and tokenize a
-request into a job, submit its n engine requests, turn their rounds into text and logprobs,
-and answer the OpenAI body or the SSE frames. `OpenAIServingChat` and
-`OpenAIServingCompletion` build their job and frame its pieces.
-
-The Responses API (`serving_responses.py`) is a third subclass: the same job, choices, tool
-parsing and grammar as chat, with its own body and typed stream events.
+"""What every generation endpoint shares (vLLM's `OpenAIServing`): open the request's per-job
+context, validate and tokenize the request into a job, submit its engine requests, turn their
+rounds into deltas, release them, and observe the job in the metrics. Two kinds of endpoint
+derive from it: the chat and completions chunk layer (`serving_chunks.py`: the `choices` body
+and its SSE chunks), and the Responses API (`serving_responses.py`: the `Response` object and
+its typed stream events, with a per-response context for storage and cancel).
 
 One request is one call: `create` returns the body, or a `JobStream` of SSE frames, and raises
 every refusal (the protocol's or the engine's 400, 429, 503) before either, so a streaming
@@ -15,7 +14,9 @@ each one engine request with its own seed (`seed + choice index` when a seed is 
 choice is *done* when it will produce no more text (EOS, max tokens, or a stop string found
 here) and *acked* once the engine has released it; a stop string makes the gateway abort the
 engine request at once, and the job ends when every choice is acked, so the engine's memory
-is free before the response completes.
+is free before the response completes. A job's *context* is what an endpoint keeps about one
+request beyond the job (None for chat and completions): created by `_open`, passed to every
+hook that needs it, never stored on the request model.
 """
 
 from __future__ import annotations
@@ -26,21 +27,20 @@ import contextlib
 import functools
 import logging
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from core.config import GrammarSpec, Penalties, SamplingParams
 from core.speculation.grammar import grammar_text
-from gateway.errors import APIError, invalid_request, model_not_found
+from gateway.errors import invalid_request, model_not_found
 from gateway.metrics import GatewayMetrics
-from gateway.openai.framing import DONE_FRAME, spec_metrics, sse_frame
+from gateway.openai.framing import spec_metrics
 from gateway.openai.jobs import Choice, Delta, Job
 from gateway.openai.protocol import SamplingFields
 from gateway.openai.sampling import sampling, served_defaults
 from gateway.openai.serving_models import OpenAIServingModels
-from gateway.openai.text import IncrementalDetokenizer, StopMatcher, TokenText, usage
+from gateway.openai.text import IncrementalDetokenizer, StopMatcher, TokenText
 from gateway.openai.tools import formats
 from gateway.openai.tools.grammar import special_token_id, tool_grammar
 from gateway.openai.tools.parse import ToolParser
@@ -49,6 +49,7 @@ from gateway.runner import EngineInfo, RequestSpec, Update
 
 log = logging.getLogger(__name__)
 RequestT = TypeVar("RequestT", bound=SamplingFields)
+ContextT = TypeVar("ContextT")
 SEED_MODULUS = 2**63
 # Prompts longer than this are tokenized on a thread, so one huge prompt cannot stall every
 # other stream's frames on the event loop; short ones skip the thread hop (TTFT).
@@ -64,14 +65,11 @@ class JobStream:
     release: Callable[[], None]
 
 
-class OpenAIServing(abc.ABC, Generic[RequestT]):
-    """Runs one endpoint's requests on the engine runner; subclasses build and frame."""
+class OpenAIServing(abc.ABC, Generic[RequestT, ContextT]):
+    """Runs one endpoint's requests on the engine runner; subclasses build, answer and frame."""
 
     endpoint: ClassVar[str]  # the metrics label
-    id_prefix: ClassVar[str]  # of the response id
     prompt_param: ClassVar[str]  # the request field holding the prompt (a 400's `param`)
-    object_name: ClassVar[str]  # `object` of the body
-    chunk_object_name: ClassVar[str]  # `object` of a stream chunk
 
     def __init__(self, models: OpenAIServingModels, metrics: GatewayMetrics | None) -> None:
         self.models = models
@@ -84,45 +82,47 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
         self, req: RequestT, *, arrival: float, scope: str = ""
     ) -> dict[str, Any] | JobStream:
         """The response body, or the stream to send; `scope` keys learner sessions (per API key)."""
+        ctx = await self._open(req, scope)
         if self._prompt_chars(req) > OFFLOAD_CHARS:
-            job = await asyncio.to_thread(self._build, req, arrival, scope)
+            job = await asyncio.to_thread(self._build, req, ctx, arrival, scope)
         else:
-            job = self._build(req, arrival, scope)
-        await self._submit(job)
+            job = self._build(req, ctx, arrival, scope)
+        await self._submit(job, ctx)
         if req.stream:
-            return JobStream(self._stream(job), functools.partial(self.release, job))
-        return await self._complete(job)
+            return JobStream(self._stream(job, ctx), functools.partial(self._drop, job, ctx))
+        return await self._complete(job, ctx)
 
     # ---- what each endpoint says -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def _open(self, req: RequestT, scope: str) -> ContextT:
+        """The job's context, before anything is built (a refusal raises here)."""
+
+    @abc.abstractmethod
+    def _job_id(self, ctx: ContextT) -> str: ...
 
     @abc.abstractmethod
     def _prompt_chars(self, req: RequestT) -> int: ...
 
     @abc.abstractmethod
-    def _add_choices(self, job: Job, req: RequestT, info: EngineInfo) -> None:
+    def _add_choices(self, job: Job, req: RequestT, info: EngineInfo, ctx: ContextT) -> None:
         """Tokenize the prompt(s) and add the job's choices (`_add_choice`)."""
 
     @abc.abstractmethod
-    def _final_choice(self, job: Job, c: Choice) -> dict[str, Any]: ...
+    async def _complete(self, job: Job, ctx: ContextT) -> dict[str, Any]:
+        """Run the job to its end and answer the body."""
 
     @abc.abstractmethod
-    def _opening_chunks(self, job: Job) -> list[dict[str, Any]]: ...
+    def _stream(self, job: Job, ctx: ContextT) -> AsyncIterator[bytes]:
+        """Run the job, answering its SSE frames as they come."""
 
-    @abc.abstractmethod
-    def _content_chunk(self, job: Job, delta: Delta) -> dict[str, Any]: ...
-
-    @abc.abstractmethod
-    def _finish_chunk(self, job: Job, c: Choice) -> dict[str, Any]: ...
-
-    def _delta_chunks(self, job: Job, delta: Delta) -> list[dict[str, Any]]:
-        """The chunks one round of one choice streams (none when it added nothing)."""
-        if delta.text or delta.logprobs or delta.prompt_logprobs:
-            return [self._content_chunk(job, delta)]
-        return []
+    def _session(self, req: RequestT, ctx: ContextT) -> str | None:
+        """The learner session the client names (before it is scoped to the API key)."""
+        return req.session
 
     # ---- building the job ----------------------------------------------------------------------
 
-    def _build(self, req: RequestT, arrival: float, scope: str) -> Job:
+    def _build(self, req: RequestT, ctx: ContextT, arrival: float, scope: str) -> Job:
         info = self.models.engine_info()
         req.check()
         if req.model != self.models.served_name(info):
@@ -130,8 +130,9 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
         if req.n > self.settings.max_n:
             raise invalid_request(f"n must be at most {self.settings.max_n}", param="n")
         check_logit_bias(req.penalties, info)
+        session = self._session(req, ctx)
         job = Job(
-            id=self._new_id(req),
+            id=self._job_id(ctx),
             created=int(time.time()),
             model=self.models.served_name(info),
             fingerprint=info.fingerprint,
@@ -139,14 +140,11 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
             token_text=self._tokens(),
             arrival=arrival,
             # Sessions live per API key: one client cannot steer or read another's learner.
-            session=f"{scope}/{req.session}" if req.session is not None else None,
+            session=f"{scope}/{session}" if session is not None else None,
             sampling_defaults=served_defaults(info.sampling_defaults, self.settings),
         )
-        self._add_choices(job, req, info)
+        self._add_choices(job, req, info, ctx)
         return job
-
-    def _new_id(self, req: RequestT) -> str:
-        return f"{self.id_prefix}-{uuid.uuid4().hex}"
 
     def _max_new_tokens(self, req: SamplingFields, prompt_len: int, info: EngineInfo) -> int:
         """What the request asks for, or the room the context leaves; the engine checks that
@@ -223,7 +221,7 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
 
     # ---- running -----------------------------------------------------------------------------
 
-    async def _submit(self, job: Job) -> None:
+    async def _submit(self, job: Job, ctx: ContextT) -> None:
         """Hand every choice to the engine worker; a refusal raises here, before any byte."""
         try:
             await self.runner.submit(job.specs, job.sink)
@@ -236,6 +234,10 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
         for choice in job.choices:
             if not choice.acked:
                 self.runner.abort(choice.request_id)
+
+    def _drop(self, job: Job, ctx: ContextT) -> None:
+        """The stream's frames will not be read (further): free the job."""
+        self.release(job)
 
     async def _deltas(self, job: Job) -> AsyncGenerator[Delta, None]:
         by_id = {c.request_id: c for c in job.choices}
@@ -258,13 +260,7 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
             self.runner.abort(choice.request_id)  # a stop string: free the engine now
         return delta
 
-    # ---- the body ------------------------------------------------------------------------------
-
-    async def _complete(self, job: Job) -> dict[str, Any]:
-        await self._collect(job)
-        return self._body(job)
-
-    async def _collect(self, job: Job) -> None:
+    async def _collect(self, job: Job, ctx: ContextT) -> None:
         """Run the job to its end, gathering each choice's text and logprobs."""
         ok = False
         try:
@@ -276,79 +272,15 @@ class OpenAIServing(abc.ABC, Generic[RequestT]):
                     c.offsets.extend(delta.offsets)
             ok = True
         finally:
-            self._observe(job, ok)
-
-    def _body(self, job: Job) -> dict[str, Any]:
-        """The finished job's response body (the chat and completions shape)."""
-        return {
-            **self._head(job, chunk=False),
-            "choices": [self._final_choice(job, c) for c in job.choices],
-            "usage": usage(job.prompt_tokens, job.completion_tokens),
-            "metrics": self._metrics(job),
-        }
-
-    def _head(self, job: Job, *, chunk: bool) -> dict[str, Any]:
-        """The five keys every body and stream chunk starts with."""
-        return {
-            "id": job.id,
-            "object": self.chunk_object_name if chunk else self.object_name,
-            "created": job.created,
-            "model": job.model,
-            "system_fingerprint": job.fingerprint,
-        }
+            self._observe(job, ctx, ok)
 
     def _metrics(self, job: Job) -> dict[str, Any]:
+        """The answer's `metrics` object (ours): the choices' speculative decoding statistics."""
         return {"speculative_decoding": spec_metrics([c.stats for c in job.choices])}
-
-    # ---- the stream ----------------------------------------------------------------------------
-
-    async def _stream(self, job: Job) -> AsyncIterator[bytes]:
-        """SSE frames; an error after the 200 is sent in-band, then `[DONE]` (vLLM, SGLang)."""
-        ok = False
-        try:
-            for chunk in self._opening_chunks(job):
-                yield sse_frame(chunk)
-            last: dict[str, Any] | None = None  # held back: the last one carries `metrics`
-            async with contextlib.aclosing(self._deltas(job)) as deltas:
-                async for delta in deltas:
-                    for chunk in self._delta_chunks(job, delta):
-                        yield sse_frame(chunk)
-                    if delta.finished:
-                        if last is not None:
-                            yield sse_frame(last)
-                        last = self._finish_chunk(job, delta.choice)
-            for chunk in self._closing_chunks(job, last):
-                yield sse_frame(chunk)
-            ok = True
-        except APIError as err:
-            yield sse_frame(err.body())
-        except Exception:
-            log.exception("stream %s failed", job.id)
-            yield sse_frame(APIError("Internal server error.", type="server_error").body())
-        finally:
-            self._observe(job, ok)
-        yield DONE_FRAME
-
-    def _chunk(self, job: Job, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        chunk = {**self._head(job, chunk=True), "choices": choices}
-        if job.request.include_usage:
-            chunk["usage"] = None  # per spec: null on every chunk but the trailing one
-        return chunk
-
-    def _closing_chunks(self, job: Job, last: dict[str, Any] | None) -> list[dict[str, Any]]:
-        """The last finish chunk carries `metrics`, or the trailing usage chunk does."""
-        chunks = [last] if last is not None else []
-        if job.request.include_usage:
-            usage_chunk = self._chunk(job, [])
-            usage_chunk["usage"] = usage(job.prompt_tokens, job.completion_tokens)
-            chunks.append(usage_chunk)
-        if chunks:
-            chunks[-1]["metrics"] = self._metrics(job)
-        return chunks
 
     # ---- metrics -----------------------------------------------------------------------------
 
-    def _observe(self, job: Job, ok: bool) -> None:
+    def _observe(self, job: Job, ctx: ContextT, ok: bool) -> None:
         if self.metrics is None:
             return
         now = time.monotonic()

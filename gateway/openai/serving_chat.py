@@ -10,14 +10,14 @@ from core.stats import TokenLogprob
 from gateway.openai.framing import finite
 from gateway.openai.jobs import Choice, Delta, Job
 from gateway.openai.protocol import ChatCompletionRequest
-from gateway.openai.serving import OpenAIServing
+from gateway.openai.serving_chunks import OpenAIServingChunks
 from gateway.openai.text import TokenText, render_chat
 from gateway.openai.tools import formats
 from gateway.openai.tools.parse import ToolCall
 from gateway.runner import EngineInfo
 
 
-class OpenAIServingChat(OpenAIServing[ChatCompletionRequest]):
+class OpenAIServingChat(OpenAIServingChunks[ChatCompletionRequest]):
     endpoint = "chat"
     id_prefix = "chatcmpl"
     prompt_param = "messages"
@@ -27,7 +27,8 @@ class OpenAIServingChat(OpenAIServing[ChatCompletionRequest]):
     def _prompt_chars(self, req: ChatCompletionRequest) -> int:
         return sum(len(m.content or "") for m in req.messages)
 
-    def _add_choices(self, job: Job, req: ChatCompletionRequest, info: EngineInfo) -> None:
+    def _add_choices(self, job: Job, req: ChatCompletionRequest, info: EngineInfo,
+                     ctx: None) -> None:
         tools, fmt = req.tool_request, self.models.tool_format()
         messages, listed = formats.render(fmt, [m.template_dict() for m in req.messages], tools)
         prompt_ids = render_chat(self._tokenizer(), messages, listed)

@@ -10,12 +10,12 @@ from gateway.errors import APIError, invalid_request
 from gateway.openai.framing import finite
 from gateway.openai.jobs import Choice, Delta, Job
 from gateway.openai.protocol import CompletionRequest
-from gateway.openai.serving import OpenAIServing
+from gateway.openai.serving_chunks import OpenAIServingChunks
 from gateway.openai.text import TokenText, encode_prompt
 from gateway.runner import EngineInfo
 
 
-class OpenAIServingCompletion(OpenAIServing[CompletionRequest]):
+class OpenAIServingCompletion(OpenAIServingChunks[CompletionRequest]):
     endpoint = "completion"
     id_prefix = "cmpl"
     prompt_param = "prompt"
@@ -25,7 +25,8 @@ class OpenAIServingCompletion(OpenAIServing[CompletionRequest]):
     def _prompt_chars(self, req: CompletionRequest) -> int:
         return sum(len(p) for p in req.prompts)
 
-    def _add_choices(self, job: Job, req: CompletionRequest, info: EngineInfo) -> None:
+    def _add_choices(self, job: Job, req: CompletionRequest, info: EngineInfo,
+                     ctx: None) -> None:
         prompts = req.prompts
         if len(prompts) * req.n > self.settings.max_n:
             raise invalid_request(
