@@ -29,11 +29,9 @@ from drafter_registry.models import RequestLog, utcnow
 
 logger = logging.getLogger(__name__)
 
-COLUMNS = frozenset(
-    {"request_id", "created_at", "model", "policy", "status", "prompt_tokens",
-     "completion_tokens", "rounds", "mat", "regret_tokens", "latency_ms", "ttft_ms",
-     "drafter_choices", "prompt"}
-)
+# The record keys that are `request_logs` columns (the model's, so they cannot drift from it);
+# every other key of a record goes to `extra`.
+COLUMNS = frozenset(RequestLog.__table__.columns.keys()) - {"id", "extra"}
 DEFAULTS: dict[str, Any] = {"status": "ok", "prompt_tokens": 0, "completion_tokens": 0, "rounds": 0}
 PURGE_EVERY_S = 3600.0
 

@@ -34,10 +34,13 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from drafter_registry.schemas import DrafterPublic
 
 ACTOR = "cli"
-# Column, width for `hedgespec drafter list`.
+# Column, width for `hedgespec drafter list` (its cells in this order).
 COLUMNS = (("id", 20), ("status", 11), ("progress", 8), ("domain", 10), ("source", 0))
 
 
@@ -179,7 +182,7 @@ def list_drafters(args: argparse.Namespace) -> int:
     def show(session: Any) -> None:
         rows = [_public(d) for d in crud.list_drafters(session)]
         if args.json:
-            print(json.dumps({"data": rows, "count": len(rows),
+            print(json.dumps({"data": [_json(r) for r in rows], "count": len(rows),
                               "pool_version": pool_version(session)}, indent=2))
         else:
             print(_table(rows))
@@ -349,35 +352,41 @@ def _default_name(args: argparse.Namespace) -> str:
     return Path(args.path).expanduser().resolve().name
 
 
-def _public(drafter: Any) -> dict[str, Any]:
+def _public(drafter: Any) -> DrafterPublic:
+    """A registry row parsed once into the admin API's typed drafter; read by attribute after."""
     from drafter_registry.schemas import DrafterPublic
 
-    body: dict[str, Any] = DrafterPublic.model_validate(drafter).model_dump(mode="json")
-    body["enabled"] = body["status"] != "disabled"
-    return body
+    return DrafterPublic.model_validate(drafter)
+
+
+def _json(drafter: DrafterPublic) -> dict[str, Any]:
+    """The admin API's JSON of a drafter (gateway.http.routes.admin), `enabled` included."""
+    return {**drafter.model_dump(mode="json"), "enabled": drafter.status != "disabled"}
 
 
 def _drafter_json(drafter: Any) -> None:
-    print(json.dumps(_public(drafter), indent=2))
+    print(json.dumps(_json(_public(drafter)), indent=2))
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def _table(rows: list[DrafterPublic]) -> str:
     if not rows:
         return "no drafters registered"
     lines = ["  ".join(name.upper().ljust(width) for name, width in COLUMNS).rstrip()]
     for row in rows:
-        progress = "" if row["progress"] is None else f"{row['progress']:.0%}"
-        if row["source"] == "hf":
-            source = f"{row['repo_id']}@{row['revision']}" + (
-                f"/{row['subfolder']}" if row["subfolder"] else "")
-        elif row["kind"] != "eagle3":  # model-free: its kind and parameters
-            source = " ".join([row["kind"], *(f"{k}={v}" for k, v in
-                                              sorted((row["params"] or {}).items()))])
-        else:
-            source = str(row["local_path"])
-        values = {"id": row["id"], "status": row["status"], "progress": progress,
-                  "domain": row["domain"] or "", "source": source}
-        lines.append("  ".join(str(values[n]).ljust(w) for n, w in COLUMNS).rstrip())
-        if row["error"]:
-            lines.append(f"    error: {row['error']}")
+        progress = "" if row.progress is None else f"{row.progress:.0%}"
+        cells = (row.id, row.status, progress, row.domain or "", _source(row))
+        lines.append("  ".join(c.ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True))
+                     .rstrip())
+        if row.error:
+            lines.append(f"    error: {row.error}")
     return "\n".join(lines)
+
+
+def _source(row: DrafterPublic) -> str:
+    """Where a drafter comes from: its Hub repository, its kind and parameters (model-free), or
+    its local directory."""
+    if row.source == "hf":
+        return f"{row.repo_id}@{row.revision}" + (f"/{row.subfolder}" if row.subfolder else "")
+    if row.kind != "eagle3":
+        return " ".join([row.kind, *(f"{k}={v}" for k, v in sorted((row.params or {}).items()))])
+    return str(row.local_path)

@@ -21,7 +21,7 @@ Wire forms (`seq` and `ts` appear once the bus has stamped an event):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -126,7 +126,12 @@ class FinalStats:
     and the request log read these). `mean_acceptance_length` and `num_spec_steps` are vLLM's
     names, and vLLM's per-request "spec step" is a speculative round here, so its siblings keep
     its word: `num_plain_steps` counts the plain rounds and `plain_step_indices` are their round
-    indices, to interleave with `drafter_choices`."""
+    indices, to interleave with `drafter_choices`.
+
+    Each field carries one attribute of the engine's `core.stats.StatsSnapshot` (the statistics'
+    one declaration), named in `gateway.live.events.FINAL_STATS_SOURCE`, which builds it; the
+    snapshot's fields the wire leaves out are listed there too, with why. The wire form is the
+    fields in this order (`to_json`), so a field added here reaches the admin page as it is."""
 
     policy: str
     prompt_tokens: int
@@ -157,34 +162,23 @@ class FinalStats:
     time_bookkeeping_s: float
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "rounds": self.rounds,
-            "target_forwards": self.target_forwards,
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "num_spec_steps": self.rounds,
-            "num_plain_steps": self.num_plain_steps,
-            "plain_step_indices": list(self.plain_step_indices),
-            "num_draft_tokens": self.num_draft_tokens,
-            "num_accepted_draft_tokens": self.num_accepted_draft_tokens,
-            "acceptance_by_position": list(self.acceptance_by_position),
-            "accepted_per_round": list(self.accepted_per_round),
-            "drafter_choices": list(self.drafter_choices),
-            "regret_tokens": self.regret_tokens,
-            "regret": self.regret,
-            "regret_unit": self.regret_unit,
-            "regret_curve": list(self.regret_curve),
-            "regret_seconds": self.regret_seconds,
-            "regret_time_ratio": self.regret_time_ratio,
-            "final_weights": dict(self.final_weights),
-            "warm_start_requests": self.warm_start_requests,
-            "time_draft_s": self.time_draft_s,
-            "time_verify_s": self.time_verify_s,
-            "time_evaluate_s": self.time_evaluate_s,
-            "time_bookkeeping_s": self.time_bookkeeping_s,
-        }
+        """The fields in order, plus vLLM's `num_spec_steps` (the same count as `rounds`) after
+        `mean_acceptance_length`, where the wire has always carried it."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            out[f.name] = _wire(getattr(self, f.name))
+            if f.name == "mean_acceptance_length":
+                out["num_spec_steps"] = self.rounds
+        return out
+
+
+def _wire(value: Any) -> Any:
+    """A field as JSON holds it: tuples as lists, mappings as objects."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
 
 
 @dataclass(frozen=True)

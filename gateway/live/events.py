@@ -22,7 +22,8 @@ import itertools
 import threading
 import time
 from collections.abc import Mapping
-from typing import Generic, TypeVar
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
 
 from core.config import SamplingParams
 from core.stats import RoundStats, StatsSnapshot
@@ -224,32 +225,62 @@ def finished_event(
     )
 
 
+# Each `FinalStats` field, in order, and the `StatsSnapshot` attribute it carries: a field of the
+# statistics' declaration or a measure derived from them. `final_stats` builds the wire event
+# from this table alone; tests/gateway/live/test_stats_carried.py fails on a snapshot field that
+# is neither carried here nor left off below.
+FINAL_STATS_SOURCE: Mapping[str, str] = MappingProxyType({
+    "policy": "policy",
+    "prompt_tokens": "prompt_tokens",
+    "completion_tokens": "completion_tokens",
+    "rounds": "rounds",
+    "target_forwards": "target_forwards",
+    "mean_acceptance_length": "mean_acceptance_length",
+    "num_plain_steps": "plain_rounds",
+    "plain_step_indices": "plain_round_indices",
+    "num_draft_tokens": "num_draft_tokens",
+    "num_accepted_draft_tokens": "num_accepted_draft_tokens",
+    "acceptance_by_position": "accepted_by_position",
+    "accepted_per_round": "accepted_per_round",
+    "drafter_choices": "drafter_per_round",
+    "regret_tokens": "regret_tokens",
+    "regret": "regret",
+    "regret_unit": "regret_unit",
+    "regret_curve": "regret_points",  # the curve of the regret the learner minimised
+    "regret_seconds": "regret_seconds",
+    "regret_time_ratio": "regret_time_ratio",
+    "final_weights": "weights",
+    "warm_start_requests": "warm_start_requests",
+    "time_draft_s": "time_draft_s",
+    "time_verify_s": "time_verify_s",
+    "time_evaluate_s": "time_evaluate_s",
+    "time_bookkeeping_s": "time_bookkeeping_s",
+})
+
+# The snapshot's fields that reach the wire only through a derived measure, or not at all: why.
+LEFT_OFF_THE_WIRE: Mapping[str, str] = MappingProxyType({
+    "drafter_ids": "request_started lists them (`drafters`)",
+    "prefill_tokens": "in completion_tokens; mean_acceptance_length leaves it out",
+    "plain_tokens": "in completion_tokens; mean_acceptance_length leaves it out",
+    "est_len_sum": "the regret curve is computed from it",
+    "chosen_est_len_sum": "the regret curve is computed from it",
+    "estimates": "ÂL's calibration: the benchmarks read it in process",
+    "regret_curve": "carried as regret_curve (regret_points) under the acceptance losses",
+    "time_loss": "regret_unit says which loss the learner minimised",
+    "arm_seconds": "regret_seconds and regret_time_ratio are computed from it",
+    "learner_seconds": "regret_seconds and regret_time_ratio are computed from it",
+    "learner_tokens": "regret_time_ratio is computed from it",
+    "time_per_token": "regret_time_ratio is computed from it",
+    "regret_seconds_curve": "carried as regret_curve (regret_points) under the time loss",
+    "asleep_rounds": "the arm policy's sleep: read in process (tests, benchmarks) for now",
+    "wakes": "the arm policy's sleep: read in process (tests, benchmarks) for now",
+})
+
+
 def final_stats(s: StatsSnapshot) -> FinalStats:
-    """A request's full statistics as `request_finished` carries them."""
-    return FinalStats(
-        policy=s.policy,
-        prompt_tokens=s.prompt_tokens,
-        completion_tokens=s.completion_tokens,
-        rounds=s.rounds,
-        target_forwards=s.target_forwards,
-        mean_acceptance_length=s.mean_acceptance_length,
-        num_plain_steps=s.plain_rounds,
-        plain_step_indices=tuple(s.plain_round_indices),
-        num_draft_tokens=s.num_draft_tokens,
-        num_accepted_draft_tokens=s.num_accepted_draft_tokens,
-        acceptance_by_position=tuple(s.accepted_by_position),
-        accepted_per_round=tuple(s.accepted_per_round),
-        drafter_choices=tuple(s.drafter_per_round),
-        regret_tokens=s.regret_tokens,
-        regret=s.regret,
-        regret_unit=s.regret_unit,
-        regret_curve=tuple(s.regret_points),
-        regret_seconds=s.regret_seconds,
-        regret_time_ratio=s.regret_time_ratio,
-        final_weights=dict(s.weights),
-        warm_start_requests=s.warm_start_requests,
-        time_draft_s=s.time_draft_s,
-        time_verify_s=s.time_verify_s,
-        time_evaluate_s=s.time_evaluate_s,
-        time_bookkeeping_s=s.time_bookkeeping_s,
-    )
+    """A request's full statistics as `request_finished` carries them (mappings as copies)."""
+    carried: dict[str, Any] = {}
+    for name, source in FINAL_STATS_SOURCE.items():
+        value = getattr(s, source)
+        carried[name] = dict(value) if isinstance(value, Mapping) else value
+    return FinalStats(**carried)

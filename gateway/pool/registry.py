@@ -28,9 +28,10 @@ Start-up (after `RegistryLink.open` migrated the database):
    the pool version moves it also picks up `pending` drafters registered elsewhere (the CLI,
    another replica), so `hedgespec drafter add` works against a running server.
 5. With an admin key configured, `RequestLogWriter` receives every `request_finished` event of
-   the event bus and stores the request's statistics in `request_logs` (prompt text only with
-   `log_prompts`, and only when the event carries it). Without an admin key nothing is
-   collected, as for the live page: nobody could read it through the admin API.
+   the event bus and stores the request's statistics in `request_logs` (the record:
+   `gateway.pool.request_log`; prompt text only with `log_prompts`, and only when the event
+   carries it). Without an admin key nothing is collected, as for the live page: nobody could
+   read it through the admin API.
 
 A registry that cannot be opened leaves the gateway serving its static pool; the admin pool API
 then answers 503, and the app retries opening it with backoff and starts all of the above once it
@@ -71,6 +72,7 @@ from gateway.live.event_types import RequestFinished
 from gateway.live.events import EventBus, Subscription
 from gateway.pool.database import RegistryLink
 from gateway.pool.model_free import EAGLE3, full_params, model_free_key
+from gateway.pool.request_log import request_log_record
 from gateway.pool.sync import PoolSync, drafter_key, local_key
 from gateway.runner import EngineRunner
 
@@ -209,41 +211,6 @@ def _register_ready(session: Session, drafter: ServedDrafter, target_model: str 
                          commit_sha=None, actor=SERVED_ACTOR)
     crud.mark_ready(session, drafter_id=drafter.id, actor=SERVED_ACTOR,
                     inspection={"compatible": True, "reason": None, "origin": "served pool"})
-
-
-def request_log_record(event: RequestFinished, *, model: str | None) -> dict[str, Any]:
-    """A `request_logs` record (`RequestLogWriter.write`'s input) from a finished request.
-
-    Keys that are not columns land in the row's `extra` JSON. Without statistics (a request
-    that ended before its first round) the token counts are left to the writer's zeros."""
-    record: dict[str, Any] = {
-        "request_id": event.request_id,
-        "model": model,
-        "status": "error" if event.error else "ok",
-        "latency_ms": event.elapsed_s * 1000,
-        "finish_reason": event.finish_reason,
-        "error": event.error,
-    }
-    stats = event.stats
-    if stats is not None:
-        record.update(
-            policy=stats.policy,
-            prompt_tokens=stats.prompt_tokens,
-            completion_tokens=stats.completion_tokens,
-            rounds=stats.rounds,
-            mat=stats.mean_acceptance_length,
-            regret_tokens=stats.regret_tokens,
-            regret_seconds=stats.regret_seconds,  # extra, as the next two
-            regret_time_ratio=stats.regret_time_ratio,
-            drafter_choices=list(stats.drafter_choices),
-            num_plain_steps=stats.num_plain_steps,
-            plain_step_indices=list(stats.plain_step_indices) or None,  # between the rounds
-        )
-    if event.ts is not None:
-        record["created_at"] = event.ts - event.elapsed_s
-    if event.prompt is not None:
-        record["prompt"] = event.prompt  # dropped by the writer unless log_prompts is on
-    return {k: v for k, v in record.items() if v is not None}
 
 
 class RegistryService:

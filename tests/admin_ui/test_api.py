@@ -394,7 +394,7 @@ def test_requests_come_from_the_database_when_request_logging_is_on(
 ) -> None:
     from drafter_registry.db import make_session_factory
     from drafter_registry.request_log import RequestLogWriter
-    from gateway.pool.registry import request_log_record
+    from gateway.pool.request_log import request_log_record
 
     app = app_client.app
     writer = RequestLogWriter(make_session_factory(app.state.registry.engine))  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ import pytest
 
 from bench.harness.tiny_models import make_engine, random_drafter, tiny_target
 from core.config import SamplingParams, TreeConfig
-from core.stats import StatsSnapshot
+from core.stats import RequestStats, StatsSnapshot
 
 
 def test_each_round_hands_out_a_frozen_snapshot_that_later_rounds_leave_alone() -> None:
@@ -29,3 +29,38 @@ def test_each_round_hands_out_a_frozen_snapshot_that_later_rounds_leave_alone() 
     assert isinstance(first.accepted_per_round, tuple)
     assert (last.mean_acceptance_length
             == (last.completion_tokens - last.prefill_tokens) / last.rounds)
+
+
+# ---- the tally mirrors the one declaration ----------------------------------------------------
+
+
+def _snapshot_type(annotation: str) -> str:
+    """The snapshot's type for a tally field's: a list is held as a tuple, a dict as a mapping."""
+    if annotation.startswith("list["):
+        return f"tuple[{annotation[len('list['):-1]}, ...]"
+    if annotation.startswith("dict["):
+        return f"Mapping[{annotation[len('dict['):-1]}]"
+    return annotation
+
+
+def mirror_of(snapshot: type) -> list[tuple[str, str]]:
+    return [(f.name, str(f.type)) for f in dataclasses.fields(snapshot)]
+
+
+def tally_as_snapshot(tally: type) -> list[tuple[str, str]]:
+    return [(f.name, _snapshot_type(str(f.type))) for f in dataclasses.fields(tally)]
+
+
+def test_the_running_tally_has_the_declared_fields_in_order_and_frozen_types() -> None:
+    assert tally_as_snapshot(RequestStats) == mirror_of(StatsSnapshot)
+    # Every field but the policy starts from a zero, so a request's tally needs only its policy.
+    fresh = RequestStats("normalhedge").snapshot()
+    assert fresh.rounds == 0 and fresh.accepted_per_round == () and dict(fresh.weights) == {}
+
+
+def test_a_field_declared_but_not_tallied_is_caught() -> None:
+    grown = dataclasses.make_dataclass("Grown", [("new_stat", int, 0)], bases=(StatsSnapshot,),
+                                       frozen=True)  # fmt: skip
+    assert tally_as_snapshot(RequestStats) != mirror_of(grown)
+    assert _snapshot_type("list[str | None]") == "tuple[str | None, ...]"
+    assert _snapshot_type("dict[str, float]") == "Mapping[str, float]"
