@@ -11,7 +11,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from bench.hedgespec_run import add_arguments
+    from bench.learner.hedgespec_run import add_arguments
 
     parser = sub.add_parser("bench", help="run the HedgeSpec benchmark on a drafter pool",
                             description="HedgeSpec benchmark: every method side by side on "
@@ -21,6 +21,6 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bench.hedgespec_run import finish_args, run
+    from bench.learner.hedgespec_run import finish_args, run
 
     return run(finish_args(args))

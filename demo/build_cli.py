@@ -1,7 +1,7 @@
 """The build's command line, shared by `hedgespec demo build` and `python -m demo.pipeline`.
 
 Import-light on purpose (argparse only): the gateway's CLI registers these options at start-up
-and imports torch and the pipeline only when a build actually runs.
+and imports torch and the pipeline (`demo.pipeline.run_build`) only when a build actually runs.
 """
 
 from __future__ import annotations
@@ -39,13 +39,3 @@ def default_cache() -> Path:
 
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(os.environ.get("HEDGESPEC_BUILD_CACHE") or Path(xdg) / "hedgespec" / "build")
-
-
-def run_build(args: argparse.Namespace) -> Path:
-    """Build the pool the parsed options describe; returns the path of its pool.json."""
-    from demo.build_config import FULL, QUICK, with_overrides
-    from demo.pipeline import build
-
-    cfg = with_overrides(QUICK if args.quick else FULL, args.set)
-    return build(args.out, quick=args.quick, seed=args.seed, config=cfg, cache_dir=args.cache,
-                 rollouts_file=args.rollouts)

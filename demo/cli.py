@@ -44,7 +44,7 @@ def demo_target(args: argparse.Namespace) -> int:
 
 
 def demo_build(args: argparse.Namespace) -> int:
-    from demo.build_cli import run_build
+    from demo.pipeline import run_build  # torch and the pipeline only when a build runs
 
     run_build(args)
     return 0

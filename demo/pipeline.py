@@ -26,8 +26,8 @@ from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerBas
 
 from core.model.eagle3 import Eagle3Drafter
 from core.provision import smollm2
-from demo.build_cli import add_build_arguments, run_build
-from demo.build_config import FULL, QUICK, BuildConfig
+from demo.build_cli import add_build_arguments
+from demo.build_config import FULL, QUICK, BuildConfig, with_overrides
 from demo.build_info import build_summary
 from demo.build_timer import StageTimer
 from demo.domains import DATA_DIR, DOMAINS, POOL_DIR, ROLLOUTS_FILE, corpus_path
@@ -35,8 +35,9 @@ from demo.features import TargetFeatures
 from demo.general_chat import GENERAL, general_records
 from demo.pool_files import GENERALIST, pool_bytes, write_pool_files
 from demo.precision import target_dtype
-from demo.records import Record, load_records
-from demo.report import full_report, measure_reports
+from demo.prompt_picks import pick
+from demo.records import load_records
+from demo.report import full_report, measure_reports, write_report
 from demo.report_md import render_report_md
 from demo.rollouts import (
     PromptJob,
@@ -46,6 +47,7 @@ from demo.rollouts import (
     save_rollouts,
     stored_responses,
 )
+from demo.router import add_to_pool, train_router
 from demo.stage_cache import StageCache, rollout_key
 from demo.train_drafters import clone_drafter, new_drafter, response_token_counts, train_drafter
 
@@ -58,12 +60,6 @@ def eagle3_aux_layers(num_layers: int) -> tuple[int, int, int]:
         raise ValueError("a target needs at least 8 layers for EAGLE-3's features, got "
                          f"{num_layers}")
     return layers
-
-
-def pick(records: list[Record], n: int, seed: int) -> list[Record]:
-    """n records chosen by a seeded permutation (spreads over topics; ids are sorted by source)."""
-    order = torch.randperm(len(records), generator=torch.Generator().manual_seed(seed)).tolist()
-    return [records[i] for i in order[:n]]
 
 
 def prompt_jobs(cfg: BuildConfig, seed: int, data_dir: Path) -> list[PromptJob]:
@@ -232,8 +228,6 @@ def _build(
         eos_id=int(tokenizer.eos_token_id), generalist=pool[GENERALIST], logs=cache.logs,
         aux_layers=eagle3_aux_layers(model.config.num_hidden_layers),
     )
-    from demo.report import write_report
-
     write_report(report, out_dir)
     (out_dir / "REPORT.md").write_text(render_report_md(report))
     print(f"pool written to {out_dir} ({report['build']['pool_bytes'] / 1e6:.1f} MB)", flush=True)
@@ -243,9 +237,15 @@ def _build(
 def add_router(pool_json: Path, tokenizer: PreTrainedTokenizerBase, cfg: BuildConfig, seed: int,
                data_dir: Path) -> None:
     """Train the static router baseline into the pool, as `python -m demo.router` does."""
-    from demo.router import add_to_pool, train_router  # demo.router imports this module
-
     add_to_pool(train_router(tokenizer, cfg.router_per_domain, seed, data_dir), pool_json)
+
+
+def run_build(args: argparse.Namespace) -> Path:
+    """Build the pool the parsed options (demo/build_cli.py) describe; returns the path of its
+    pool.json."""
+    cfg = with_overrides(QUICK if args.quick else FULL, args.set)
+    return build(args.out, quick=args.quick, seed=args.seed, config=cfg, cache_dir=args.cache,
+                 rollouts_file=args.rollouts)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,7 +20,7 @@ from core.pool_file import load_pool_file, write_pool_file
 from core.provision import smollm2
 from core.selection.router import PromptRouter
 from demo.domains import DATA_DIR, DOMAINS, corpus_path
-from demo.pipeline import pick
+from demo.prompt_picks import pick
 from demo.records import load_records
 from demo.rollouts import encode_prompt
 

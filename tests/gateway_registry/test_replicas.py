@@ -18,7 +18,8 @@ from tests.gateway_registry.conftest import HUB_REPO, Admin, chat, start_server,
 pytestmark = pytest.mark.timeout(600)
 # A correctness bound, generous for a starved CI machine: changes arrive by polling, without a
 # restart. The timing claim ("within a few seconds") is measured side by side in
-# `python -m bench.reliability` (bench/results/reliability.md, "Replica convergence").
+# `python -m bench.reliability.reliability_bench` (bench/results/reliability.md, "Replica
+# convergence").
 CONVERGE_S = 20.0
 
 

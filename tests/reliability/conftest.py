@@ -1,6 +1,6 @@
 """Fixtures of the reliability and security suites (issue 9): the tiny local pool and the
 `--soak` switch. Servers are real `hedgespec serve` processes on loopback ports, started with
-`bench.reliability.start_server` (`bench.harness.server.ServerProcess` plus a `.env` for
+`bench.reliability.scenarios.start_server` (`bench.harness.server.ServerProcess` plus a `.env` for
 settings without a CLI flag, and an offline Hugging Face endpoint).
 
 Every load, storm and fuzz loop here is bounded in count and time. The default run is sized for

@@ -1,10 +1,11 @@
 """The reliability suites' own verdicts: what counts as a well-formed OpenAI error, a clean
 server log and a storm that left nothing behind.
 
-`bench/reliability.py` drives the same scenarios and writes its own report with its own
-checks; the tests do not borrow them, so a benchmark that grew lenient cannot make a test pass
-(test and benchmark are two judges, not one). Each function here raises `AssertionError` with
-the reason; tests/reliability/test_judge.py shows each one refusing what it must refuse.
+`bench/reliability/reliability_bench.py` drives the same scenarios and writes its own report
+with its own checks; the tests do not borrow them, so a benchmark that grew lenient cannot make
+a test pass (test and benchmark are two judges, not one). Each function here raises
+`AssertionError` with the reason; tests/reliability/test_judge.py shows each one refusing what it
+must refuse.
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import reliability as R
-from bench import reliability_faults as S
 from bench.harness.postgres import POSTGRES_ENV
 from bench.harness.server import ServerProcess
+from bench.reliability import reliability_faults as S
+from bench.reliability import scenarios as R
 from tests.reliability.judge import assert_clean_log
 
 pytestmark = pytest.mark.timeout(300)

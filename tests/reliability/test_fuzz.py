@@ -15,7 +15,8 @@ and after the run the server still serves, has nothing left in flight and logged
 
 The server runs with a 96-token context and `max_n` 2 so valid requests stay cheap. Sizes:
 HEDGESPEC_FUZZ_EXAMPLES (default 120 per generator; `--soak` multiplies by 10). With
-HEDGESPEC_FUZZ_STATS=<file> the counts are written there (bench/reliability.py reads them).
+HEDGESPEC_FUZZ_STATS=<file> the counts are written there (bench/reliability/reliability_bench.py
+reads them).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench import reliability as R
 from bench.harness.server import ServerProcess
+from bench.reliability import scenarios as R
 from core.config import LEARNER_NAMES
 from tests.reliability.judge import assert_clean_log, assert_openai_error
 from tests.reliability.routes import RouteInfo, app_routes, build_app

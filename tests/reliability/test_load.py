@@ -1,5 +1,5 @@
-"""Load, overload and disconnect storms against a real server (bench/reliability.py's scenarios
-at CI size; `python -m bench.reliability` runs them bigger and writes the report).
+"""Load, overload and disconnect storms against a real server (bench/reliability/scenarios.py
+at CI size; `python -m bench.reliability.reliability_bench` runs them bigger and writes the report).
 
 One server: 2 running slots and 14 waiting places (capacity 16).
 - Below capacity (6 closed-loop streaming clients, so some always wait): every request ends in a
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from bench import reliability as R
 from bench.harness.server import ServerProcess
+from bench.reliability import scenarios as R
 from tests.reliability.judge import assert_clean_log, assert_storm_left_nothing
 
 pytestmark = pytest.mark.timeout(300)

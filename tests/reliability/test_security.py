@@ -20,8 +20,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from bench import reliability as R
 from bench.harness.server import ServerProcess
+from bench.reliability import scenarios as R
 from tests.reliability.judge import assert_openai_error
 from tests.reliability.routes import RouteInfo, app_routes, build_app
 

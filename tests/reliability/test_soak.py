@@ -1,7 +1,8 @@
 """Soak runs (only with `--soak` or HEDGESPEC_SOAK=1): constant streaming load for
 HEDGESPEC_SOAK_S seconds (default 300) with the server's RSS sampled, then repeated disconnect
 storms. Memory must stay flat after warm-up (growth under RSS_BOUND) and nothing may leak from
-storm to storm. `python -m bench.reliability --soak` runs the same and writes the report."""
+storm to storm. `python -m bench.reliability.reliability_bench --soak` runs the same and writes
+the report."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import reliability as R
 from bench.harness.server import ServerProcess
+from bench.reliability import scenarios as R
 from tests.reliability.judge import assert_clean_log, assert_storm_left_nothing
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(7200)]

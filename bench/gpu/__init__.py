@@ -1,0 +1,1 @@
+"""GPU-only figures: the device check run on a lent GPU, and whether compilation pays."""
