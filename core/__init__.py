@@ -1,7 +1,8 @@
 """HedgeSpec engine: target + EAGLE-3 drafter pool, draft-tree speculative decoding,
 lossless verification, counterfactual evaluation of every drafter and online learners.
 
-`core` knows nothing of HTTP or SQL (see tests/test_architecture.py).
+`core` knows nothing of HTTP or SQL (see tests/test_architecture.py). A front end imports it
+through its face only, `core/api.py`, which loads no torch until the engine is built.
 
 Vocabulary (code, statistics and wire use these words in these senses only):
 

@@ -174,7 +174,7 @@ class SelectorConfig:
     # How that evidence reaches the learner: "prior" (NormalHedge's starting weights, regrets
     # left at zero) or "losses" (full-weight losses, the form before issue 40, which let a
     # prompt whose domain differs from the answer's lock the answer's best drafter out).
-    # Set only by bench/prompt_windows.py, which measures both side by side
+    # Set only by bench/learner/prompt_windows.py, which measures both side by side
     # (bench/results/prompt_windows.md: MAT 0.958x / 0.976x the oracle's held out, 0.946x /
     # 0.927x when the answer's domain differs from the prompt's): the trade behind "prior".
     prompt_evidence: Literal["prior", "losses"] = "prior"
@@ -300,7 +300,7 @@ class EngineConfig:
     # except "visited" on a CPU whose head is a plain F.linear (core/batching/head_rows.py,
     # bench/results/verify_logits.md). The
     # committed tokens are the same either way. `--verify-logits` pins one
-    # (bench/verify_logits.py measures both).
+    # (bench/speed/verify_logits.py measures both).
     verify_logits: str = "auto"
     # Hybrid trees: the id of a model-free member whose tree is grafted onto the root of every
     # EAGLE-3 tree the learner chooses, when it has a guess (core/speculation/tree.merge_trees). The

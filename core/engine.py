@@ -23,18 +23,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from core.batching.head_rows import HeadRows
 from core.batching.scheduler import BatchScheduler
 from core.config import LEARNER_NAMES, EngineConfig, SamplingParams
 from core.decoding.request import Policy, RequestState, arm_prior, parse_policy
-from core.errors import ContextLengthError, PolicyError, RequestError
-from core.model.eagle3 import DrafterLoadError, Eagle3Drafter, load_drafter
+from core.errors import ContextLengthError, DrafterLoadError, PolicyError, RequestError
+from core.model.eagle3 import Eagle3Drafter, load_drafter
 from core.model.static_shapes import StaticShapes
 from core.model.target import Target, TargetLoadError
 from core.pool_file import PoolFile, load_pool_file
+from core.round_output import RoundOutput
 from core.selection.arm_costs import StepCosts
 from core.selection.learner_sessions import LearnerSessions
 from core.selection.learners import NormalHedge
@@ -43,7 +44,7 @@ from core.speculation.drafter_pool import Member, PoolSnapshot
 from core.speculation.grammar import GrammarCompiler, GrammarTrail
 from core.speculation.model_free.base import ModelFreeDrafter
 from core.speculation.model_free.kinds import make_model_free
-from core.stats import RoundStats, StatsSnapshot, TokenLogprob
+from core.stats import RoundStats, StatsSnapshot
 from eagle3_format.target_fit import compatibility_problems
 
 # Share of the router's probabilities in the prior of policy normalhedge_router; the rest is
@@ -52,24 +53,6 @@ from eagle3_format.target_fit import compatibility_problems
 ROUTER_PRIOR_MIX = 0.5
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RoundOutput:
-    """What one round of one request produced; `stats` is a snapshot, so the output may be
-    handed to another thread while the engine runs the request's next round."""
-
-    request_id: str
-    token_ids: list[int]
-    logprobs: list[TokenLogprob] | None
-    finished: bool
-    finish_reason: str | None
-    round: RoundStats | None
-    stats: StatsSnapshot
-    error: str | None = None  # set with finish_reason "error": this request's round failed
-    # The prompt's logprobs (first entry None), on the prefill's output only
-    # (params.prompt_logprobs).
-    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 class SpecEngine:
@@ -206,6 +189,18 @@ class SpecEngine:
         if drafter_id in self.snapshot.ids:
             self.snapshot = self.snapshot.without(drafter_id)
 
+    def runtime_pool(self) -> SpecEngine:
+        """What changes this pool while the engine serves (a front end's registry sync, on the
+        thread that owns the engine): the engine itself, through `drafter_ids`, `load_drafter`,
+        `add_loaded_drafter`, `add_model_free` and `remove_drafter`. The capability is declared,
+        not probed: an engine whose pool is fixed at load answers None."""
+        return self
+
+    def head_setting(self) -> str:
+        """Which rows verification's LM head computes, in words: "visited" or "all"
+        (core/batching/head_rows.py; a front end reports it)."""
+        return self.head_rows.describe()
+
     # -- requests --------------------------------------------------------------------------------
     def check_request(self, prompt_ids: list[int], params: SamplingParams,
                       policy: str = "auto") -> Policy:
@@ -307,7 +302,8 @@ class SpecEngine:
     def step(self) -> list[RoundOutput]:
         """One step: the running requests' rounds (the first `max_running` by arrival) verified
         in one target pass beside prompt chunks; with batching off, a step of the next request
-        alone, in round-robin order (what bench/batching.py compares batching with)."""
+        alone, in round-robin order (what bench/batching/batching_bench.py compares batching
+        with)."""
         if self.config.batching:
             return self._step_batched([self._requests[rid]
                                        for rid in self._order[: self.config.max_running]])

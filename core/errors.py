@@ -1,9 +1,11 @@
-"""The engine's typed refusals of a request.
+"""The engine's typed refusals: of a request, and of a drafter.
 
 Each is a `ValueError` (the caller asked for something the engine cannot serve) that carries
 what a front end needs to say why, so the gateway translates them by class and fields, never by
 matching names or messages (gateway/runner.py). `SpecEngine.check_request` is the one place
-that raises them.
+that raises the request errors; `DrafterLoadError` comes from loading or checking a drafter
+(core/model/eagle3.py, core/model/drafter_check.py) and lives here, torch-free, so that a front
+end catches it without importing torch.
 """
 
 from __future__ import annotations
@@ -29,3 +31,11 @@ class ContextLengthError(RequestError):
 
 class PolicyError(RequestError):
     """An unknown policy, or a drafter or prompt router this pool does not serve."""
+
+
+class DrafterLoadError(ValueError):
+    """A drafter cannot be used. `readable` is False when the files themselves are unreadable."""
+
+    def __init__(self, message: str, *, readable: bool = True) -> None:
+        super().__init__(message)
+        self.readable = readable

@@ -14,4 +14,7 @@ below it, never one above, so each layer can be read and tested without the ones
    dependencies the routes read.
 6. entry points: `app` (the app factory, the one place that wires the layers together), `cli/`
    (the `hedgespec` command) and `__main__`.
+
+Every layer reaches the engine through `core.api` only, core's face: its typed data, errors and
+configuration, and `SpecEngine` as the runner's `Engine` protocol sees it.
 """

@@ -26,6 +26,7 @@ from functools import partial
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from core.api import engine_from_dirs, engine_from_pool_file
 from gateway.config import Settings
 from gateway.errors import install_error_handlers
 from gateway.http.keys import KeySet
@@ -52,8 +53,6 @@ REGISTRY_RETRY_MAX_S = 30.0
 
 def load_engine(settings: Settings) -> Engine:
     """Build the engine the settings describe (runs on the worker thread)."""
-    from core.engine import SpecEngine
-
     if settings.torch_threads is not None:
         import torch
 
@@ -64,13 +63,13 @@ def load_engine(settings: Settings) -> Engine:
 
         target_dir = target_dir_for_engine(settings)
         assert target_dir is not None
-        return SpecEngine.from_dirs(
+        return engine_from_dirs(
             target_dir, settings.drafter_dirs(), config,
             model_name=settings.model_name or str(settings.target),
         )
     if settings.pool is None:
         raise ValueError("no model to serve: set --pool or --target")
-    return SpecEngine.from_pool_file(settings.pool, config, model_name=settings.model_name)
+    return engine_from_pool_file(settings.pool, config, model_name=settings.model_name)
 
 
 async def _start_registry(app_: FastAPI, service: RegistryService) -> None:

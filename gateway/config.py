@@ -20,15 +20,15 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.config import (
+from core.api import (
     LEARNER_NAMES,
     ROUTER_PRIOR,
     EngineConfig,
+    auto_dtype,
+    checked_sampling_defaults,
     served_selector,
     served_tree,
 )
-from core.model.precision import auto_dtype
-from core.model.sampling_defaults import checked_sampling_defaults
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POOL = REPO_ROOT / "demo" / "pool" / "pool.json"
@@ -178,7 +178,7 @@ class Settings(BaseSettings):
     # the streams.
     max_step_tokens: int | None = Field(default=None, ge=16)
     # False: the round-robin engine (one request's round per step), to compare
-    # (EngineConfig.batching, bench/batching.py).
+    # (EngineConfig.batching, bench/batching/batching_bench.py).
     batching: bool | None = None
     # Admitted requests waiting for a running slot; one more is answered 429 (DESIGN §4's
     # bounded queue: back-pressure instead of unbounded latency).

@@ -29,7 +29,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from core.stats import RoundStats, StatsSnapshot
+from core.api import RoundStats, StatsSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
@@ -39,7 +39,7 @@ LENGTH_BUCKETS = (1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 10)
 # Prometheus drops `_sum` from a histogram with negative buckets: the histogram observes
 # max(0, regret) (its le="0" bucket counts the requests at or below zero) and a gauge keeps the
 # signed sum, so mean regret = signed sum / count.
-HEAD_SETTINGS = ("visited", "all")  # core/batching/head_rows.HeadRows.describe()
+HEAD_SETTINGS = ("visited", "all")  # Engine.head_setting() (core/batching/head_rows.py)
 REGRET_BUCKETS = (0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 RATIO_BUCKETS = (0.9, 1.0, 1.02, 1.05, 1.1, 1.2, 1.5, 2, 3)
 

@@ -41,12 +41,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from core.batching.head_rows import HeadRows
-from core.config import SamplingParams
-from core.errors import ContextLengthError, PolicyError
-from core.stats import RoundStats, StatsSnapshot, TokenLogprob
+from core.api import (
+    ContextLengthError,
+    ModelFreeDrafter,
+    PolicyError,
+    RoundOutput,
+    RoundStats,
+    SamplingParams,
+    StatsSnapshot,
+    TokenLogprob,
+)
 from gateway.errors import (
     APIError,
     context_length_exceeded,
@@ -58,21 +65,34 @@ from gateway.errors import (
 from gateway.live.events import EventBus, finished_event, round_event, started_event
 from gateway.metrics import GatewayMetrics
 
-if TYPE_CHECKING:  # core.engine imports torch: the app loads it only to build the engine
-    from core.engine import RoundOutput
+if TYPE_CHECKING:  # the drafter's module imports torch: the app loads it only with the engine
+    from core.api import Eagle3Drafter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class RuntimePool(Protocol):
+    """The pool of an engine that changes it while serving (`SpecEngine`): what the pool sync
+    (gateway/pool/sync.py) edits, on the worker thread through `EngineRunner.call`. Requests
+    already running keep the pool they started with."""
+
+    def drafter_ids(self) -> list[str]: ...
+    def load_drafter(self, path: Path) -> Eagle3Drafter: ...
+    def add_loaded_drafter(self, drafter_id: str, drafter: Eagle3Drafter) -> None: ...
+    def add_model_free(self, drafter_id: str, drafter: ModelFreeDrafter) -> None: ...
+    def remove_drafter(self, drafter_id: str) -> None: ...
+
+
 class Engine(Protocol):
-    """The subset of `core.engine.SpecEngine` the runner relies on."""
+    """The subset of `core.api.SpecEngine` the gateway relies on."""
 
     tokenizer: Any
     model_name: str
     max_context: int
-    head_rows: HeadRows  # verification's LM-head setting (reported in /metrics)
 
+    def head_setting(self) -> str: ...  # verification's LM-head rows, for /metrics
+    def runtime_pool(self) -> RuntimePool | None: ...  # None: the pool is fixed at load
     def drafter_ids(self) -> list[str]: ...
     def check_request(self, prompt_ids: list[int], params: SamplingParams,
                       policy: str = ...) -> object: ...
@@ -415,7 +435,7 @@ class EngineRunner:
             return
         if self.metrics:
             self.metrics.observe_step([o.round for o in outputs if o.round is not None])
-            self.metrics.observe_head_setting(engine.head_rows.describe())
+            self.metrics.observe_head_setting(engine.head_setting())
         for out in outputs:
             self._deliver(out)
 

@@ -12,7 +12,9 @@ gateway's wiring has one writer and one reader: only `gateway/app.py` touches `a
 store the per-app objects and only `gateway/http/deps.py` to read them for routes. Inside the
 gateway, imports run down its layers only (`GATEWAY_LAYERS`, written out in `gateway/__init__.py`);
 inside `core`, down its rooms (`CORE_LAYERS`: each room's `__init__` says what it may import),
-and the rooms of one floor do not import each other.
+and the rooms of one floor do not import each other. The modules of `core`, `bench` and `demo`
+import each other without a cycle, counting imports inside functions. The gateway reaches `core`
+only through its face, `core/api.py` (`CORE_FACE`), which imports no torch.
 
 The EAGLE-3 checkpoint format's rules (`eagle3_format/`) are a top-level package that both
 `core` and `drafter_registry` import, so the loader and the registry's checks state them once
@@ -69,15 +71,18 @@ LAYER_OF = {unit: rank for rank, layer in enumerate(GATEWAY_LAYERS) for unit in 
 # on the floors in CORE_OPEN_FLOORS (the base's leaf modules, and the engine with its pool-file
 # loader on top).
 CORE_LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"__init__", "config", "errors", "stats"}),
+    frozenset({"__init__", "config", "errors", "stats", "round_output"}),
     frozenset({"model", "selection", "provision"}),
     frozenset({"speculation"}),
     frozenset({"decoding"}),
     frozenset({"batching"}),
-    frozenset({"engine", "pool_file"}),
+    frozenset({"engine", "pool_file", "api"}),
 )
 CORE_OPEN_FLOORS = {0, len(CORE_LAYERS) - 1}
 CORE_FLOOR_OF = {unit: rank for rank, layer in enumerate(CORE_LAYERS) for unit in layer}
+# What the gateway may import of core: this module only, so that what core offers a front end is
+# stated in one place and core's rooms can change behind it.
+CORE_FACE = "core.api"
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -179,9 +184,9 @@ def module_parts(path: Path) -> tuple[str, ...]:
     return path.relative_to(ROOT).with_suffix("").parts
 
 
-def package_files(package: str) -> list[Path]:
+def package_files(package: str, root: Path = ROOT) -> list[Path]:
     # bench/results holds outputs, not modules of the package.
-    return sorted(p for p in (ROOT / package).rglob("*.py") if "results" not in p.parts)
+    return sorted(p for p in (root / package).rglob("*.py") if "results" not in p.parts)
 
 
 def violations(files: Iterable[Path], forbidden: set[str]) -> list[str]:
@@ -215,6 +220,46 @@ def test_the_shared_checkpoint_format_imports_only_the_standard_library() -> Non
                   if not within(name, (SHARED_FORMAT,))
                   and name.split(".")[0] not in sys.stdlib_module_names]  # fmt: skip
     assert not found, "\n".join(found)
+
+
+def imports_past_the_face(path: Path) -> list[str]:
+    """The modules of `core` that `path` imports other than through `CORE_FACE` (a bare
+    `import core` counts: it would reach the rooms by attribute)."""
+    return sorted(name for name in imported_modules(path)
+                  if within(name, ("core",)) and not within(name, (CORE_FACE,)))
+
+
+def test_the_gateway_imports_core_only_through_its_face() -> None:
+    found = [f"{p.relative_to(ROOT)} imports {bad}" for p in package_files("gateway")
+             if (bad := imports_past_the_face(p))]  # fmt: skip
+    assert not found, f"import these through {CORE_FACE}:\n" + "\n".join(found)
+
+
+def test_the_face_rule_catches_an_import_past_it(tmp_path: Path) -> None:
+    """A gateway module importing a room of core, however written (inside a function or for
+    annotations only included), fails the rule; the face itself passes."""
+    for i, line in enumerate(("from core.engine import SpecEngine", "import core.engine",
+                              "from core import engine", "import core",
+                              "from core.speculation.grammar import grammar_text",
+                              "def f():\n    from core.model.eagle3 import DrafterLoadError\n",
+                              "if TYPE_CHECKING:\n    from core.engine import RoundOutput\n")):
+        bad = tmp_path / f"bad{i}.py"
+        bad.write_text(line + "\n")
+        assert imports_past_the_face(bad), line
+    ok = tmp_path / "ok.py"
+    ok.write_text("from core.api import SpecEngine\nimport core.api\nfrom core import api\n"
+                  "import os\nfrom gateway.runner import Engine\n")
+    assert imports_past_the_face(ok) == []
+
+
+def test_importing_the_face_of_core_loads_no_torch() -> None:
+    """The gateway's modules that read data or format text import core's face at start, so
+    the face defers what needs torch to when it is called."""
+    code = ("import sys\nimport core.api\nprint(sorted(m for m in sys.modules if m.split('.')[0]"
+            " in ('torch', 'transformers', 'safetensors')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_importing_the_registry_loads_no_torch() -> None:
@@ -264,10 +309,12 @@ def test_core_imports_run_down_its_rooms() -> None:
     assert not found, "imports from a lower room of core to a higher one:\n" + "\n".join(found)
 
 
-def core_import_graph() -> dict[str, set[str]]:
-    """Each core module's dotted name -> the core modules it imports (a package counts as its
-    `__init__`; `from core.x import y` as core.x.y when y is a module, else as core.x)."""
-    files = {".".join(module_parts(p)).removesuffix(".__init__"): p for p in package_files("core")}
+def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Each module of `package` (under `root`) by dotted name -> the modules of the package it
+    imports, at module level or inside a function (a package counts as its `__init__`;
+    `from core.x import y` as core.x.y when y is a module, else as core.x)."""
+    files = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in package_files(package, root)}
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         targets = set()
@@ -303,8 +350,26 @@ def cycle_in(graph: dict[str, set[str]]) -> list[str]:
     return []
 
 
-def test_core_has_no_import_cycle() -> None:
-    assert cycle_in(core_import_graph()) == []
+# Packages whose modules import each other without a cycle. In bench/ and demo/ a cycle used to
+# be broken at run time by importing inside a function; the graph counts those imports too, so
+# what two modules share lives in a third that both import.
+ACYCLIC = ("bench", "core", "demo")
+
+
+@pytest.mark.parametrize("package", ACYCLIC)
+def test_package_has_no_import_cycle(package: str) -> None:
+    assert cycle_in(import_graph(package)) == []
+
+
+def test_the_import_graph_counts_imports_inside_functions(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("from pkg.b import f\n")
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    from pkg import a\n    return a\n")
+    (tmp_path / "pkg" / "c.py").write_text("import pkg.a\n")
+    graph = import_graph("pkg", tmp_path)
+    assert graph == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}
+    assert cycle_in(graph) == ["pkg.a", "pkg.b", "pkg.a"]
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:

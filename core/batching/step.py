@@ -34,20 +34,19 @@ from core.decoding.request import RequestState
 from core.decoding.request_round import (
     Verified,
     commit_verified,
-    draft_row,
+    draft_order,
     hybrid_tree,
     learn_from,
     logit_rows,
-    model_free_tree,
     record_pairs,
     round_stats,
     verify_tree,
 )
 from core.model.kv_cache import SlotCache
 from core.model.target import Target, TargetOutput, fill_rows
-from core.selection.arm_costs import PLAIN, PlannedRow, StepCosts, StepSample
+from core.selection.arm_costs import FREE, NEURAL, PLAIN, PlannedRow, StepCosts, StepSample
 from core.speculation.drafter_pool import Candidates, sync_many
-from core.speculation.drafting import grow_trees
+from core.speculation.members import DraftOrder, MemberGroup
 from core.speculation.tree import DraftTree, chain_tree
 from core.stats import RoundStats
 
@@ -117,14 +116,17 @@ def batched_round(target: Target, cache: SlotCache, rows: list[tuple[RequestStat
     return [_result(r, (t1 - t0, t2 - t1, t3 - t2), head_s, rows_in_pass) for r in work]
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Drafting:
-    """Where a step's drafting time went: model-free lookups and EAGLE drafters."""
+    """Where a step's drafting time went, by the members' cost kind (MemberGroup.cost_kind):
+    rows drafted and seconds."""
 
-    free_rows: int
-    free_s: float
-    neural_rows: int
-    neural_s: float
+    rows: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, kind: str, rows: int, seconds: float) -> None:
+        self.rows[kind] = self.rows.get(kind, 0) + rows
+        self.seconds[kind] = self.seconds.get(kind, 0.0) + seconds
 
 
 def _measure(costs: StepCosts, work: list[_Row], drafting: _Drafting,
@@ -134,15 +136,17 @@ def _measure(costs: StepCosts, work: list[_Row], drafting: _Drafting,
     if not trees:
         return
     draft_s, verify_s, evaluate_s = times
+    rows, seconds = drafting.rows, drafting.seconds
     costs.record(StepSample(
         # the rows the pass computes: each tree's own (the padding to the widest costs next
         # to nothing: core/selection/arm_costs.py)
         requests=len(trees), rows=sum(int(t.tokens.numel()) for _, t in trees),
-        verify_s=verify_s, neural_rows=drafting.neural_rows, neural_s=drafting.neural_s,
-        free_rows=drafting.free_rows, free_s=drafting.free_s, evaluate_s=evaluate_s,
-        other_s=max(draft_s - drafting.free_s - drafting.neural_s, 0.0)))
+        verify_s=verify_s, neural_rows=rows.get(NEURAL, 0), neural_s=seconds.get(NEURAL, 0.0),
+        free_rows=rows.get(FREE, 0), free_s=seconds.get(FREE, 0.0), evaluate_s=evaluate_s,
+        other_s=max(draft_s - seconds.get(FREE, 0.0) - seconds.get(NEURAL, 0.0), 0.0)))
     for r, tree in trees:
-        if r.chosen is not None and r.chosen in r.state.snapshot.model_free:
+        # a model-free member's tree is as large as its lookups find: the cost model learns it
+        if r.chosen is not None and r.state.members.cost_kind(r.chosen) == FREE:
             costs.record_drafted(r.state.snapshot.ids[r.chosen], tree.num_drafted)
 
 
@@ -209,46 +213,50 @@ def _planned(r: _Row) -> PlannedRow:
 
 
 def _draft(rows: list[_Row], config: EngineConfig, clock: Callable[[], float]) -> _Drafting:
-    """Plain rows get the chain of their root; the others catch their chosen drafter up (lazy
-    policies; batched) and draft, one batch per drafter. Times each kind's drafting."""
+    """Plain rows get the chain of their root; the others draft with their chosen member's
+    group (core/speculation/members.py): its catch-up batched over the group's rows, then one
+    batch per batch key (an EAGLE-3 drafter's rows together, a lookup's alone). Times each
+    cost kind's drafting."""
     spec = [r for r in rows if r.chosen is not None and r.state.dstate is not None]
     for r in rows:
         if r not in spec:
             r.tree = chain_tree([r.state.token_ids[-1]])
-    t0 = clock()
-    free = [r for r in spec if r.chosen in r.state.snapshot.model_free]
-    _each(free, lambda r: _model_free(r))
-    t1 = clock()
-    spec = [r for r in spec if r not in free]
-    _batched(spec, lambda rs: _sync_chosen(rs, config))
-    by_drafter: dict[int, list[_Row]] = {}
-    for r in _live(spec):
-        by_drafter.setdefault(id(_drafter(r)), []).append(r)
-    for group in by_drafter.values():
-        _batched(group, lambda rs: _grow(rs, config))
-    return _Drafting(len(free), t1 - t0, len(spec), clock() - t1)
+    by_kind: dict[type[MemberGroup], list[_Row]] = {}
+    for r in spec:
+        by_kind.setdefault(type(_group(r)), []).append(r)
+    drafting = _Drafting()
+    for kind_rows in by_kind.values():
+        t0 = clock()
+        _draft_kind(kind_rows, config)
+        drafting.add(_group(kind_rows[0]).cost_kind, len(kind_rows), clock() - t0)
+    return drafting
 
 
-def _model_free(r: _Row) -> None:
+def _draft_kind(rows: list[_Row], config: EngineConfig) -> None:
+    """Rows whose chosen members are of one kind (their groups may be of several snapshots:
+    each order names its own)."""
+    _batched(rows, lambda rs: _group(rs[0]).prepare([_order(r) for r in rs], config))
+    batches: dict[object, list[_Row]] = {}
+    for r in _live(rows):
+        batches.setdefault(_group(r).batch_key(_order(r)), []).append(r)
+    for batch in batches.values():
+        _batched(batch, lambda rs: _grow(rs, config))
+
+
+def _group(r: _Row) -> MemberGroup:
     assert r.chosen is not None
-    r.tree = model_free_tree(r.state, r.chosen)
+    return r.state.members.group_of(r.chosen)
 
 
-def _drafter(r: _Row) -> object:
+def _order(r: _Row) -> DraftOrder:
     assert r.chosen is not None
-    return r.state.snapshot.drafters[r.state.snapshot.ids[r.chosen]]
-
-
-def _sync_chosen(rows: list[_Row], config: EngineConfig) -> None:
-    sync_many([(r.state.dstate, r.state.snapshot, [r.chosen]) for r in rows  # type: ignore[misc]
-               if r.chosen is not None and r.state.dstate is not None], config.tree.top_k)
+    return draft_order(r.state, r.chosen)
 
 
 def _grow(rows: list[_Row], config: EngineConfig) -> None:
-    inputs = [draft_row(r.state, r.chosen, r.n, config) for r in rows if r.chosen is not None]
-    trees = grow_trees(_drafter(rows[0]), inputs, config.tree)  # type: ignore[arg-type]
+    trees = _group(rows[0]).draft([_order(r) for r in rows], config)
     for r, tree in zip(rows, trees, strict=True):
-        r.tree = hybrid_tree(r.state, tree, config)
+        r.tree = hybrid_tree(r.state, tree, r.chosen, config)  # type: ignore[arg-type]
 
 
 def _forward(target: Target, cache: SlotCache, rows: list[_Row]) -> None:

@@ -43,12 +43,13 @@ import numpy as np
 import numpy.typing as npt
 
 from core.config import EngineConfig
-from core.decoding.pool_evidence import TargetSide, with_model_free
+from core.decoding.pool_evidence import evidence_ready, pool_evidence
 from core.decoding.request import RequestState
 from core.model.target import TargetOutput
 from core.selection.counterfactual import Evidence
 from core.selection.feedback import FeedbackQueue, RankTree, WindowLoss
 from core.selection.learners import NormalHedge
+from core.speculation.members import TargetSide
 from core.speculation.sampling import process_logits
 
 # The share of the prompt's evidence in the new prior; the rest is the learner's prior before.
@@ -70,10 +71,9 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
     their top-k at the chunk's positions): open one window at each of the prompt's last W
     positions, add their evidence and let the learner take the losses already known."""
     w = config.selector.prompt_windows
-    cands = state.pending
+    states = state.member_states(() if state.pending is None else (state.pending,))
     if (w == 0 or not state.evaluate or state.feedback is None or state.finished
-            or state.asleep
-            or (cands is None and state.snapshot.neural and not state.drafters_asleep)):
+            or state.asleep or not evidence_ready(state, states)):
         return
     first_root = len(state.token_ids) - 1  # the first generated token's position
     first_row = first_root - len(out)  # position of out's row 0
@@ -88,17 +88,8 @@ def learn_from_prompt(state: RequestState, out: TargetOutput, chunk_start: int,
         probs = process_logits(raw, p.temperature, p.top_p, p.top_k)
         target = TargetSide(None, probs.cpu().numpy().astype(np.float64),
                             np.array(state.token_ids[lo + 1 : first_root + 1]))
-    parts = []
-    if cands is not None:
-        # The distribution at position m: target row m; the drafters' pair ending at m, which
-        # is the chunk's pair m - chunk_start - 1.
-        pairs = slice(lo - chunk_start - 1, first_root - chunk_start - 1)
-        parts.append((cands.indices, target.evidence(cands.topk_ids[:, pairs].cpu().numpy(),
-                                                     cands.topk_logp[:, pairs].cpu().numpy())))
-    elif state.snapshot.neural:  # asleep (plain decoding dominates them): no candidates
-        parts.append((state.snapshot.neural, Evidence.none(len(state.snapshot.neural),
-                                                           first_root - lo)))
-    pool = with_model_free(state, parts, lo, first_root - lo, target)
+    # The distribution at position m: target row m; the drafters' pair ending at m.
+    pool = pool_evidence(state, states, lo, first_root - lo, target)
     if config.selector.prompt_evidence == "losses":
         for m in range(lo, first_root):
             state.feedback.open_window(m, None, None)

@@ -20,13 +20,15 @@ from core.config import (
     SamplingParams,
 )
 from core.errors import PolicyError
-from core.selection.arm_costs import FREE, NEURAL, StepCosts
+from core.selection.arm_costs import StepCosts
 from core.selection.arm_policy import ArmPolicy, Members
 from core.selection.feedback import FeedbackQueue, Window, WindowLoss
 from core.selection.learners import Learner, make_learner
 from core.speculation.drafter_pool import Candidates, DrafterState, PoolSnapshot
 from core.speculation.grammar import GrammarTrail, TokenMatcher
-from core.speculation.model_free.evidence import RequestLookups
+from core.speculation.members import MemberStates
+from core.speculation.model_free.lookups import RequestLookups
+from core.speculation.pool_members import PoolMembers
 from core.speculation.sampling import PositionNoise
 from core.stats import RequestStats, TokenLogprob
 
@@ -136,8 +138,13 @@ class RequestState:
     # What that grammar allowed at each committed position, for the evaluation's catch-up.
     grammar_trail: GrammarTrail | None = None
     # The model-free members' lookups over this request's tokens
-    # (core/speculation/model_free/evidence.py).
+    # (core/speculation/model_free/lookups.py).
     lookups: RequestLookups | None = None
+    # The snapshot's members by kind (core/speculation/pool_members.py).
+    members: PoolMembers = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.members = PoolMembers(self.snapshot)
 
     @staticmethod
     def create(request_id: str, prompt: list[int], params: SamplingParams, policy: Policy,
@@ -197,20 +204,23 @@ class RequestState:
         return self.arms.choose(self.rng, self.awake())
 
     def awake(self) -> npt.NDArray[np.bool_] | None:
-        """Which members can draft from the root; None when all can: a model-free member with
-        no guess there sleeps, and so do the EAGLE-3 drafters while they are not fed."""
+        """Which members can draft from the root (MemberGroup.awake); None when all can."""
         if self.asleep:
             return np.zeros(len(self.snapshot), dtype=bool)
-        free = self.lookups is not None and bool(self.lookups.lookups)
-        if not free and not self.drafters_asleep:
+        states = self.member_states()
+        groups = [g.awake(states) for g in self.members.groups]
+        if all(up is None for up in groups):
             return None
         mask = np.ones(len(self.snapshot), dtype=bool)
-        if self.lookups is not None:
-            for i, up in self.lookups.awake().items():
-                mask[i] = up
-        if self.drafters_asleep:
-            mask[self.snapshot.neural] = False
+        for up in groups:
+            for i, on in (up or {}).items():
+                mask[i] = on
         return mask
+
+    def member_states(self, topk: tuple[Candidates, ...] = (), due: bool = True) -> MemberStates:
+        """The request's state of its members, as their groups read it (`topk`: the EAGLE-3
+        catch-ups covering the positions being scored)."""
+        return MemberStates(self.dstate, self.lookups, topk, due)
 
     @property
     def drafters_asleep(self) -> bool:
@@ -222,7 +232,7 @@ class RequestState:
         return self.dstate is not None and self.dstate.full and not self.dstate.asleep
 
     def sleep(self) -> None:
-        """The EAGLE-3 drafters stop being fed."""
+        """The fed members (MemberGroup.fed: the EAGLE-3 drafters) stop being fed."""
         assert self.dstate is not None and self.arms is not None
         if not self.dstate.asleep:
             self.dstate.sleep()
@@ -233,7 +243,7 @@ class RequestState:
         """Every member sleeps: the EAGLE-3 drafters are not fed, the lookups record nothing
         and no window opens until a probe wakes them (the queue holds none by now)."""
         assert self.arms is not None
-        if self.dstate is not None and self.dstate.full and self.snapshot.neural:
+        if self.dstate is not None and self.dstate.full and self.members.fed:
             self.sleep()
         if self.lookups is not None:
             self.lookups.pause()
@@ -328,19 +338,20 @@ def _arm_policy(policy: Policy, snapshot: PoolSnapshot, config: EngineConfig,
     """The request's learner over its pool's members (and plain decoding under the time loss)
     and the policy around it."""
     n = len(snapshot)
+    members = PoolMembers(snapshot)
     plain = uses_plain_arm(policy, config)
     fixed = snapshot.index(policy.name) if policy.kind == "fixed" else None
     name = "fixed" if policy.kind == "fixed" else policy.name
-    top = max_len(snapshot, config)
+    top = max_len(members, config)
     learner = make_learner(name, n + plain, max_len=top, fixed_index=fixed,
                            prior=arm_prior(policy.prior, plain))
     tree = config.tree
-    members = Members(
+    arms = Members(
         ids=snapshot.ids,
-        kinds=tuple(FREE if i in snapshot.model_free else NEURAL for i in range(n)),
-        rows=_tree_rows(snapshot, config),
-        depths=tuple(snapshot.depth(i, tree.depth) for i in range(n)), round_max=top)
-    return ArmPolicy(learner, members, plain_arm=plain,
+        kinds=tuple(members.cost_kind(i) for i in range(n)),
+        rows=_tree_rows(members, config),
+        depths=tuple(members.depth(i, tree) for i in range(n)), round_max=top)
+    return ArmPolicy(learner, arms, plain_arm=plain,
                      costs=costs if costs is not None else StepCosts())
 
 
@@ -367,24 +378,23 @@ def arm_ids(drafter_ids: tuple[str, ...], plain: bool) -> tuple[str, ...]:
     return drafter_ids + ((PLAIN_ARM,) if plain else ())
 
 
-def _tree_rows(snapshot: PoolSnapshot, config: EngineConfig) -> tuple[float, ...]:
+def _tree_rows(members: PoolMembers, config: EngineConfig) -> tuple[float, ...]:
     """Rows each member's round verifies at most: its tree's nodes plus the root."""
-    return tuple(float(snapshot.free[d].total_tokens + 1 if d in snapshot.free
-                       else config.tree.total_tokens + 1) for d in snapshot.ids)
+    return tuple(float(members.nodes(i, config.tree) + 1) for i in range(len(members)))
 
 
-def max_len(snapshot: PoolSnapshot, config: EngineConfig) -> int:
+def max_len(members: PoolMembers, config: EngineConfig) -> int:
     """The most tokens a round can commit: the deepest member's tree plus the bonus token."""
-    return max(snapshot.depth(i, config.tree.depth) for i in range(len(snapshot))) + 1
+    return max(members.depth(i, config.tree) for i in range(len(members))) + 1
 
 
 def _feedback_queue(snapshot: PoolSnapshot, config: EngineConfig) -> FeedbackQueue:
     """Windows as deep as the pool's deepest tree; each member credited with its own depth
     and tree size (a model-free chain may be longer than the EAGLE tree)."""
     tree = config.tree
-    depths = [snapshot.depth(i, tree.depth) for i in range(len(snapshot))]
-    totals = np.array([snapshot.free[d].total_tokens if d in snapshot.free
-                       else tree.total_tokens for d in snapshot.ids])
+    members = PoolMembers(snapshot)
+    depths = [members.depth(i, tree) for i in range(len(snapshot))]
+    totals = np.array([members.nodes(i, tree) for i in range(len(snapshot))])
     return FeedbackQueue(len(snapshot), max(depths), loss=config.selector.loss,
                          estimator=config.selector.estimator, total_tokens=totals,
                          depths=depths)

@@ -1,7 +1,8 @@
 """The pieces of one request's round (the algorithm of DESIGN.md section 3) that a step
 (core/batching/step.py) runs for each of its rows: the first token after the prefill, the
-drafters' and lookups' start, a model-free or hybrid tree, verification, commit, the drafters'
-catch-up and the learner's update from the counterfactual evidence, and the round's
+drafters' and lookups' start, what drafting a member's tree reads of the request (its member
+group drafts it: core/speculation/members.py) and the hybrid tree, verification, commit, the
+drafters' catch-up and the learner's update from the counterfactual evidence, and the round's
 statistics."""
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ from torch import Tensor
 
 from core.config import EngineConfig
 from core.decoding.node_logits import NodeLogits, penalise
-from core.decoding.pool_evidence import TargetSide, with_model_free
+from core.decoding.pool_evidence import evidence_ready, pool_evidence
 from core.decoding.request import DeferredRound, RequestState, max_len
 from core.model.target import TargetOutput
 from core.selection.arm_costs import Start
-from core.selection.counterfactual import Evidence
 from core.speculation.drafter_pool import Candidates, DrafterState
-from core.speculation.drafting import DraftRow, tree_scratch
+from core.speculation.members import DraftOrder, TargetSide
 from core.speculation.model_free.base import OutputGrammar
-from core.speculation.model_free.evidence import RequestLookups, propose
 from core.speculation.sampling import log_probs, process_logits
 from core.speculation.tree import DraftTree, chain_tree, merge_trees
 from core.speculation.verify import verify_greedy, verify_sampling
@@ -66,7 +65,7 @@ def start_drafters(state: RequestState) -> None:
     start = arms.choose_start()
     if start is Start.ASLEEP:
         state.sleep_pool()
-    elif start is Start.MODEL_FREE and state.snapshot.neural:
+    elif start is Start.MODEL_FREE and state.members.fed:
         state.sleep()
 
 
@@ -74,16 +73,15 @@ def start_lookups(state: RequestState, config: EngineConfig) -> None:
     """The model-free members' lookups over the prompt and first token, once it is committed;
     under full evaluation they record their guesses from the prompt windows' first position
     on (core/decoding/prompt_feedback.py reads those, the rounds the rest)."""
-    free = {i: state.snapshot.free[state.snapshot.ids[i]] for i in state.snapshot.model_free}
-    if state.learner is None or not free or state.lookups is not None:
+    members = state.members.model_free
+    if state.learner is None or not members.indices or state.lookups is not None:
         return
     first_root = len(state.token_ids) - 1
     record_from = first_root - config.selector.prompt_windows if state.evaluate else first_root
     grammar = (OutputGrammar(state.matcher, len(state.token_ids))
                if state.matcher is not None else None)
-    state.lookups = RequestLookups.start(free, state.token_ids, record_from,
-                                         record=state.evaluate and not state.asleep,
-                                         grammar=grammar)
+    state.lookups = members.start(state.token_ids, record_from,
+                                  record=state.evaluate and not state.asleep, grammar=grammar)
 
 
 def logit_rows(tree: DraftTree, visited: bool) -> list[int]:
@@ -152,7 +150,7 @@ def learn_from(state: RequestState, v: Verified, chosen: int | None, n: int, con
     if state.evaluate:
         _counterfactual(state, v, chosen, n, cur, due)
     if state.learner is not None and not state.learner.full_information and chosen is not None:
-        state.learner.update_bandit(chosen, float(len(v.new)), max_len(state.snapshot, config))
+        state.learner.update_bandit(chosen, float(len(v.new)), max_len(state.members, config))
 
 
 def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: dict[str, float],
@@ -175,36 +173,28 @@ def round_stats(state: RequestState, v: Verified, chosen: int | None, weights: d
     return rs
 
 
-def hybrid_tree(state: RequestState, tree: DraftTree, config: EngineConfig) -> DraftTree:
-    """An EAGLE-3 tree with the `config.hybrid` member's tree grafted at its root when that
-    member has a guess there (EngineConfig.hybrid); the tree itself otherwise."""
-    graft = state.snapshot.index(config.hybrid) if config.hybrid in state.snapshot.ids else None
-    if graft is None or graft not in state.snapshot.model_free or state.lookups is None:
+def hybrid_tree(state: RequestState, tree: DraftTree, chosen: int,
+                config: EngineConfig) -> DraftTree:
+    """A fed member's (EAGLE-3) tree with the `config.hybrid` member's tree grafted at its root
+    when that member is a lookup's with a guess there (EngineConfig.hybrid); the tree itself
+    otherwise."""
+    snapshot = state.snapshot
+    graft = snapshot.index(config.hybrid) if config.hybrid in snapshot.ids else None
+    if graft is None or state.lookups is None:
         return tree
-    return merge_trees(tree, model_free_tree(state, graft))
+    group = state.members.group_of(graft)
+    if group.fed or not state.members.group_of(chosen).fed:
+        return tree
+    return merge_trees(tree, group.draft([draft_order(state, graft)], config)[0])
 
 
-def model_free_tree(state: RequestState, chosen: int) -> DraftTree:
-    """A model-free member's tree from the root (its lookup holds every committed token), no
-    deeper than the tokens the request may still commit: that keeps a chain longer than the
-    engine's tree inside the context SpecEngine.max_context leaves room for, and drafts
-    nothing that could not be committed."""
-    assert state.lookups is not None
-    drafter = state.snapshot.free[state.snapshot.ids[chosen]]
+def draft_order(state: RequestState, chosen: int) -> DraftOrder:
+    """What drafting member `chosen`'s tree reads of the request: its root, the grammar its
+    output follows, and the tokens it may still commit (no deeper tree can pay)."""
     allowed = state.matcher.masks_after if state.matcher is not None else None
     remaining = max(1, state.params.max_new_tokens - state.generated)
-    return propose(drafter, state.lookups.lookups[chosen], state.token_ids[-1], drafter.top_k,
-                   drafter.total_tokens, allowed, max_depth=remaining)
-
-
-def draft_row(state: RequestState, chosen: int, n: int, config: EngineConfig) -> DraftRow:
-    """The chosen drafter's input for this request's tree (caught up beforehand)."""
-    assert state.dstate is not None
-    keys, values, length = state.dstate.draft_cache(chosen, tree_scratch(config.tree))
-    allowed = (state.matcher.masks_after if state.matcher is not None and config.mask_drafts
-               else None)
-    return DraftRow(keys, values, length, state.dstate.h_last(chosen), state.token_ids[-1], n,
-                    allowed)
+    return DraftOrder(chosen, state.snapshot, state.member_states(), state.token_ids[-1],
+                      len(state.token_ids) - 1, remaining, allowed)
 
 
 def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int,
@@ -229,12 +219,14 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
     state.feedback.open_window(n, chosen, steps if chosen is not None or plain_round else None,
                                costs)
     state.deferred.append(_target_side(v, n))
-    asleep = state.drafters_asleep
-    state.stats.asleep_rounds += asleep
-    if cur is None and state.snapshot.neural and not (asleep and due):
+    state.stats.asleep_rounds += state.drafters_asleep
+    # The distribution at the first root comes from the previous catch-up (`pending`), the
+    # others from this one's pairs ending at them.
+    topk = tuple(c for c in (state.pending, cur) if c is not None) if cur is not None else ()
+    states = state.member_states(topk, due)
+    if not evidence_ready(state, states):
         return
     rounds, state.deferred = state.deferred, []
-    prev = state.pending  # top-k at the first root, from the previous catch-up
     state.pending = cur
     pairs = sum(len(r.new) for r in rounds)
     start = rounds[0].start
@@ -245,35 +237,25 @@ def _counterfactual(state: RequestState, v: Verified, chosen: int | None, n: int
         probs = torch.cat([r.target_probs for r in rounds])  # type: ignore[misc]
         new = np.array([t for r in rounds for t in r.new])
         target = TargetSide(None, probs.cpu().numpy().astype(np.float64), new)
-    parts = []
     pool_sleeping = arms.pool_should_sleep(state.drafters_asleep)
     sleeping = pool_sleeping or arms.should_sleep(state.drafters_fed)
-    if cur is not None:
-        assert prev is not None and cur.indices == prev.indices == state.snapshot.neural
-        assert cur.topk_ids.shape[1] == pairs, (cur.topk_ids.shape, pairs)
-        # [N, P, k]: the distribution at m comes from the pair ending at m (the previous pass
-        # for the first root)
-        ids = torch.cat([prev.topk_ids[:, -1:], cur.topk_ids[:, : pairs - 1]], dim=1)
-        logp = torch.cat([prev.topk_logp[:, -1:], cur.topk_logp[:, : pairs - 1]], dim=1)
-        parts.append((cur.indices, target.evidence(ids.cpu().numpy(), logp.cpu().numpy())))
-    elif state.snapshot.neural:  # asleep: no catch-up ran
-        parts.append((state.snapshot.neural, Evidence.none(len(state.snapshot.neural), pairs)))
-    pool = with_model_free(state, parts, start, pairs, target)
+    assert cur is None or cur.topk_ids.shape[1] == pairs, (cur.topk_ids.shape, pairs)
+    pool = pool_evidence(state, states, start, pairs, target)
     state.feedback.add_evidence(start, pool.evidence, pool.trees)
     _mark_asleep(state, start + pairs, pool_sleeping, sleeping)
     state.learn()
     if pool_sleeping:
         state.sleep_pool()
-    elif sleeping and state.snapshot.neural:
+    elif sleeping and state.members.fed:
         state.sleep()
 
 
-def _mark_asleep(state: RequestState, end: int, pool: bool, eagle: bool) -> None:
-    """The windows that the members going to sleep could not finish (their evidence ends at
-    `end`) have them asleep: a member of depth D sees no window rooted past end - D through."""
+def _mark_asleep(state: RequestState, end: int, pool: bool, fed: bool) -> None:
+    """The windows that the members going to sleep (all of them, or the fed ones) could not
+    finish (their evidence ends at `end`) have them asleep: a member of depth D sees no window
+    rooted past end - D through."""
     assert state.feedback is not None
-    going = [i for i in range(len(state.snapshot))
-             if pool or (eagle and i in state.snapshot.neural)]
+    going = [i for i in range(len(state.snapshot)) if pool or (fed and i in state.members.fed)]
     for depth in sorted({int(state.feedback.depths[i]) for i in going}):
         members = [i for i in going if int(state.feedback.depths[i]) == depth]
         state.feedback.asleep_from(members, end - depth + 1)

@@ -2,7 +2,8 @@
 slot KV cache; its lean decoder forward for the supported families, lean_decoder.py, and the
 bucketed static shapes that captured passes run in, static_shapes.py; canonical numerics,
 canonical.py, with its C++ attention kernel in kernels/), EAGLE-3 drafters
-(loading, the checkpoint's fit with the target, RoPE), the drafters' KV buffers, the precision a
+(loading, the checkpoint's fit with the target, RoPE; shape-compatible drafters stacked into one
+batched catch-up pass, stacked_drafters.py), the drafters' KV buffers, the precision a
 CPU can run, and the target's sampling defaults.
 
 May import: the standard library, torch, transformers, filelock, `eagle3_format` and core's base

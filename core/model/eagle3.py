@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from core.errors import DrafterLoadError
 from core.model.rope import rope_cos_sin
 from eagle3_format.config import Eagle3Config
 from eagle3_format.errors import DrafterConfigError
@@ -33,14 +34,6 @@ from eagle3_format.weights import (
     preferred_weight_file,
     shard_names,
 )
-
-
-class DrafterLoadError(ValueError):
-    """A drafter cannot be used. `readable` is False when the files themselves are unreadable."""
-
-    def __init__(self, message: str, *, readable: bool = True) -> None:
-        super().__init__(message)
-        self.readable = readable
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:

@@ -9,7 +9,7 @@ tensor indices, so the forward is one graph with no host synchronisation (the te
 with fullgraph=True). The price: attention over the capacity instead of the longest context
 and padded rows; on a GPU a decode step of an 8B model is bound by launching ~500 kernels and
 reading its weights, not by these (gpt-fast runs the same layout), which is what
-bench/gpu_check.py measures when a GPU is lent. On a CPU the dynamic shapes stay: there is no
+bench/gpu/gpu_check.py measures when a GPU is lent. On a CPU the dynamic shapes stay: there is no
 graph to replay, and the padding would cost real time.
 """
 

@@ -76,7 +76,7 @@ class Window:
 
 
 # A model-free tree in the coordinates of its guesses
-# (core/speculation/model_free/evidence.rank_tree): for each kept node's path of candidate ranks
+# (core/speculation/model_free/trees.rank_tree): for each kept node's path of candidate ranks
 # (rank r = the r-th candidate of the guess after the path so far; () = the root), the ranks of its
 # kept children. The evaluation walks it along the realised tokens' ranks (`walk_tree`).
 RankTree = dict[tuple[int, ...], frozenset[int]]
@@ -211,7 +211,7 @@ class FeedbackQueue:
                      trees: Mapping[int, Sequence[RankTree]] | None = None) -> None:
         """Append the evidence of positions start .. start+M-1; contiguous, in order. `trees`:
         for model-free drafters that draft trees, the tree each would draft from every one of
-        these positions (core/speculation/model_free/evidence.rank_tree): their windows are then
+        these positions (core/speculation/model_free/trees.rank_tree): their windows are then
         judged on that tree, exactly, instead of on the tree model."""
         if evidence.logp.shape[0] != self.num_drafters:
             raise ValueError(f"expected evidence for {self.num_drafters} drafters, "

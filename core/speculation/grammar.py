@@ -9,13 +9,13 @@ constrained plain greedy decoding and sampling follows the constrained distribut
 llguidance was chosen by measurement (bench/results/grammar.md): its mask costs ~10 us a token
 on the demo target's 49k vocabulary, against ~4 us for xgrammar, both negligible next to a
 60 ms round, and it is a single 3 MB wheel with no dependencies (xgrammar pulls triton).
+A request's grammar text and its checks are torch-free, in grammar_text.py.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import llguidance
 import llguidance.hf
@@ -24,39 +24,9 @@ import torch
 from torch import Tensor
 
 from core.config import GrammarSpec
-
-if TYPE_CHECKING:
-    from llguidance._lib import JsonCompileOptions
-
-# JSON as json.dumps writes it: ", " and ": " separators, no free whitespace. Free whitespace
-# (llguidance's default) lets small models loop on newlines; the compact form ("," and ":")
-# is further from how instruct models write JSON, which costs them quality.
-JSON_OPTIONS: JsonCompileOptions = {"item_separator": ", ", "key_separator": ": ",
-                                    "whitespace_flexible": False}
+from core.speculation.grammar_text import grammar_text
 
 _BITS = torch.arange(32, dtype=torch.int32)
-
-
-def grammar_text(spec: GrammarSpec) -> str:
-    """The llguidance grammar for `spec`; ValueError with a readable reason if it is invalid."""
-    if spec.kind == "json_schema":
-        try:
-            schema = json.loads(spec.source)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"the JSON schema is not valid JSON: {e}") from None
-        if not isinstance(schema, dict):
-            raise ValueError("the JSON schema must be an object")
-        text = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
-    elif spec.kind == "regex":
-        text = llguidance.LLMatcher.grammar_from_regex(spec.source)
-    elif spec.kind == "lark":
-        text = llguidance.LLMatcher.grammar_from_lark(spec.source)
-    else:
-        raise ValueError(f"unknown grammar kind {spec.kind!r}")
-    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text)
-    if is_error:
-        raise ValueError(f"unsupported {spec.kind.replace('_', ' ')}: {messages[0]}")
-    return text
 
 
 def unpack_bitmask(words: Tensor, vocab: int) -> Tensor:

@@ -34,8 +34,7 @@ def _register_inspect(drafter_sub: Any) -> None:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    from core.model.drafter_check import inspect_drafter
-    from core.model.eagle3 import DrafterLoadError
+    from core.api import DrafterLoadError, inspect_drafter
 
     try:
         report = inspect_drafter(args.drafter_dir, args.target, args.subfolder)

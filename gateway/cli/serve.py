@@ -53,9 +53,9 @@ SERVE_FLAGS: dict[str, str] = {
 
 
 def register(sub: Any) -> None:
-    # The engine defaults the help states are read from core.config, where they live with the
-    # measurements behind them (core.config imports nothing heavy).
-    from core.config import (
+    # The engine defaults the help states are read from core.config (through core.api), where
+    # they live with the measurements behind them (core.api imports nothing heavy).
+    from core.api import (
         CPU_EVAL_EVERY,
         PROMPT_WINDOWS,
         EngineConfig,
@@ -214,8 +214,7 @@ def _provision_target(settings: Any) -> str | None:
     cache. A bad pool file stops the command here, with the file and field named."""
     if settings.target is not None or settings.pool is None:
         return None
-    from core.pool_file import PoolFileError, load_pool_file
-    from core.provision import ProvisionError
+    from core.api import PoolFileError, ProvisionError, load_pool_file
 
     try:
         load_pool_file(settings.pool).target.directory(provision=True)

@@ -25,8 +25,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from core.config import SamplingParams
-from core.stats import RoundStats, StatsSnapshot
+from core.api import RoundStats, SamplingParams, StatsSnapshot
 from gateway.live.event_types import (
     EventsDropped,
     FeedEvent,

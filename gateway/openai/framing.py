@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.stats import StatsSnapshot
+from core.api import StatsSnapshot
 
 DONE_FRAME = b"data: [DONE]\n\n"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from core.stats import StatsSnapshot, TokenLogprob
+from core.api import StatsSnapshot, TokenLogprob
 from gateway.openai.protocol import SamplingFields
 from gateway.openai.text import IncrementalDetokenizer, StopMatcher, TokenText
 from gateway.openai.tools.parse import ToolParser

@@ -32,8 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.config import GrammarSpec, Penalties
-from core.speculation.grammar import grammar_text
+from core.api import GrammarSpec, Penalties, grammar_text
 from gateway.errors import invalid_request
 from gateway.openai.tools.spec import (
     Tool,

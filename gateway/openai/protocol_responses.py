@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from core.config import GrammarSpec
+from core.api import GrammarSpec
 from gateway.errors import invalid_request
 from gateway.openai.protocol import ChatMessage, SamplingFields, response_format_grammar
 from gateway.openai.tools.spec import (

@@ -31,8 +31,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from core.config import GrammarSpec, Penalties, SamplingParams
-from core.speculation.grammar import grammar_text
+from core.api import GrammarSpec, Penalties, SamplingParams, grammar_text
 from gateway.errors import invalid_request, model_not_found
 from gateway.metrics import GatewayMetrics
 from gateway.openai.framing import spec_metrics

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.stats import TokenLogprob
+from core.api import TokenLogprob
 from gateway.openai.framing import finite
 from gateway.openai.jobs import Choice, Delta, Job
 from gateway.openai.protocol import ChatCompletionRequest

@@ -15,8 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from core.speculation.model_free.base import ModelFreeDrafter
-from core.speculation.model_free.kinds import make_model_free, model_free_kinds
+from core.api import ModelFreeDrafter, make_model_free, model_free_kinds
 from drafter_registry.models import EAGLE3_KIND as EAGLE3
 
 

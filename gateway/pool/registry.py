@@ -58,7 +58,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from core.pool_file import PoolFile, PoolFileError, load_pool_file
+from core.api import PoolFile, PoolFileError, load_pool_file
 from drafter_registry import crud
 from drafter_registry.db import make_session_factory
 from drafter_registry.errors import DrafterConflict, RegistryError, StatusConflict
@@ -364,7 +364,7 @@ class RegistryService:
     def _validate(self, path: Path) -> dict[str, Any]:
         """The fetcher's full check: `inspect_drafter` against the served target, then a real
         load into this replica's engine, so `ready` means servable here."""
-        from core.model.drafter_check import inspect_drafter
+        from core.api import inspect_drafter
 
         if self.target_dir is None:
             return {"compatible": False,

@@ -16,13 +16,14 @@ How it converges (polling, not LISTEN/NOTIFY; `drafter_registry` explains the ch
   so re-registering an id with other weights replaces the drafter instead of keeping the old
   one.
 - A model-free row (`ngram`, `suffix`: no weights) is built here from its kind and parameters
-  (`gateway.pool.model_free`) and added with `SpecEngine.add_model_free`; one the engine
+  (`gateway.pool.model_free`) and added with `RuntimePool.add_model_free`; one the engine
   refuses (a kind this replica does not know) is marked `failed` like a drafter that does not
   load.
-- Weights are loaded on this thread (`SpecEngine.load_drafter` only reads the target's embedding,
-  dtype and device), and only the pool swap (`add_loaded_drafter`, `remove_drafter`) runs on the
-  engine worker thread through `EngineRunner.call`, between two rounds, because `SpecEngine` is
-  not thread-safe. A large drafter therefore never stalls serving while it loads.
+- Weights are loaded on this thread (`RuntimePool.load_drafter` only reads the target's
+  embedding, dtype and device), and only the pool swap (`add_loaded_drafter`, `remove_drafter`)
+  runs on the engine worker thread, between two rounds, because `SpecEngine` is not thread-safe
+  (`gateway.pool.engine_pool`). A large drafter therefore never stalls serving while it loads.
+  An engine whose `runtime_pool()` is None (its pool fixed at load) turns the sync off.
 - Requests in flight keep the pool snapshot they started with
 (`core.speculation.drafter_pool.PoolSnapshot`);
   a removed drafter's memory is freed when the last request holding that snapshot ends.
@@ -50,13 +51,13 @@ from drafter_registry import crud
 from drafter_registry.db import pool_version
 from drafter_registry.errors import DrafterNotFound, StatusConflict
 from drafter_registry.models import Drafter, DrafterSource, DrafterStatus
+from gateway.pool.engine_pool import EnginePool
 from gateway.pool.model_free import build as build_model_free
 from gateway.pool.model_free import model_free_key
 from gateway.runner import EngineRunner
 
 log = logging.getLogger(__name__)
 
-ENGINE_CALL_TIMEOUT_S = 300.0  # a pool swap waits for the round in progress, never longer
 ACTOR = "pool-sync"
 
 Resolver = Callable[[Drafter], Path]
@@ -113,6 +114,7 @@ class PoolSync:
         replica: str = "gateway",
     ) -> None:
         self._runner = runner
+        self._pool = EnginePool(runner)
         self._session_factory = session_factory
         self._resolve = resolve
         self.interval_s = interval_s
@@ -127,7 +129,6 @@ class PoolSync:
         self._stop = threading.Event()
         self._forced = False
         self._seen_version: int | None = None
-        self._capable: bool | None = None
         self.status = SyncStatus()
         self._thread = threading.Thread(target=self._main, name="pool-sync", daemon=True)
 
@@ -153,14 +154,14 @@ class PoolSync:
         """Load the drafter at `path` and add it to the engine under every id of `entries`
         (id -> key), pinned until `release(id)`; `False` when the engine cannot take drafters
         (not loaded yet, or a test double). Raises what loading or the engine's check raises."""
-        if not entries or not self._runner.ready or not self._engine_capable():
+        if not entries or not self._runner.ready or not self._pool.editable():
             return False
-        drafter = self._loader()(path)
+        drafter = self._pool.loader()(path)
         with self._lock:
             for drafter_id in entries:
                 self._pinned[drafter_id] = self._pinned.get(drafter_id, 0) + 1
             try:
-                self._engine_call(lambda e: [e.add_loaded_drafter(i, drafter) for i in entries])
+                self._pool.add_loaded(entries, drafter)
             except BaseException:
                 self._unpin(entries)
                 raise
@@ -217,18 +218,17 @@ class PoolSync:
 
     def sync(self, version: int) -> None:
         """Make the engine hold exactly the registry's ready drafters (plus unmanaged ones)."""
-        if not self._engine_capable():
+        if not self._pool.editable():
             return
         with self._lock:
             with self._session_factory() as session:
                 rows = {r.id: r
                         for r in crud.list_drafters(session, statuses=[DrafterStatus.READY])}
-            engine_ids = self._engine_call(lambda e: list(e.drafter_ids()))
-            loaded = {i: self._keys.get(i) for i in engine_ids}
+            loaded = {i: self._keys.get(i) for i in self._pool.drafter_ids()}
             wanted = {i: drafter_key(r) for i, r in rows.items()}
             remove, add = plan(loaded, wanted, keep={*self._unmanaged, *self._pinned})
             if remove:
-                self._engine_call(lambda e: [e.remove_drafter(i) for i in remove])
+                self._pool.remove(remove)
                 for drafter_id in remove:
                     self._keys.pop(drafter_id, None)
             added, failed = [], {}
@@ -244,11 +244,10 @@ class PoolSync:
         """Load one drafter into the engine; the readable reason if it could not be."""
         try:
             if row.model_free:
-                member = build_model_free(row.kind, row.params)
-                self._engine_call(lambda e: e.add_model_free(row.id, member))
+                self._pool.add_model_free(row.id, build_model_free(row.kind, row.params))
             else:
-                drafter = self._loader()(self._resolve(row))
-                self._engine_call(lambda e: e.add_loaded_drafter(row.id, drafter))
+                drafter = self._pool.loader()(self._resolve(row))
+                self._pool.add_loaded([row.id], drafter)
         except (TimeoutError, concurrent.futures.TimeoutError):
             raise  # the worker is stuck or gone: retry the whole pass later, blame no drafter
         except Exception as exc:
@@ -287,25 +286,6 @@ class PoolSync:
                 crud.record_event(session, actor=ACTOR, action="pool.sync", detail=change)
         except Exception:  # the audit row is informative; the pool change itself happened
             log.exception("could not record the pool.sync audit event")
-
-    def _engine_call(self, fn: Callable[[Any], Any]) -> Any:
-        return self._runner.call(fn).result(timeout=ENGINE_CALL_TIMEOUT_S)
-
-    def _loader(self) -> Callable[[Path], Any]:
-        # The bound `load_drafter` is fetched on the worker and called here, off the worker:
-        # it only reads the target (embedding, dtype, device), so loading never stalls a round.
-        loader: Callable[[Path], Any] = self._engine_call(lambda e: e.load_drafter)
-        return loader
-
-    def _engine_capable(self) -> bool:
-        if self._capable is None:
-            self._capable = bool(self._engine_call(
-                lambda e: all(hasattr(e, m) for m in ("load_drafter", "add_loaded_drafter",
-                                                      "remove_drafter", "drafter_ids"))
-            ))
-            if not self._capable:
-                log.warning("the engine cannot change its pool at run time: pool sync is off")
-        return self._capable
 
     def _unpin(self, ids: Iterable[str]) -> None:
         for drafter_id in ids:

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from core.batching.head_rows import HeadRows
 from core.config import SamplingParams
 from core.engine import ContextLengthError, PolicyError, RoundOutput
 from core.stats import RequestStats, RoundStats, StatsSnapshot
@@ -31,7 +30,6 @@ class ScriptedEngine:
     """One token per round, round-robin, like SpecEngine.step()."""
 
     model_name = "scripted"
-    head_rows = HeadRows("all")
     max_context = 100_000
 
     def __init__(self, *, round_s: float = 0.0, fail_on_round: int | None = None,
@@ -48,6 +46,12 @@ class ScriptedEngine:
 
     def drafter_ids(self) -> list[str]:
         return ["d1"]
+
+    def head_setting(self) -> str:
+        return "all"
+
+    def runtime_pool(self) -> None:
+        return None  # its pool is fixed
 
     def forget_costs(self) -> None:
         pass

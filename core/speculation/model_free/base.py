@@ -2,15 +2,19 @@
 
 A model-free drafter is a *one-step predictor*: given the tokens of a sequence, it names
 candidates for the next token, best first, with log-scores (`Guess`). Its draft tree is that
-predictor iterated along each branch (core/speculation/model_free/evidence.py, `propose`):
-level j of the tree under a path c_1..c_{j-1} is the guess after prefix + c_1..c_{j-1}. This is
-what makes the counterfactual evaluation exact for a chain: when the verifier accepts
-c_1..c_{j-1}, the sequence is prefix + c_1..c_{j-1}, so the drafter's level-j candidates are
-its one-step guess at the verified position, which the evaluation computes from the verified
-tokens with no target call (as the EAGLE catch-up does for a neural drafter).
+predictor iterated along each branch (trees.py, `propose`): level j of the tree under a path
+c_1..c_{j-1} is the guess after prefix + c_1..c_{j-1}, the `top_k` best nodes of a level
+expanded and the `total_tokens` best kept. This is what makes the counterfactual evaluation
+exact: when the verifier accepts c_1..c_{j-1}, the sequence is prefix + c_1..c_{j-1}, so the
+drafter's level-j candidates are its one-step guess at the verified position, which the
+evaluation computes from the verified tokens with no target call (as the EAGLE catch-up does
+for a neural drafter). A request's lookups record the guess at every verified position
+(lookups.py); a tree member (top_k > 1) records the whole tree it would draft from there too
+(trees.rank_tree), which the evaluation walks along the realised tokens
+(core/selection/feedback.py) instead of modelling it from the guesses.
 
 A guess may be empty: the drafter has nothing to propose (no earlier match). A drafter with no
-guess at a round's root is *asleep* for that round (core/selection/learners.py, sleeping experts).
+guess at a round's root is *asleep* for that round (core/speculation/members.py).
 
 One `ModelFreeDrafter` is a pool member shared by every request (it holds its parameters and,
 for `suffix`, the cache of recent responses); each request gets its own `Lookup` (the index
@@ -56,7 +60,7 @@ class Lookup(ABC):
 
 class Forcing(Protocol):
     """A grammar's state over a request's output (core/speculation/grammar.TokenMatcher is one):
-    what a `grammar` drafter reads. Kept a protocol so this package stays free of torch."""
+    what a `grammar` drafter reads. Kept a protocol so the drafters stay free of torch."""
 
     def fork(self) -> Forcing:
         """An independent copy of the state."""

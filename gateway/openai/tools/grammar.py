@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.config import GrammarSpec
-from core.speculation.grammar import JSON_OPTIONS
+from core.api import JSON_OPTIONS, GrammarSpec
 from gateway.openai.tools.formats import ToolFormat
 from gateway.openai.tools.spec import Tool, ToolRequest
 

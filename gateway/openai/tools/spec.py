@@ -13,8 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from core.config import GrammarSpec
-from core.speculation.grammar import grammar_text
+from core.api import GrammarSpec, grammar_text
 
 # OpenAI's rule for function names.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

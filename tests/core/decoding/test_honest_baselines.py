@@ -11,7 +11,7 @@ import core.decoding.request_round
 from bench.harness.tiny_models import bigram_setup, hf_greedy, random_drafter
 from core.config import SamplingParams, TreeConfig
 from core.engine import SpecEngine
-from core.speculation.drafter_pool import StackedGroup
+from core.model.stacked_drafters import StackedGroup
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
 PARAMS = SamplingParams(max_new_tokens=40, ignore_eos=True)

@@ -91,18 +91,18 @@ def test_a_prompt_catch_up_scores_only_its_tail_and_the_learner_sees_the_same() 
     """The drafters' top-k is computed for the prompt's last W + 1 pairs only (what the windows
     and the first root read): the learner after the prompt, the rounds and the output equal
     those of a catch-up that scores every pair."""
-    import core.speculation.drafter_pool as drafter_pool
+    import core.model.stacked_drafters as stacked_drafters
 
     def run() -> list[RoundOutput]:
         return list(engine_with(8).generate(PROMPT, GREEDY, "normalhedge", request_id="x"))
 
     tail_only = run()
-    real = drafter_pool._scored_rows
-    drafter_pool._scored_rows = lambda jobs: None  # type: ignore[assignment]
+    real = stacked_drafters._scored_rows
+    stacked_drafters._scored_rows = lambda jobs: None  # type: ignore[assignment]
     try:
         every_pair = run()
     finally:
-        drafter_pool._scored_rows = real
+        stacked_drafters._scored_rows = real
     assert [o.token_ids for o in tail_only] == [o.token_ids for o in every_pair]
     weights = [o.round.weights for o in tail_only if o.round is not None]
     assert weights == [o.round.weights for o in every_pair if o.round is not None]
@@ -112,7 +112,7 @@ def test_a_prompt_catch_up_scores_only_its_tail_and_the_learner_sees_the_same() 
 def test_a_catch_up_job_scores_its_last_pairs_and_marks_the_others() -> None:
     import torch
 
-    from core.speculation.drafter_pool import CatchUpJob
+    from core.model.stacked_drafters import CatchUpJob
 
     _, base = bigram_setup(TREE, randoms=2)
     group = next(g for g in base.snapshot.groups if len(g) == 2)  # the two random drafters

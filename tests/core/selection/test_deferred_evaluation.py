@@ -12,7 +12,7 @@ import pytest
 from bench.harness.tiny_models import bigram_setup, hf_greedy
 from core.config import SamplingParams, SelectorConfig, TreeConfig
 from core.engine import SpecEngine
-from core.speculation.drafter_pool import StackedGroup
+from core.model.stacked_drafters import StackedGroup
 
 TREE = TreeConfig(top_k=3, depth=4, total_tokens=10)
 
@@ -87,18 +87,18 @@ def test_a_drafter_drafts_from_its_copy_what_it_would_draft_from_its_group(  # t
     """Between evaluations the chosen drafter drafts from a draft copy (its group row copied at
     the last evaluation, then caught up alone); every tree must equal the tree drafted from a
     group that caught up every round."""
-    import core.batching.step
+    import core.speculation.eagle3_members
 
     _, base = setup
     trees: list[list[int]] = []
-    real = core.batching.step.grow_trees
+    real = core.speculation.eagle3_members.grow_trees
 
     def recording(drafter, rows, cfg):  # type: ignore[no-untyped-def]
         out = real(drafter, rows, cfg)
         trees.extend(t.tokens.tolist() for t in out)
         return out
 
-    monkeypatch.setattr(core.batching.step, "grow_trees", recording)
+    monkeypatch.setattr(core.speculation.eagle3_members, "grow_trees", recording)
     drafted = {}
     for every in (1, 4):
         trees.clear()

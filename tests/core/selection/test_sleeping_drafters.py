@@ -20,16 +20,11 @@ from core.config import SamplingParams
 from core.decoding.request import RequestState
 from core.engine import SpecEngine
 from core.model.kv_buffer import KVBuffer
+from core.model.stacked_drafters import CatchUpJob, StackedGroup
 from core.selection.arm_costs import NEURAL, CostModel, Start, StepCosts
 from core.selection.arm_policy import ArmPolicy
 from core.selection.feedback import FeedbackQueue, WindowLoss
-from core.speculation.drafter_pool import (
-    WAKE_PAIRS,
-    CatchUpJob,
-    DrafterState,
-    PoolSnapshot,
-    StackedGroup,
-)
+from core.speculation.drafter_pool import WAKE_PAIRS, DrafterState, PoolSnapshot
 from core.speculation.model_free.kinds import make_model_free
 from tests.core.selection.test_time_loss import counted_catch_ups, ids, run, time_engine
 from tests.modelled_clock import ModelledClock, slowed_rows

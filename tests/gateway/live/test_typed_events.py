@@ -2,9 +2,9 @@
 the wire the admin page reads (`to_json()`) keeps its keys, their order and their values.
 
 The guard parses every gateway module that reads the feed or the drafter check (any module of
-`gateway/live/` or `gateway/pool/`, and any module importing either `gateway.live` or
-`core.model.drafter_check`), and the CLI's registry commands (which read the admin API's typed
-drafter rows), and fails on a read by a literal key: `x["key"]` or `x.get("key")`.
+`gateway/live/` or `gateway/pool/`, and any module importing either `gateway.live` or the
+drafter check, `core.api.inspect_drafter`), and the CLI's registry commands (which read the
+admin API's typed drafter rows), and fails on a read by a literal key: `x["key"]` or `x.get("key")`.
 Writing a key (`body["model"] = ...`) is how the wire forms are built, and stays allowed.
 """
 
@@ -28,7 +28,7 @@ from gateway.pool.request_log import request_log_record
 
 ROOT = Path(__file__).resolve().parents[3]
 GATEWAY = ROOT / "gateway"
-FEED_MODULES = ("gateway.live", "core.model.drafter_check")
+FEED_MODULES = ("gateway.live", "core.api.inspect_drafter")
 ROW_READERS = ("gateway/cli/registry.py",)  # parse registry rows into `DrafterPublic` once
 # (module, key): literal-key reads that are no engine or feed dict, with why.
 ALLOWED = {

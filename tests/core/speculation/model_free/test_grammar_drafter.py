@@ -18,9 +18,10 @@ from core.engine import SpecEngine
 from core.model.target import Target
 from core.speculation.grammar import GrammarCompiler
 from core.speculation.model_free.base import OutputGrammar
-from core.speculation.model_free.evidence import RequestLookups, propose
 from core.speculation.model_free.forced import GrammarDrafter
 from core.speculation.model_free.kinds import make_model_free
+from core.speculation.model_free.lookups import RequestLookups
+from core.speculation.model_free.trees import propose
 from tests.core.speculation.test_grammar import (
     JSON_SPEC,
     exact_constrained_law,

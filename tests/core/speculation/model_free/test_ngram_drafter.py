@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from core.speculation.model_free.evidence import RequestLookups, propose
 from core.speculation.model_free.kinds import make_model_free
+from core.speculation.model_free.lookups import RequestLookups
 from core.speculation.model_free.ngram import NgramDrafter
+from core.speculation.model_free.trees import propose
 
 
 def test_the_longest_recent_match_names_the_next_token() -> None:
