@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,7 +35,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO_ROOT / "bench" / "results"
+# What the browser tests saw, for a person to look at after a run; outside the repository, so
+# a test run leaves the tree as it found it (the README's pictures: bench/admin_screenshots.py).
+SCREENSHOTS = Path(os.environ.get("HEDGESPEC_SCREENSHOTS",
+                                  Path(tempfile.gettempdir()) / "hedgespec-admin-screenshots"))
 XSS = "<img src=x onerror=window.__pwned=1>"
 PROMPTS = [
     "Tell me about speculative decoding.",
