@@ -27,6 +27,7 @@ from core.decoding.request_round import (
 )
 from core.model.kv_cache import SlotCache
 from core.model.target import Target, TargetOutput
+from core.speculation.members import VerifiedPairs
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,14 @@ def _feed(state: RequestState, features: torch.Tensor, next_tokens: torch.Tensor
     root read no other (core/decoding/prompt_feedback.py)."""
     if state.dstate is None:
         return
-    state.dstate.record(features, next_tokens)
+    state.feed(VerifiedPairs(features, next_tokens, state.token_ids))
     fixed = state.learner is not None and state.learner.fixed_index is not None
-    if state.drafters_asleep:
-        return  # record() keeps the pairs a wake restarts from
+    if not state.evaluate and not fixed:
+        return
+    # asleep members catch up on nothing: they keep the pairs a wake restarts from
+    states = state.member_states()
+    tops = [g.catch_up(states, state.snapshot, config.tree.top_k,
+                       scored if state.evaluate else 0)  # a fixed drafter's: unused
+            for g in state.members.groups]
     if state.evaluate:
-        state.pending = state.dstate.sync(state.snapshot, config.tree.top_k, scored=scored)
-    elif fixed:
-        state.dstate.sync(state.snapshot, config.tree.top_k, scored=0)  # result unused
+        state.pending = next((c for c in tops if c is not None), None)

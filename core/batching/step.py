@@ -313,10 +313,9 @@ def _learn(r: _Row, config: EngineConfig) -> None:
 
 def _wake(r: _Row) -> None:
     """A probe: the request's pool evaluates again (RequestState.wake); its sleeping EAGLE-3
-    drafters restart from their last verified pairs unless plain decoding dominates them."""
+    drafters restart from their last verified pairs unless plain decoding dominates them
+    (`restart`: their catch-up follows, batched over requests)."""
     r.restart = r.state.wake()
-    if r.restart:
-        r.state.dstate.wake()  # type: ignore[union-attr]
 
 
 def _restart(rows: list[_Row], config: EngineConfig) -> None:

@@ -26,7 +26,7 @@ from core.selection.feedback import FeedbackQueue, Window, WindowLoss
 from core.selection.learners import Learner, make_learner
 from core.speculation.drafter_pool import Candidates, DrafterState, PoolSnapshot
 from core.speculation.grammar import GrammarTrail, TokenMatcher
-from core.speculation.members import MemberStates
+from core.speculation.members import MemberStart, MemberStates, VerifiedPairs
 from core.speculation.model_free.lookups import RequestLookups
 from core.speculation.pool_members import PoolMembers
 from core.speculation.sampling import PositionNoise
@@ -231,22 +231,39 @@ class RequestState:
         """Every EAGLE-3 drafter is awake and caught up on every pair (full evaluation)."""
         return self.dstate is not None and self.dstate.full and not self.dstate.asleep
 
+    def start_members(self, start: MemberStart) -> None:
+        """Start the members that start once the first token is committed (MemberGroup.start:
+        the model-free members' lookups)."""
+        states = self.member_states()
+        for group in self.members.groups:
+            states = group.start(states, start)
+        self.dstate, self.lookups = states.drafters, states.lookups
+
+    def feed(self, pairs: VerifiedPairs) -> None:
+        """Hand every member group the pairs just verified (MemberGroup.record)."""
+        states = self.member_states()
+        for group in self.members.groups:
+            group.record(states, pairs)
+
     def sleep(self) -> None:
         """The fed members (MemberGroup.fed: the EAGLE-3 drafters) stop being fed."""
-        assert self.dstate is not None and self.arms is not None
-        if not self.dstate.asleep:
-            self.dstate.sleep()
+        assert self.arms is not None
+        states = self.member_states()
+        if any([g.pause(states) for g in self.members.groups if g.fed]):
             self.arms.fall_asleep(pool=False)
         self.pending = None
 
     def sleep_pool(self) -> None:
-        """Every member sleeps: the EAGLE-3 drafters are not fed, the lookups record nothing
-        and no window opens until a probe wakes them (the queue holds none by now)."""
+        """Every member sleeps: the fed ones are not fed (under full evaluation, the only one
+        that puts them to sleep), the others record nothing, and no window opens until a probe
+        wakes them (the queue holds none by now)."""
         assert self.arms is not None
-        if self.dstate is not None and self.dstate.full and self.members.fed:
+        if self.evaluate and self.members.fed:
             self.sleep()
-        if self.lookups is not None:
-            self.lookups.pause()
+        states = self.member_states()
+        for group in self.members.groups:
+            if not group.fed:
+                group.pause(states)
         self.arms.fall_asleep(pool=True)
 
     def wake_due(self) -> bool:
@@ -255,17 +272,24 @@ class RequestState:
 
     def wake(self) -> bool:
         """End a sleep (a probe): the pool records and opens windows again from the next
-        root; True when the EAGLE-3 drafters are to restart too (not dominated)."""
+        root; the fed members (the EAGLE-3 drafters) restart too unless plain decoding
+        dominates them: True then (their catch-up is the caller's, batched over requests)."""
         assert self.arms is not None
+        states = self.member_states()
         if self.asleep:
-            if self.lookups is not None:  # the tokens committed asleep, then record again
-                self.lookups.sync(self.token_ids)
-                self.lookups.resume()
+            for group in self.members.groups:
+                if not group.fed:
+                    group.resume(states, self.token_ids)
             if self.feedback is not None:
                 self.feedback.restart()
         self.arms.wake()
         self.stats.wakes += 1
-        return self.drafters_asleep and not self.arms.drafters_dominated()
+        restart = self.drafters_asleep and not self.arms.drafters_dominated()
+        if restart:
+            for group in self.members.groups:
+                if group.fed:
+                    group.resume(states, self.token_ids)
+        return restart
 
     def weights(self) -> dict[str, float]:
         return self.arms.weights() if self.arms is not None else {}

@@ -20,7 +20,7 @@ from core.decoding.request import DeferredRound, RequestState, max_len
 from core.model.target import TargetOutput
 from core.selection.arm_costs import Start
 from core.speculation.drafter_pool import Candidates, DrafterState
-from core.speculation.members import DraftOrder, TargetSide
+from core.speculation.members import DraftOrder, MemberStart, TargetSide, VerifiedPairs
 from core.speculation.model_free.base import OutputGrammar
 from core.speculation.sampling import log_probs, process_logits
 from core.speculation.tree import DraftTree, chain_tree, merge_trees
@@ -70,18 +70,18 @@ def start_drafters(state: RequestState) -> None:
 
 
 def start_lookups(state: RequestState, config: EngineConfig) -> None:
-    """The model-free members' lookups over the prompt and first token, once it is committed;
-    under full evaluation they record their guesses from the prompt windows' first position
-    on (core/decoding/prompt_feedback.py reads those, the rounds the rest)."""
-    members = state.members.model_free
-    if state.learner is None or not members.indices or state.lookups is not None:
+    """The members that start once the first token is committed (MemberGroup.start: the
+    model-free members' lookups over the prompt and first token); under full evaluation they
+    record their guesses from the prompt windows' first position on
+    (core/decoding/prompt_feedback.py reads those, the rounds the rest)."""
+    if state.learner is None:
         return
     first_root = len(state.token_ids) - 1
     record_from = first_root - config.selector.prompt_windows if state.evaluate else first_root
     grammar = (OutputGrammar(state.matcher, len(state.token_ids))
                if state.matcher is not None else None)
-    state.lookups = members.start(state.token_ids, record_from,
-                                  record=state.evaluate and not state.asleep, grammar=grammar)
+    state.start_members(MemberStart(state.token_ids, record_from, record=state.evaluate,
+                                    paused=state.asleep, grammar=grammar))
 
 
 def logit_rows(tree: DraftTree, visited: bool) -> list[int]:
@@ -130,13 +130,11 @@ def commit_verified(state: RequestState, v: Verified) -> list[int]:
 
 
 def record_pairs(state: RequestState, v: Verified) -> bool:
-    """Hand the L+1 verified (feature, token) pairs to the drafters (nothing runs yet); False
-    when the request has no drafters to feed (plain decoding, or finished)."""
+    """Hand the L+1 verified (feature, token) pairs to the members (MemberGroup.record: nothing
+    runs yet); False when the request has no members to feed (plain decoding, or finished)."""
     if state.dstate is None or state.finished:
         return False
-    state.dstate.record(v.out.features[v.path], torch.tensor(v.new))
-    if state.lookups is not None and not state.asleep:  # asleep: indexed at the probe
-        state.lookups.sync(state.token_ids)
+    state.feed(VerifiedPairs(v.out.features[v.path], torch.tensor(v.new), state.token_ids))
     return True
 
 

@@ -12,7 +12,7 @@ from torch import Tensor
 from core.config import EngineConfig, TreeConfig
 from core.selection.arm_costs import NEURAL
 from core.selection.counterfactual import Evidence
-from core.speculation.drafter_pool import Candidates, DrafterState, sync_many
+from core.speculation.drafter_pool import Candidates, DrafterState, PoolSnapshot, sync_many
 from core.speculation.drafting import DraftRow, grow_trees, tree_scratch
 from core.speculation.members import (
     DraftOrder,
@@ -20,6 +20,7 @@ from core.speculation.members import (
     MemberGroup,
     MemberStates,
     TargetSide,
+    VerifiedPairs,
 )
 from core.speculation.tree import DraftTree
 
@@ -45,6 +46,28 @@ class Eagle3Members(MemberGroup):
         one pass per stacked group and rows whatever the request."""
         sync_many([(_drafter_state(o), o.snapshot, [o.chosen]) for o in orders],
                   config.tree.top_k)
+
+    def record(self, states: MemberStates, pairs: VerifiedPairs) -> None:
+        """Held for the next catch-up (asleep: only the last WAKE_PAIRS, what `resume`
+        restarts from)."""
+        _drafters(states).record(pairs.features, pairs.tokens)
+
+    def catch_up(self, states: MemberStates, snapshot: PoolSnapshot, top_k: int,
+                 scored: int) -> Candidates | None:
+        drafters = _drafters(states)
+        if drafters.asleep:
+            return None  # they catch up on the pairs they kept once resumed
+        return drafters.sync(snapshot, top_k, scored=scored)
+
+    def pause(self, states: MemberStates) -> bool:
+        drafters = _drafters(states)
+        if drafters.asleep:
+            return False
+        drafters.sleep()
+        return True
+
+    def resume(self, states: MemberStates, committed: Sequence[int]) -> None:
+        _drafters(states).wake()
 
     def batch_key(self, order: DraftOrder) -> object:
         return id(order.snapshot.drafters[order.snapshot.ids[order.chosen]])
@@ -96,9 +119,13 @@ def topk_at(parts: Sequence[Candidates], start: int, positions: int) -> tuple[Te
 
 
 def _drafter_state(order: DraftOrder) -> DrafterState:
-    state = order.states.drafters
-    assert state is not None, "an EAGLE-3 drafter drafts from the request's caches"
-    return state
+    return _drafters(order.states)
+
+
+def _drafters(states: MemberStates) -> DrafterState:
+    drafters = states.drafters
+    assert drafters is not None, "the EAGLE-3 drafters live in the request's caches"
+    return drafters
 
 
 def _draft_row(order: DraftOrder, config: EngineConfig) -> DraftRow:

@@ -21,6 +21,10 @@ Two words are defined here, once:
   core/selection/learners.py), and a window a member could not finish has it asleep
   (FeedbackQueue.asleep_from); with no evidence (`Evidence.none`) an asleep member is scored on
   nothing.
+
+A request hands its members what it commits (`record`), and pauses and resumes them
+(`pause`, `resume`: core/decoding/request.py decides when, as its arm policy says) through the
+same interface: the groups keep their own state (MemberStates) in step.
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
+from torch import Tensor
 
 from core.config import EngineConfig, TreeConfig
 from core.selection.counterfactual import Evidence, evidence_greedy, evidence_sampling
 from core.selection.feedback import RankTree
 from core.speculation.drafter_pool import Candidates, DrafterState, PoolSnapshot
 from core.speculation.drafting import AllowedFn
+from core.speculation.model_free.base import OutputGrammar
 from core.speculation.model_free.lookups import RequestLookups
 from core.speculation.tree import DraftTree
 
@@ -72,6 +78,28 @@ class MemberStates:
     topk: tuple[Candidates, ...] = ()
     # The evaluation is due: a member group that sleeps is then scored on no evidence.
     due: bool = True
+
+
+@dataclass(frozen=True)
+class VerifiedPairs:
+    """What a request hands its members as it commits: T verified (feature, token) pairs, the
+    target's features [T, 3Ht] at T positions and the token after each [T] (what fed members
+    catch up on), and every token committed so far (what the lookups index)."""
+
+    features: Tensor
+    tokens: Tensor
+    committed: Sequence[int]
+
+
+@dataclass(frozen=True)
+class MemberStart:
+    """What a request's members start from once its first token is committed."""
+
+    tokens: Sequence[int]  # the prompt and the first token
+    record_from: int  # the first position whose guesses an evaluation reads
+    record: bool  # an evaluation reads guesses (full evaluation)
+    paused: bool  # the request's pool sleeps: nothing recorded until it resumes
+    grammar: OutputGrammar | None  # the grammar the request's output follows
 
 
 @dataclass(frozen=True)
@@ -121,6 +149,35 @@ class MemberGroup(ABC):
         """What must run before the orders' trees are drafted (a catch-up), batched over
         them. Nothing by default."""
         return None
+
+    def start(self, states: MemberStates, start: MemberStart) -> MemberStates:
+        """The request's member states with this group's started, once its first token is
+        committed. Unchanged by default: a group whose state starts with the prompt's first
+        chunk (the EAGLE-3 drafters' caches, core/decoding/request_round.start_drafters)."""
+        return states
+
+    @abstractmethod
+    def record(self, states: MemberStates, pairs: VerifiedPairs) -> None:
+        """Take the pairs the request verified (nothing runs for fed members: they catch up
+        when they draft or are evaluated); a paused group may leave them to `resume`."""
+
+    def catch_up(self, states: MemberStates, snapshot: PoolSnapshot, top_k: int,
+                 scored: int) -> Candidates | None:
+        """Catch the members up now on every pair they took (the prompt's, where they are sure
+        to run), with their top-k over the last `scored` pairs when an evaluation reads them
+        (DrafterState.sync). Nothing by default."""
+        return None
+
+    @abstractmethod
+    def pause(self, states: MemberStates) -> bool:
+        """The request stops feeding its members (fed ones) or recording their guesses (a
+        sleeping pool); True when they were not paused already."""
+
+    @abstractmethod
+    def resume(self, states: MemberStates, committed: Sequence[int]) -> None:
+        """End a pause, given every committed token: a fed group restarts from the pairs it
+        kept (its catch-up comes with the next sync), a lookup indexes what was committed
+        meanwhile and records again from the root."""
 
     @abstractmethod
     def batch_key(self, order: DraftOrder) -> object:

@@ -46,6 +46,9 @@ class RequestLookups:
     # Members that draft trees (top_k > 1): the tree each would draft from every recorded
     # position, judged exactly by the evaluation instead of through the tree model.
     trees: dict[int, list[RankTree]] = field(default_factory=dict)
+    # The request's pool sleeps: committed tokens wait for `resume` to be indexed
+    # (ModelFreeMembers.record).
+    paused: bool = False
 
     @staticmethod
     def start(drafters: dict[int, ModelFreeDrafter], tokens: Sequence[int],
@@ -77,16 +80,16 @@ class RequestLookups:
             self.first = self.indexed - 1
 
     def pause(self) -> None:
-        """Stop recording guesses (the request's pool sleeps: it indexes what was committed
-        meanwhile when its probe wakes the pool, RequestState.wake)."""
-        self.record = False
+        """Stop recording guesses (the request's pool sleeps: what is committed meanwhile is
+        indexed when its probe wakes the pool, ModelFreeMembers.resume)."""
+        self.record, self.paused = False, True
         self.guesses = {i: [] for i in self.guesses}
         self.trees = {i: [] for i in self.trees}
         self.first = self.indexed - 1
 
     def resume(self) -> None:
         """Record again from the root on (the last indexed token's position)."""
-        self.record = True
+        self.record, self.paused = True, False
         self.first = self.indexed - 1
 
     def awake(self) -> dict[int, bool]:

@@ -5,6 +5,7 @@ lookups recorded (lookups.py), and a member with no guess at the root is asleep.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from core.config import EngineConfig, TreeConfig
 from core.selection.arm_costs import FREE
@@ -13,10 +14,12 @@ from core.speculation.members import (
     DraftOrder,
     MemberEvidence,
     MemberGroup,
+    MemberStart,
     MemberStates,
     TargetSide,
+    VerifiedPairs,
 )
-from core.speculation.model_free.base import ModelFreeDrafter, OutputGrammar
+from core.speculation.model_free.base import ModelFreeDrafter
 from core.speculation.model_free.lookups import RequestLookups, guess_arrays
 from core.speculation.model_free.trees import propose
 from core.speculation.tree import DraftTree
@@ -38,13 +41,35 @@ class ModelFreeMembers(MemberGroup):
     def depth(self, index: int, tree: TreeConfig) -> int:
         return self.drafters[index].max_depth
 
-    def start(self, tokens: Sequence[int], record_from: int, record: bool,
-              grammar: OutputGrammar | None) -> RequestLookups | None:
-        """A request's lookups over `tokens` (RequestLookups.start); None with no member."""
-        if not self.drafters:
-            return None
-        return RequestLookups.start(self.drafters, tokens, record_from, record=record,
-                                    grammar=grammar)
+    def start(self, states: MemberStates, start: MemberStart) -> MemberStates:
+        """The request's lookups over its tokens (RequestLookups.start), once; a sleeping
+        pool's record nothing until they resume."""
+        if states.lookups is not None or not self.drafters:
+            return states
+        lookups = RequestLookups.start(self.drafters, start.tokens, start.record_from,
+                                       record=start.record and not start.paused,
+                                       grammar=start.grammar)
+        lookups.paused = start.paused
+        return replace(states, lookups=lookups)
+
+    def record(self, states: MemberStates, pairs: VerifiedPairs) -> None:
+        """Index the committed tokens, recording the guesses at their positions; paused, the
+        lookups index them when they resume (`resume`)."""
+        lookups = states.lookups
+        if lookups is not None and not lookups.paused:
+            lookups.sync(pairs.committed)
+
+    def pause(self, states: MemberStates) -> bool:
+        if states.lookups is None:
+            return False
+        states.lookups.pause()
+        return True
+
+    def resume(self, states: MemberStates, committed: Sequence[int]) -> None:
+        """The tokens committed while paused are indexed, then guesses recorded again."""
+        if states.lookups is not None:
+            states.lookups.sync(committed)
+            states.lookups.resume()
 
     def batch_key(self, order: DraftOrder) -> object:
         return id(order.states.lookups)  # a request's lookup drafts alone: no pass to share
