@@ -4,7 +4,8 @@ The gateway imports `core` only through this module (tests/test_architecture.py)
 rooms can move and change behind it. What it holds:
 
 - the engine: `SpecEngine` (its type), built by `engine_from_dirs` or `engine_from_pool_file`,
-  and what it hands out: `RoundOutput`, the statistics (`RoundStats`, `StatsSnapshot`,
+  and what it hands out: `RoundOutput`, `ServedFacts` (what a front end reports of it), the
+  statistics (`RoundStats`, `StatsSnapshot`,
   `TokenLogprob`) and its typed refusals (`ContextLengthError`, `PolicyError`,
   `RequestError`, `DrafterLoadError`);
 - the configuration (`EngineConfig`, `SamplingParams`, `GrammarSpec`, ... and the served
@@ -46,6 +47,7 @@ from core.model.sampling_defaults import checked_sampling_defaults
 from core.pool_file import PoolFile, PoolFileError, load_pool_file
 from core.provision import ProvisionError
 from core.round_output import RoundOutput
+from core.served_facts import ServedFacts
 from core.speculation.grammar_text import JSON_OPTIONS, grammar_text
 from core.speculation.model_free.base import ModelFreeDrafter
 from core.speculation.model_free.kinds import make_model_free, model_free_kinds
@@ -112,6 +114,7 @@ __all__ = [
     "RoundStats",
     "SamplingParams",
     "SelectorConfig",
+    "ServedFacts",
     "StatsSnapshot",
     "TokenLogprob",
     "auto_dtype",

@@ -40,6 +40,7 @@ from core.selection.arm_costs import StepCosts
 from core.selection.learner_sessions import LearnerSessions
 from core.selection.learners import NormalHedge
 from core.selection.router import PromptRouter
+from core.served_facts import ServedFacts
 from core.speculation.drafter_pool import Member, PoolSnapshot
 from core.speculation.grammar import GrammarCompiler, GrammarTrail
 from core.speculation.model_free.base import ModelFreeDrafter
@@ -195,6 +196,16 @@ class SpecEngine:
         `add_loaded_drafter`, `add_model_free` and `remove_drafter`. The capability is declared,
         not probed: an engine whose pool is fixed at load answers None."""
         return self
+
+    def facts(self) -> ServedFacts:
+        """What a front end reports about this engine (core/served_facts.py), read on the
+        thread that owns it."""
+        return ServedFacts(
+            has_router=self.router is not None,
+            sampling_defaults=dict(self.sampling_defaults),
+            drafter_kinds={i: self.drafter_kind(i) for i in self.snapshot.ids},
+            aux_layers=tuple(self.target.aux_layers),
+        )
 
     def head_setting(self) -> str:
         """Which rows verification's LM head computes, in words: "visited" or "all"

@@ -51,6 +51,7 @@ from core.api import (
     RoundOutput,
     RoundStats,
     SamplingParams,
+    ServedFacts,
     StatsSnapshot,
     TokenLogprob,
 )
@@ -91,6 +92,7 @@ class Engine(Protocol):
     model_name: str
     max_context: int
 
+    def facts(self) -> ServedFacts: ...  # router, sampling defaults, drafter kinds, layers
     def head_setting(self) -> str: ...  # verification's LM-head rows, for /metrics
     def runtime_pool(self) -> RuntimePool | None: ...  # None: the pool is fixed at load
     def drafter_ids(self) -> list[str]: ...
@@ -325,23 +327,22 @@ class EngineRunner:
                 self._wakeup.clear()
 
     def _snapshot(self, engine: Engine) -> EngineInfo:
+        facts = engine.facts()
         return EngineInfo(
             model_name=engine.model_name,
             max_context=int(engine.max_context),
             drafter_ids=tuple(engine.drafter_ids()),
             vocab_size=len(engine.tokenizer),
             fingerprint=fingerprint(engine, self._config_repr),
-            has_router=getattr(engine, "router", None) is not None,
-            sampling_defaults=dict(getattr(engine, "sampling_defaults", {})),
-            drafter_kinds=self._drafter_kinds(engine),
+            has_router=facts.has_router,
+            sampling_defaults=dict(facts.sampling_defaults),
+            drafter_kinds=self._drafter_kinds(facts),
         )
 
-    def _drafter_kinds(self, engine: Engine) -> dict[str, str]:
+    def _drafter_kinds(self, facts: ServedFacts) -> dict[str, str]:
         """Kinds of the pool's drafters; remembered after a drafter leaves, so rounds of
         requests still running on it keep their `kind` label in /metrics."""
-        kind_of = getattr(engine, "drafter_kind", None)
-        kinds = {i: str(kind_of(i)) if kind_of is not None else "eagle3"
-                 for i in engine.drafter_ids()}
+        kinds = dict(facts.drafter_kinds)
         self._kinds_seen.update(kinds)
         return kinds
 

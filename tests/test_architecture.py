@@ -71,7 +71,7 @@ LAYER_OF = {unit: rank for rank, layer in enumerate(GATEWAY_LAYERS) for unit in 
 # on the floors in CORE_OPEN_FLOORS (the base's leaf modules, and the engine with its pool-file
 # loader on top).
 CORE_LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"__init__", "config", "errors", "stats", "round_output"}),
+    frozenset({"__init__", "config", "errors", "stats", "round_output", "served_facts"}),
     frozenset({"model", "selection", "provision"}),
     frozenset({"speculation"}),
     frozenset({"decoding"}),

@@ -407,9 +407,8 @@ class RegistryService:
         """The served target's feature layers, so drafters are checked against what it uses."""
         if self._aux_layers is None and self.runner.ready:
             with contextlib.suppress(Exception):
-                aux = self.runner.call(
-                    lambda e: getattr(getattr(e, "target", None), "aux_layers", None)
-                ).result(timeout=ENGINE_INFO_TIMEOUT_S)
+                aux = self.runner.call(lambda e: e.facts().aux_layers).result(
+                    timeout=ENGINE_INFO_TIMEOUT_S)
                 self._aux_layers = tuple(aux) if aux else None  # type: ignore[assignment]
         return self._aux_layers
 

@@ -197,3 +197,17 @@ def test_a_chain_never_drafts_more_than_the_request_may_still_commit() -> None:
             drafted.append(out.round.drafted)
         left -= len(out.token_ids)
     assert max(drafted) == 16 and drafted[-1] < 16
+
+
+def test_the_engine_states_what_a_front_end_reports() -> None:
+    """`SpecEngine.facts()` (core/served_facts.py) is what the gateway reads of the engine: each
+    drafter's kind as the pool changes, the router, the sampling defaults, the feature layers."""
+    target = tiny_target()
+    engine = make_engine(target, pool(target), TREE)  # type: ignore[arg-type]
+    facts = engine.facts()
+    assert dict(facts.drafter_kinds) == {"d0": "eagle3", "ngram": "ngram", "suffix": "suffix",
+                                         "d1": "eagle3"}
+    assert not facts.has_router and facts.aux_layers == tuple(engine.target.aux_layers)
+    assert dict(facts.sampling_defaults) == engine.sampling_defaults
+    engine.remove_drafter("ngram")
+    assert "ngram" not in engine.facts().drafter_kinds

@@ -17,6 +17,7 @@ import pytest
 
 from core.config import SamplingParams
 from core.engine import ContextLengthError, PolicyError, RoundOutput
+from core.served_facts import ServedFacts
 from core.stats import RequestStats, RoundStats, StatsSnapshot
 from gateway.errors import APIError
 from gateway.live.events import EventBus
@@ -49,6 +50,10 @@ class ScriptedEngine:
 
     def head_setting(self) -> str:
         return "all"
+
+    def facts(self) -> ServedFacts:
+        return ServedFacts(has_router=False, sampling_defaults={}, drafter_kinds={"d1": "eagle3"},
+                           aux_layers=None)
 
     def runtime_pool(self) -> None:
         return None  # its pool is fixed
