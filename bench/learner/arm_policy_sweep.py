@@ -14,7 +14,8 @@ engine per configuration, so none sees another's), all built with the served CPU
 (core.config.served_selector, served_tree) on the shipped pool. At each level and pass every
 engine runs the same two warm-up groups of N held-out prompts (its cost model fits that step
 size), then the same measured groups (`--prompts` prompts, N at a time, 48 tokens each,
-greedy), the configurations in an order drawn afresh each pass. A configuration's rate is its
+greedy), each group on every configuration in turn, in an order drawn afresh per group (the
+machine's drift then falls on every configuration alike). A configuration's rate is its
 tokens over its wall time across the measured groups; its ratio to the defaults is the median
 over passes of the per-pass ratio (the same prompts), and a value wins where that median is
 above 1 and every pass's ratio is, loses where every pass's is below 1, and is within noise
@@ -136,21 +137,30 @@ def level_rows(n: int, rates: dict[str, list[float]]) -> list[dict[str, Any]]:
 
 def measure(engines: dict[Config, SpecEngine], prompts: list[Prompt], levels: list[int],
             count: int, max_new: int, passes: int, seed: int) -> list[dict[str, Any]]:
+    """Per level: every engine's warm-up groups, then each measured group on every engine in
+    turn (an order drawn afresh per group), so that the machine's drift (on this shared
+    two-core box the same matrix product varies by a quarter from one second to the next)
+    falls on every configuration alike; a pass's rate is its tokens over its seconds."""
     rng, rows, at = random.Random(seed), [], 0
     for n in levels:
         rates: dict[str, list[float]] = {c.name: [] for c in engines}
+        warm = [prompts[(at + i) % len(prompts)] for i in range(WARMUP_GROUPS * n)]
+        at += len(warm)
+        for config, engine in engines.items():
+            with applied(config):
+                for g in range(0, len(warm), n):
+                    run_group(engine, warm[g:g + n], max_new)
         for _ in range(passes):
-            warm = [prompts[(at + i) % len(prompts)] for i in range(WARMUP_GROUPS * n)]
-            measured = [prompts[(at + len(warm) + i) % len(prompts)] for i in range(count)]
-            at += len(warm) + count
-            for config in rng.sample(list(engines), len(engines)):
-                with applied(config):
-                    engine = engines[config]
-                    for g in range(0, len(warm), n):
-                        run_group(engine, warm[g:g + n], max_new)
-                    runs = [run_group(engine, measured[g:g + n], max_new)
-                            for g in range(0, count, n)]
-                rate = sum(t for t, _ in runs) / sum(s for _, s in runs)
+            measured = [prompts[(at + i) % len(prompts)] for i in range(count)]
+            at += count
+            runs: dict[Config, list[tuple[int, float]]] = {c: [] for c in engines}
+            for g in range(0, count, n):
+                for config in rng.sample(list(engines), len(engines)):
+                    with applied(config):
+                        runs[config].append(run_group(engines[config], measured[g:g + n],
+                                                      max_new))
+            for config, done in runs.items():
+                rate = sum(t for t, _ in done) / sum(s for _, s in done)
                 rates[config.name].append(rate)
                 print(f"  {n} streams {config.name:<22} {rate:6.1f} tokens/s", flush=True)
         rows += level_rows(n, rates)
@@ -163,7 +173,8 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
              f"{meta['threads']} torch threads, the served CPU defaults on the shipped pool; "
              f"{meta['prompts']} held-out prompts of {meta['max_new']} tokens a pass at each "
              f"level, {meta['passes']} passes, one engine per configuration, "
-             f"{WARMUP_GROUPS} warm-up groups before each pass. Method: the module docstring.",
+             f"{WARMUP_GROUPS} warm-up groups a level, each group on every configuration in "
+             "turn. Method: the module docstring.",
              "", "| streams | configuration | tokens/s per pass | median | x defaults "
              "(per pass) | verdict |", "|---|---|---|---|---|---|"]
     for r in rows:

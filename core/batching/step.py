@@ -143,7 +143,8 @@ def _measure(costs: StepCosts, work: list[_Row], drafting: _Drafting,
         requests=len(trees), rows=sum(int(t.tokens.numel()) for _, t in trees),
         verify_s=verify_s, neural_rows=rows.get(NEURAL, 0), neural_s=seconds.get(NEURAL, 0.0),
         free_rows=rows.get(FREE, 0), free_s=seconds.get(FREE, 0.0), evaluate_s=evaluate_s,
-        other_s=max(draft_s - seconds.get(FREE, 0.0) - seconds.get(NEURAL, 0.0), 0.0)))
+        other_s=max(draft_s - seconds.get(FREE, 0.0) - seconds.get(NEURAL, 0.0), 0.0),
+        awake=sum(r.awake and r.state.evaluate for r, _ in trees)))
     for r, tree in trees:
         # a model-free member's tree is as large as its lookups find: the cost model learns it
         if r.chosen is not None and r.state.members.cost_kind(r.chosen) == FREE:
@@ -207,8 +208,8 @@ def _check_step(rows: list[_Row], costs: StepCosts) -> None:
 
 def _planned(r: _Row) -> PlannedRow:
     """The row's part of the step as chosen (plain decoding for a request with no learner)."""
-    if r.state.arms is None:
-        return PlannedRow(1.0, PLAIN, 1.0)
+    if r.state.arms is None:  # no learner: nothing evaluated
+        return PlannedRow(1.0, PLAIN, 1.0, awake=False)
     return r.state.arms.planned(r.chosen)
 
 

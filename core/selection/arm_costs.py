@@ -16,8 +16,9 @@ with one 6-node chain, 43.1 ms with every row 2 wide, 54.6 ms with one 14-node t
 to b x 14 the last would be 112 rows: 8 rows 13 wide took 142-147 ms), so an arm's cost is
 its own whatever its neighbours draft. draft_a is the drafting of its kind per request (an
 EAGLE drafter's passes, a model-free lookup's CPU time, nothing for plain), e(b) the
-counterfactual evaluation's share per request-round (every drafter catches up
-whatever was chosen, so the same for every arm) and o(b) the rest of a step per request.
+counterfactual evaluation per awake request-round (every drafter catches up whatever was
+chosen, so the same for every arm; the requests whose pools slept pay none and are not
+counted) and o(b) the rest of a step per request.
 Its time per committed token over a request is Σ c_a / Σ ÂL_a (ÂL_plain = 1).
 
 The loss. A round's net seconds s_a = c_a - λ·ÂL_a: its time less its tokens valued at the
@@ -133,6 +134,9 @@ class StepSample:
     free_s: float = 0.0
     evaluate_s: float = 0.0  # the evaluation phase (every drafter's catch-up, γ, learners)
     other_s: float = 0.0  # the rest of the step (selection, bookkeeping)
+    # Requests whose pools were awake (a learner that evaluates): the evaluation is theirs,
+    # not spread over the requests whose pools slept (issue 58, L).
+    awake: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ class PlannedRow:
     rows: float
     kind: str
     expected: float | None
+    awake: bool = True  # its pool awake: it pays the evaluation
 
 
 @dataclass(frozen=True)
@@ -154,8 +159,8 @@ class CostModel:
     beta: float
     neural: float  # drafting per request, EAGLE
     free: float  # drafting per request, model-free
-    evaluate: float  # per request-round in steps that drafted
-    evaluate_plain: float  # per request-round in plain steps (the evaluation runs less often)
+    evaluate: float  # per awake request-round in steps that drafted
+    evaluate_plain: float  # per awake request-round in plain steps (it runs less often there)
     other: float  # per request-round
 
     def arm_cost(self, rows: float, kind: str) -> float:
@@ -181,15 +186,15 @@ class CostModel:
 
     def step_pays(self, plan: Sequence[PlannedRow]) -> bool:
         """Whether the step as planned commits tokens at least as fast as the same requests
-        decoding plain: the evaluation runs at its drafting steps' cost for every request of a
-        step that drafts (the coupling per-request arm costs cannot see)."""
-        b = len(plan)
+        decoding plain: the evaluation runs at its drafting steps' cost for every awake request
+        of a step that drafts (the coupling per-request arm costs cannot see)."""
+        b, awake = len(plan), sum(p.awake for p in plan)
         # A row with no estimate yet counts one token: its learner learns the drafters' value
         # from the evaluation of plain rounds (full information), not by drafting.
         drafting = sum(self.drafting(p.kind) for p in plan)
         spec_s = (self.alpha + self.beta * sum(p.rows for p in plan) + drafting
-                  + b * (self.evaluate + self.other))
-        plain_s = self.alpha + self.beta * b + b * (self.evaluate_plain + self.other)
+                  + awake * self.evaluate + b * self.other)
+        plain_s = self.alpha + self.beta * b + awake * self.evaluate_plain + b * self.other
         tokens = sum(p.expected or 1.0 for p in plan)
         return tokens * plain_s >= b * spec_s
 
@@ -361,7 +366,8 @@ def _least_squares(samples: Sequence[StepSample]) -> tuple[float, float]:
 
 
 def _evaluate_per_request(samples: Sequence[StepSample]) -> float:
-    return _per(sum(s.evaluate_s for s in samples), sum(s.requests for s in samples))
+    """The evaluation's seconds per awake request-round (0 where none was awake)."""
+    return _per(sum(s.evaluate_s for s in samples), sum(s.awake for s in samples))
 
 
 def _per(seconds: float, count: int) -> float:

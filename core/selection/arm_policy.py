@@ -146,7 +146,7 @@ class ArmPolicy:
     def planned(self, chosen: int | None) -> PlannedRow:
         """The request's part of the next step if it drafts with `chosen` (None: plain)."""
         if chosen is None:
-            return PlannedRow(1.0, PLAIN, 1.0)
+            return PlannedRow(1.0, PLAIN, 1.0, awake=not self.pool_asleep)
         known = self.expected is not None and not np.isnan(self.expected[chosen])
         expected = float(self.expected[chosen]) if known else None  # type: ignore[index]
         return PlannedRow(self.arm_rows()[chosen], self.members.kinds[chosen], expected)

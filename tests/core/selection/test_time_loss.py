@@ -498,3 +498,20 @@ def counted_catch_ups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(step_module, "_sync_all", counted)
     return calls
 
+
+def test_the_evaluation_is_charged_to_the_awake_requests_alone() -> None:
+    """Issue 58, L: four requests a step, one awake; the evaluation's seconds are that one's,
+    not a quarter each; and the step check charges it to the awake rows of the plan only."""
+    costs = StepCosts()
+    for rows in (4, 16, 4, 16):
+        costs.record(StepSample(requests=4, rows=rows, verify_s=0.02 + 0.001 * rows,
+                                evaluate_s=0.008 if rows > 4 else 0.001, awake=1))
+    fit = costs.model(4)
+    assert fit is not None
+    assert (fit.evaluate, fit.evaluate_plain) == pytest.approx((0.008, 0.001))
+    # one awake request drafting 9 rows for 4 tokens: 7 tokens in 0.02 + 0.012 + 0.008 s
+    # against 4 in 0.02 + 0.004 + 0.001 s pays (175 against 160 tokens/s) ...
+    drafting = PlannedRow(9.0, FREE, 4.0)
+    assert fit.step_pays([drafting] + [PlannedRow(1.0, PLAIN, 1.0, awake=False)] * 3)
+    # ... and would not were the three asleep rows charged the evaluation too
+    assert not fit.step_pays([drafting] + [PlannedRow(1.0, PLAIN, 1.0)] * 3)
