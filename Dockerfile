@@ -79,12 +79,15 @@ RUN pip install --no-cache-dir --no-deps --no-build-isolation -e . \
 # Models and drafters are downloaded here at run time; mount a volume so they survive restarts
 # and are not written into the container layer. Nothing secret is baked in: keys and HF_TOKEN
 # come from the environment (compose env_file, Kubernetes Secret).
+# The server has no default model: the image serves the shipped demo pool unless
+# HEDGESPEC_TARGET (compose sets it) or HEDGESPEC_POOL names another.
 ENV HF_HOME=/data/huggingface \
     HEDGESPEC_TARGET_CACHE=/data/huggingface/hedgespec-targets \
     HEDGESPEC_HOST=0.0.0.0 \
     HEDGESPEC_PORT=8000 \
     HEDGESPEC_DEVICE=cuda \
-    HEDGESPEC_DTYPE=bfloat16
+    HEDGESPEC_DTYPE=bfloat16 \
+    HEDGESPEC_POOL=/app/demo/pool/pool.json
 VOLUME ["/data/huggingface"]
 
 USER 10001:10001

@@ -18,8 +18,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The shipped demo pool; the server has no default model (as `vllm serve MODEL` has none).
+DEMO_POOL := demo/pool/pool.json
+
 serve: $(STAMP)
-	$(BIN)/hedgespec serve
+	$(BIN)/hedgespec serve --pool $(DEMO_POOL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -23,7 +23,7 @@ from typing import Any
 from openai import OpenAI
 
 from bench.harness.server import ServerProcess
-from gateway.config import DEFAULT_POOL
+from bench.prompts import DEFAULT_POOL
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "images"

@@ -8,6 +8,7 @@ DOMAINS: tuple[str, ...] = ("python", "math", "biology", "chemistry", "medical",
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 POOL_DIR = Path(__file__).resolve().parent / "pool"
+DEMO_POOL = POOL_DIR / "pool.json"  # what `make serve` and the image serve
 
 
 def corpus_path(domain: str, data_dir: Path = DATA_DIR) -> Path:

@@ -31,7 +31,6 @@ from core.api import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_POOL = REPO_ROOT / "demo" / "pool" / "pool.json"
 SEED_POOLS_DIR = REPO_ROOT / "pools"  # the shipped seed pools, selectable by name
 DEFAULT_DATABASE_URL = f"sqlite:///{REPO_ROOT / 'var' / 'hedgespec.db'}"
 
@@ -84,7 +83,9 @@ class Settings(BaseSettings):
     rate_limit_burst: int | None = Field(default=None, ge=1)
 
     # --- model pool ---------------------------------------------------------------------------
-    pool: Path | None = DEFAULT_POOL  # pool.json; ignored when `target` is set
+    # pool.json; ignored when `target` is set. No default: like `vllm serve MODEL`, the server
+    # serves what it is told (`make serve` and the image name the shipped demo pool).
+    pool: Path | None = None
     target: Path | None = None  # a target directory, served with `drafters`
     drafters: Annotated[list[str], NoDecode] = Field(default_factory=list)  # "id=path"
     model_name: str | None = None  # served model id; default: the engine's name

@@ -1,5 +1,5 @@
 """The README's promises hold: its openai-SDK snippet works unchanged against `hedgespec serve`
-on the shipped demo pool, and the demo pool is the default."""
+on the shipped demo pool, and `make serve` serves that pool."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench.harness.server import ServerProcess
-from gateway.config import DEFAULT_POOL, Settings
+from demo.domains import DEMO_POOL
+from gateway.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,15 +27,20 @@ def readme_snippet() -> str:
 
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    assert DEFAULT_POOL.is_file(), "the shipped demo pool is missing (demo/pool/pool.json)"
-    server = ServerProcess.start(DEFAULT_POOL, tmp_path_factory.mktemp("readme"),
+    assert DEMO_POOL.is_file(), "the shipped demo pool is missing (demo/pool/pool.json)"
+    server = ServerProcess.start(DEMO_POOL, tmp_path_factory.mktemp("readme"),
                                  "--torch-threads", "1")
     yield server
     server.stop()
 
 
-def test_default_settings_serve_the_shipped_demo_pool() -> None:
-    assert Settings(_env_file=None).pool == DEFAULT_POOL  # type: ignore[call-arg]
+def test_make_serve_serves_the_shipped_demo_pool() -> None:
+    """The server has no default model; the quick start's `make serve` names the demo pool."""
+    assert Settings(_env_file=None).pool is None  # type: ignore[call-arg]
+    makefile = (ROOT / "Makefile").read_text()
+    (demo_pool,) = re.findall(r"^DEMO_POOL := (\S+)$", makefile, flags=re.M)
+    assert ROOT / demo_pool == DEMO_POOL
+    assert "\thedgespec serve --pool $(DEMO_POOL)\n" in makefile.replace("$(BIN)/", "")
     assert ("make serve" in (ROOT / "README.md").read_text()
             and "make test" in (ROOT / "README.md").read_text())
 

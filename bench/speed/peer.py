@@ -152,7 +152,7 @@ def make_plan(tokenizer: Any, levels: list[int], sampled_levels: list[int], pass
 
 
 def hedgespec_command(port: int, workdir: Path, threads: int, mode: str) -> list[str]:
-    cmd = [sys.executable, "-m", "gateway", "serve", "--port", str(port),
+    cmd = [sys.executable, "-m", "gateway", "serve", "--pool", str(DEMO_POOL), "--port", str(port),
            "--database-url", f"sqlite:///{workdir / 'registry.db'}",
            "--torch-threads", str(threads), "--log-level", "warning"]
     if "plain" in mode:

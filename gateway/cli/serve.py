@@ -65,7 +65,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="start the OpenAI-compatible server")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
-    p.add_argument("--pool", type=Path, help="pool.json (default: the shipped demo pool)")
+    p.add_argument("--pool", type=Path, help="pool.json to serve (the shipped demo pool: demo/pool/pool.json)")
     p.add_argument("--target", type=Path,
                    help="a target model directory or Hub repo id (instead of --pool)")
     p.add_argument("--drafter", action="append", metavar="ID=PATH", help="drafter for --target")
@@ -200,11 +200,11 @@ def _missing_model(settings: Any) -> str | None:
         if not Path(settings.target).is_dir() and not is_hub_id(str(settings.target)):
             return f"target not found: {settings.target} is neither a directory nor a Hub repo id"
         return None
-    if settings.pool is None or not Path(settings.pool).is_file():
-        return (
-            f"pool file not found: {settings.pool}. Build the demo pool with "
-            "`hedgespec demo build`, or pass --pool / --target."
-        )
+    if settings.pool is None:
+        return ("no model to serve: pass --pool FILE or --target DIR (HEDGESPEC_POOL, "
+                "HEDGESPEC_TARGET); `make serve` serves the shipped demo pool")
+    if not Path(settings.pool).is_file():
+        return f"pool file not found: {settings.pool}"
     return None
 
 

@@ -98,10 +98,10 @@ START_TIMEOUT_S = 120.0
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shipped demo pool when built (`hedgespec demo build`), else the gateway tests' tiny
     random pool, so the entry point runs on a fresh checkout in seconds."""
-    from gateway.config import DEFAULT_POOL
+    from demo.domains import DEMO_POOL
 
-    if DEFAULT_POOL.is_file():
-        return DEFAULT_POOL
+    if DEMO_POOL.is_file():
+        return DEMO_POOL
     from bench.harness.tiny_pool import build_pool
 
     return build_pool(tmp_path_factory.mktemp("pool"))

@@ -15,7 +15,7 @@ from gateway.config import REPO_ROOT, Settings
 def test_defaults_resolve_against_the_repository() -> None:
     s = Settings()
     assert (s.host, s.port, s.max_queue, s.request_timeout_s) == ("127.0.0.1", 8000, 64, 600.0)
-    assert s.pool == REPO_ROOT / "demo" / "pool" / "pool.json"
+    assert s.pool is None and s.target is None  # no default model, as `vllm serve MODEL`
     assert s.database_url == f"sqlite:///{REPO_ROOT / 'var' / 'hedgespec.db'}"
     assert s.max_body_bytes == 1 << 20 and s.api_keys == [] and s.admin_key is None
     assert s.cors_origins == []

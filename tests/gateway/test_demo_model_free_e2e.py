@@ -13,7 +13,7 @@ import pytest
 from openai import OpenAI
 
 from bench.harness.server import ServerProcess
-from gateway.config import DEFAULT_POOL
+from demo.domains import DEMO_POOL
 
 pytestmark = pytest.mark.timeout(300)
 ADMIN = "sk-admin-model-free"
@@ -34,7 +34,7 @@ FUNCTION = '''def moving_average(values, window):
 
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess.start(DEFAULT_POOL, tmp_path_factory.mktemp("demo-model-free"),
+    server = ServerProcess.start(DEMO_POOL, tmp_path_factory.mktemp("demo-model-free"),
                                  "--torch-threads", "1", "--admin-key", ADMIN)
     yield server
     server.stop()
@@ -62,4 +62,4 @@ def test_the_demo_pool_lists_its_model_free_drafters(demo_server: ServerProcess)
     models = httpx.get(f"{demo_server.base_url}/v1/models", timeout=30).json()
     text = str(models)
     assert "'lookup': 'ngram'" in text and "'suffix': 'suffix'" in text, text
-    assert Path(DEFAULT_POOL).is_file()
+    assert Path(DEMO_POOL).is_file()

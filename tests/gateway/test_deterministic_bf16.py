@@ -15,7 +15,7 @@ from openai import AsyncOpenAI, OpenAI
 from bench.harness.server import ServerProcess
 from core.model import canonical
 from core.model.precision import cpu_has_native_bf16
-from gateway.config import DEFAULT_POOL
+from demo.domains import DEMO_POOL
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -36,7 +36,7 @@ MAX_TOKENS = 40
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = ServerProcess.start(DEFAULT_POOL, Path(tmp_path_factory.mktemp("bf16")),
+    srv = ServerProcess.start(DEMO_POOL, Path(tmp_path_factory.mktemp("bf16")),
                               "--dtype", "bfloat16")
     yield srv
     srv.stop()

@@ -48,6 +48,17 @@ def test_serve_refuses_a_missing_pool(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "pool file not found" in capsys.readouterr().err
 
 
+def test_serve_without_a_model_says_how_to_name_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no .env here
+    monkeypatch.delenv("HEDGESPEC_POOL", raising=False)
+    monkeypatch.delenv("HEDGESPEC_TARGET", raising=False)
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "no model to serve: pass --pool FILE or --target DIR" in err and "make serve" in err
+
+
 def test_every_command_group_is_registered() -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])

@@ -13,7 +13,8 @@ import pytest
 from core.provision import smollm2
 from gateway.cli import build_parser
 from gateway.cli.serve import serve
-from gateway.config import DEFAULT_POOL, Settings
+from demo.domains import DEMO_POOL
+from gateway.config import Settings
 from gateway.pool.registry import ServedDrafter, served_drafters, served_target_dir
 
 
@@ -39,7 +40,7 @@ def test_the_demo_pools_target_is_the_provisioned_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HEDGESPEC_TARGET_CACHE", str(tmp_path / "cache"))
-    settings = Settings(pool=DEFAULT_POOL, database_url=f"sqlite:///{tmp_path / 'reg.db'}")
+    settings = Settings(pool=DEMO_POOL, database_url=f"sqlite:///{tmp_path / 'reg.db'}")
     assert served_target_dir(settings) == (tmp_path / "cache" / smollm2.DIR_NAME).resolve()
     assert [d.id for d in served_drafters(settings)][-2:] == ["lookup", "suffix"]
 
