@@ -11,7 +11,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from bench.learner.hedgespec_run import add_arguments
+    from bench.learner.hedgespec_args import add_arguments  # light: no torch at registration
 
     parser = sub.add_parser("bench", help="run the HedgeSpec benchmark on a drafter pool",
                             description="HedgeSpec benchmark: every method side by side on "
@@ -21,6 +21,7 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bench.learner.hedgespec_run import finish_args, run
+    from bench.learner.hedgespec_args import finish_args
+    from bench.learner.hedgespec_run import run
 
     return run(finish_args(args))

@@ -19,7 +19,7 @@ from typing import Any
 
 import llguidance
 import llguidance.hf
-import llguidance.torch as llg_torch
+import llguidance.numpy as llg_np
 import torch
 from torch import Tensor
 
@@ -57,7 +57,10 @@ class TokenMatcher:
             raise ValueError(f"grammar error: {matcher.get_error()}")
         self._m = matcher
         self.vocab_size = vocab_size
-        self._words = llg_torch.allocate_token_bitmask(1, vocab_size)
+        # llguidance.numpy, not llguidance.torch: the latter's import compiles a kernel with
+        # torch.compile, pulling in dynamo and inductor (2.5 s of every server's start)
+        self._array = llg_np.allocate_token_bitmask(1, vocab_size)
+        self._words = torch.from_numpy(self._array)  # the same memory, read as a tensor
 
     def commit(self, tokens: Sequence[int]) -> None:
         """Advance over committed tokens (each was allowed: the target was masked)."""
@@ -96,7 +99,7 @@ class TokenMatcher:
                 continue
             if path:
                 self._m.consume_tokens(list(path))
-            llg_torch.fill_next_token_bitmask(self._m, self._words, 0)
+            llg_np.fill_next_token_bitmask(self._m, self._array, 0)
             if path:
                 self._m.rollback(len(path))
             rows[i] = unpack_bitmask(self._words[0], self.vocab_size)
