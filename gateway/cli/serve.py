@@ -65,7 +65,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="start the OpenAI-compatible server")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
-    p.add_argument("--pool", type=Path, help="pool.json to serve (the shipped demo pool: demo/pool/pool.json)")
+    p.add_argument("--pool", type=Path,
+                   help="pool.json to serve (the shipped demo pool: demo/pool/pool.json)")
     p.add_argument("--target", type=Path,
                    help="a target model directory or Hub repo id (instead of --pool)")
     p.add_argument("--drafter", action="append", metavar="ID=PATH", help="drafter for --target")

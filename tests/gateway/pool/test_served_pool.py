@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from core.provision import smollm2
+from demo.domains import DEMO_POOL
 from gateway.cli import build_parser
 from gateway.cli.serve import serve
-from demo.domains import DEMO_POOL
 from gateway.config import Settings
 from gateway.pool.registry import ServedDrafter, served_drafters, served_target_dir
 
