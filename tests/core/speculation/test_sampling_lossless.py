@@ -118,14 +118,16 @@ def null_tv_quantile(exact: dict, n: int, q: float = 0.99, reps: int = 300) -> f
 
 
 def test_engine_sampling_with_switching_drafters_is_lossless() -> None:
-    """Joint law of the first three generated tokens over 2000 seeds vs the exact target law,
-    with drafters switching within and across requests (NormalHedge and EXP3Spec sample)."""
+    """Joint law of the first three generated tokens over 1000 seeds vs the exact target law,
+    with drafters switching within and across requests (NormalHedge and EXP3Spec sample), one
+    request at a time. 1000, not 2000: the bound is the null quantile at that count, and the
+    batched test below holds the same engine to 2000 (this one took 53 s of CI at 2000)."""
     target = tiny_target(vocab=12, hidden=32, seed=4)
     drafters = {f"d{i}": random_drafter(target, draft_vocab=8, seed=10 + i, scale=0.6)
                 for i in range(3)}
     engine = make_engine(target, drafters, TreeConfig(top_k=3, depth=3, total_tokens=8))
     prompt, temp, top_p = [3, 1, 4], 0.9, 0.95
-    n = 2000
+    n = 1000
     counts: Counter[tuple[int, ...]] = Counter()
     used: set[str] = set()
     for seed in range(n):
