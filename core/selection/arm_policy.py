@@ -176,12 +176,17 @@ class ArmPolicy:
         (core/selection/arm_costs.py)."""
         if not self.plain_arm:
             return w
-        est, awake = np.append(w.est_len, 1.0), np.append(w.awake, True)
-        # the costs of the step the window's round ran in; a position window (the prompt's)
-        # has none: the latest step's
-        costs = w.costs if w.costs is not None else self.arm_costs()
+        # A position window (the prompt's) has no step: the latest step's costs price it, and
+        # plain decoding sleeps in it. The prompt's windows say how well each drafter fits the
+        # request, not what decoding plain costs (measured, not inferred); with plain decoding
+        # awake in its 41 windows a request began decoding with plain decoding far ahead
+        # (where the lookup's guesses over a question's own text fail), and its pool slept
+        # after 16 rounds where the lookup alone ran 1.3x the default (docs/learner.md).
+        prompt = w.costs is None
+        est, awake = np.append(w.est_len, 1.0), np.append(w.awake, not prompt)
+        costs = self.arm_costs() if prompt else w.costs
         top = self.members.round_max
-        if costs is None:  # unmeasured: the length loss, every arm at one cost
+        if costs is None or not awake.any():  # unmeasured: the length loss, one cost each
             return WindowLoss((top - est) / (top - 1), awake, est)
         rate = self.time_per_token.add(costs, est, awake)
         loss, net = time_losses(est, costs, top, rate)

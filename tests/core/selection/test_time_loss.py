@@ -268,7 +268,7 @@ def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
     arm_costs = arms.arm_costs()
     assert arm_costs is not None
     est = np.array([4.0, 1.0, 1.0])
-    window = WindowLoss(np.zeros(3), np.ones(3, dtype=bool), est)
+    window = WindowLoss(np.zeros(3), np.ones(3, dtype=bool), est, costs=arm_costs)
     loss = arms.arm_losses(window).loss
     est_all = np.append(est, 1.0)
     rate = float(np.min(arm_costs / est_all))
@@ -276,6 +276,32 @@ def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
     assert arms.time_per_token.rate == pytest.approx(rate)
     assert loss == pytest.approx(time_losses(est_all, arm_costs, top, rate)[0])
     assert not np.allclose(loss, time_losses(est_all, arm_costs, top)[0])
+
+
+def test_plain_decoding_sleeps_in_the_prompts_windows() -> None:
+    """A position window (the prompt's: no step, no costs of its own) scores the drafters
+    against each other, not against plain decoding, whose cost is measured: plain decoding is
+    asleep in it and its regret does not move, where a round's window moves it."""
+    _, base = bigram_setup(TREE, randoms=2)
+    config = replace(base.config, selector=SelectorConfig(loss="time"))
+    costs = StepCosts()
+    costs.record(step(1, 13, 0.05, neural_rows=1, neural_s=0.01))
+    costs.record(step(1, 1, 0.02))
+    state = RequestState.create("r", [3, 1, 4], SamplingParams(max_new_tokens=8),
+                                parse_policy("normalhedge", "normalhedge", base.snapshot.ids),
+                                base.snapshot, config, costs=costs)
+    arms = state.arms
+    assert arms is not None and isinstance(arms.learner, NormalHedge)
+    learner, est = arms.learner, np.ones(3)  # every drafter failed: plain decoding did best
+    prompt = arms.arm_losses(WindowLoss(np.zeros(3), np.ones(3, dtype=bool), est))
+    assert prompt.awake.tolist() == [True, True, True, False]
+    learner.update(learner.sleeping_losses(prompt.loss, prompt.awake))
+    assert learner.regrets[-1] == pytest.approx(0.0)
+    in_a_round = arms.arm_losses(WindowLoss(np.zeros(3), np.ones(3, dtype=bool), est,
+                                            costs=arms.arm_costs()))
+    assert in_a_round.awake.all()
+    learner.update(learner.sleeping_losses(in_a_round.loss, in_a_round.awake))
+    assert learner.regrets[-1] > 0.0
 
 
 def test_a_windows_loss_is_costed_at_the_step_its_round_ran_in() -> None:
