@@ -27,6 +27,7 @@ from core.selection.arm_costs import (
     fit_pass,
     time_losses,
 )
+from core.selection.arm_policy import ArmPolicy
 from core.selection.feedback import WindowLoss
 from core.selection.learners import NormalHedge
 from core.stats import RequestStats
@@ -252,9 +253,9 @@ def test_summed_losses_order_arms_by_time_per_token_not_by_seconds_saved() -> No
     assert int(np.argmax(_hedge_on(windows, rated=False))) == 1  # what plain's rate chose
 
 
-def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
-    """ArmPolicy.arm_losses: each window adds to the request's running time per token, and
-    its losses value the tokens at the best arm's rate so far, not at plain decoding's cost."""
+def measured_time_arms() -> ArmPolicy | None:
+    """A NormalHedge request's arm policy under the time loss, its one-request steps
+    measured (a 13-row drafting step and a plain one)."""
     _, base = bigram_setup(TREE, randoms=2)
     config = replace(base.config, selector=SelectorConfig(loss="time"))
     costs = StepCosts()
@@ -264,6 +265,13 @@ def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
                                 parse_policy("normalhedge", "normalhedge", base.snapshot.ids),
                                 base.snapshot, config, costs=costs)
     arms = state.arms
+    return arms
+
+
+def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
+    """ArmPolicy.arm_losses: each window adds to the request's running time per token, and
+    its losses value the tokens at the best arm's rate so far, not at plain decoding's cost."""
+    arms = measured_time_arms()
     assert arms is not None and arms.plain_arm
     arm_costs = arms.arm_costs()
     assert arm_costs is not None
@@ -282,15 +290,7 @@ def test_plain_decoding_sleeps_in_the_prompts_windows() -> None:
     """A position window (the prompt's: no step, no costs of its own) scores the drafters
     against each other, not against plain decoding, whose cost is measured: plain decoding is
     asleep in it and its regret does not move, where a round's window moves it."""
-    _, base = bigram_setup(TREE, randoms=2)
-    config = replace(base.config, selector=SelectorConfig(loss="time"))
-    costs = StepCosts()
-    costs.record(step(1, 13, 0.05, neural_rows=1, neural_s=0.01))
-    costs.record(step(1, 1, 0.02))
-    state = RequestState.create("r", [3, 1, 4], SamplingParams(max_new_tokens=8),
-                                parse_policy("normalhedge", "normalhedge", base.snapshot.ids),
-                                base.snapshot, config, costs=costs)
-    arms = state.arms
+    arms = measured_time_arms()
     assert arms is not None and isinstance(arms.learner, NormalHedge)
     learner, est = arms.learner, np.ones(3)  # every drafter failed: plain decoding did best
     prompt = arms.arm_losses(WindowLoss(np.zeros(3), np.ones(3, dtype=bool), est))
@@ -497,8 +497,6 @@ def test_plain_rounds_of_the_plain_arm_still_score_the_drafters_every_evaluation
     plain steps scored them four times less often, which made plain rounds look cheaper and
     kept the learner plain). The drafters kept awake here: asleep, they are not scored at all
     (tests/core/selection/test_sleeping_drafters.py)."""
-    from core.selection.arm_policy import ArmPolicy
-
     monkeypatch.setattr(ArmPolicy, "should_sleep", lambda self, fed: False)
     monkeypatch.setattr(ArmPolicy, "pool_should_sleep", lambda self, asleep: False)
     engine = time_engine()
