@@ -256,8 +256,9 @@ class EngineConfig:
     # bit-identical whatever tree, batch and padding verify it, so greedy output in bf16 does
     # not depend on the policy, streaming, concurrency or earlier requests. "auto": on where
     # the target can (a lean-forward family on a CPU with a C++ compiler), "on": refuse to
-    # start elsewhere, "off": the library's kernels. Not a cost: plain decoding at 8 streams
-    # ran 254 against 203 tokens/s (bench/results/deterministic.md).
+    # start elsewhere, "off": the library's kernels. Not a cost beyond 10%: plain decoding ran
+    # 0.93-1.13x the library's kernels at 1-16 streams on an AMX Xeon, 1.10-1.23x on an
+    # AVX512-BF16 CPU (bench/results/deterministic.md, docs/architecture.md).
     deterministic: str = "auto"
     tree: TreeConfig = field(default_factory=TreeConfig)
     selector: SelectorConfig = field(default_factory=SelectorConfig)

@@ -205,6 +205,7 @@ class SpecEngine:
             sampling_defaults=dict(self.sampling_defaults),
             drafter_kinds={i: self.drafter_kind(i) for i in self.snapshot.ids},
             aux_layers=tuple(self.target.aux_layers),
+            deterministic=self.deterministic,
         )
 
     def head_setting(self) -> str:

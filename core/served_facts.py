@@ -1,8 +1,9 @@
 """`ServedFacts`: what a front end reports about the engine it serves, as plain data.
 
 One typed answer in place of attribute probes: whether policy `router` can be served, the
-sampling defaults a request that leaves them out gets, each drafter's kind, and the target's
-feature layers that downloaded drafters are checked against. Torch-free, so a front end and its
+sampling defaults a request that leaves them out gets, each drafter's kind, the target's
+feature layers that downloaded drafters are checked against, and whether its numerics are
+canonical. Torch-free, so a front end and its
 engine doubles build and read it without the engine's imports.
 """
 
@@ -18,3 +19,6 @@ class ServedFacts:
     sampling_defaults: Mapping[str, float]  # temperature / top_p / top_k a silent request gets
     drafter_kinds: Mapping[str, str]  # drafter id -> "eagle3" or a model-free kind
     aux_layers: tuple[int, ...] | None  # the target's EAGLE-3 feature layers (None: unknown)
+    # Canonical numerics on (EngineConfig.deterministic): greedy output independent of the
+    # policy, streaming, load and history in bf16 too.
+    deterministic: bool = False

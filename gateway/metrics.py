@@ -193,6 +193,13 @@ class GatewayMetrics:
             ["setting"],
             registry=r,
         )
+        self.deterministic = Gauge(
+            "hedgespec_deterministic_numerics",
+            "1 where the engine verifies with canonical numerics (--deterministic: a token's "
+            "logits bit-identical whatever tree, batch and padding verify it), 0 where it uses "
+            "the library's kernels (off, or auto where they cost: the server logs why).",
+            registry=r,
+        )
         self.plain_rounds = Counter(
             "hedgespec_plain_rounds_total",
             "Plain rounds: nothing drafted (policy none, the time loss chose plain decoding, a "

@@ -302,6 +302,8 @@ class EngineRunner:
             self._engine = engine
             self.tokenizer = engine.tokenizer
             self.info = self._snapshot(engine)
+            if self.metrics:
+                self.metrics.deterministic.set(float(engine.facts().deterministic))
             if self._warmup_enabled:
                 self._warmup(engine)
         except Exception as exc:

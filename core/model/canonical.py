@@ -102,8 +102,19 @@ def attend_canonical(q: Tensor, keys: Tensor, values: Tensor, rows: Tensor,
 
 
 FLOORS = (1, 8, 16, 32, 64)
+CHUNKS = (16, 32, 64)
 PROBE_ROWS = (2, 3, 5, 7, 8, 9, 12, 16, 17, 24, 31, 32, 33, 48, 64, 65, 100, 128, 129, 200, 256,
               300, 512)
+
+
+@dataclass(frozen=True)
+class RowPadding:
+    """How a linear's calls are padded so that a row's result does not depend on how many rows
+    share the call (core/model/lean_decoder.Projection): to at least `floor` rows, or, with
+    `chunk`, to a multiple of it, computed `chunk` rows a call."""
+
+    floor: int = 1
+    chunk: int = 0
 
 
 def row_floor(shape: tuple[int, int], dtype: torch.dtype,
@@ -117,6 +128,24 @@ def row_floor(shape: tuple[int, int], dtype: torch.dtype,
     6-16 rows than above (measured 2026-12-07); every count from 8 up agrees. `floor_of(f)` is
     the linear [N, K] = `shape` padded to f rows. Calls as wide as an LM head probe fewer rows
     (at most 2^23 outputs a call: about a second at load)."""
+    return next((f for f in FLOORS if row_invariant(shape, dtype, floor_of(f))), None)
+
+
+def row_chunk(shape: tuple[int, int], dtype: torch.dtype,
+              chunk_of: Callable[[int], Callable[[Tensor], Tensor]]) -> int | None:
+    """The smallest call size that makes the linear row-invariant when every call computes
+    exactly that many rows (`chunk_of(c)`: the linear with RowPadding(chunk=c)), None where none
+    of CHUNKS does. Where no floor works: on a CPU with AMX (measured 2026-12-08 on a 2-core
+    Xeon with AMX-BF16) oneDNN picks its bf16 GEMM's blocking from the row count at every size,
+    so SmolLM2's qkv projection (960 x 576) was invariant at no floor, but every call of one
+    fixed size computes a row the same wherever it sits in the call."""
+    return next((c for c in CHUNKS if row_invariant(shape, dtype, chunk_of(c))), None)
+
+
+def row_invariant(shape: tuple[int, int], dtype: torch.dtype,
+                  linear: Callable[[Tensor], Tensor]) -> bool:
+    """Whether `linear` (of weight `shape`) computes each of many random rows bit-identically
+    alone and in calls of every row count in PROBE_ROWS."""
     outputs, width = shape
     # the bf16 output rounding hides most reduction-order differences (a row differs in a
     # few of its outputs, if any): many rows, each compared whole
@@ -124,13 +153,9 @@ def row_floor(shape: tuple[int, int], dtype: torch.dtype,
     rows = min(64, max(counts))
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(max(counts), width, generator=gen).to(dtype)
-    for floor in FLOORS:
-        padded = floor_of(floor)
-        alone = torch.cat([padded(x[i : i + 1]) for i in range(rows)])
-        if all(torch.equal(padded(x[:m])[: min(m, rows)], alone[: min(m, rows)])
-               for m in counts):
-            return floor
-    return None
+    alone = torch.cat([linear(x[i : i + 1]) for i in range(rows)])
+    return all(torch.equal(linear(x[:m])[: min(m, rows)], alone[: min(m, rows)])
+               for m in counts)
 
 
 def available() -> str | None:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from core.model.canonical import CanonicalOrder, attend_canonical
+from core.model.canonical import CanonicalOrder, RowPadding, attend_canonical
 from core.model.kv_cache import SlotCache, SlotLayer
 
 # A pass's attention masks (additive), or its canonical key orders (deterministic numerics);
@@ -48,17 +48,29 @@ class Projection:
     # Calls of fewer rows are padded to this many (core/model/canonical.row_floor): where the
     # library picks another reduction order for few rows, every row then takes the same one.
     floor: int = 1
+    # Where no floor makes the library's result row-invariant (oneDNN's AMX kernels pick their
+    # blocking from the row count at every size): every call computes exactly this many rows,
+    # padded, a long input in several calls (core/model/canonical.row_chunk). 0: no chunking.
+    chunk: int = 0
 
     def __call__(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, x.shape[-1])
         rows = flat.shape[0]
-        if rows < self.floor:
-            flat = torch.cat([flat, flat.new_zeros(self.floor - rows, flat.shape[1])])
-        if self.packed is None:
-            y = F.linear(flat, self.weight, self.bias)
+        size = max(rows, self.floor)
+        if self.chunk:
+            size = -(-rows // self.chunk) * self.chunk
+        if size > rows:
+            flat = torch.cat([flat, flat.new_zeros(size - rows, flat.shape[1])])
+        if self.chunk and size > self.chunk:
+            y = torch.cat([self._linear(part) for part in flat.split(self.chunk)])
         else:
-            y = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
+            y = self._linear(flat)
         return y[:rows].view(*x.shape[:-1], y.shape[-1])
+
+    def _linear(self, flat: Tensor) -> Tensor:
+        if self.packed is None:
+            return F.linear(flat, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
 
 
 def pack(proj: Projection) -> Projection:
@@ -129,13 +141,15 @@ class LeanDecoder:
                  for name in ("qkv", "o", "gate_up", "down")]
         return [*named, ("head", -1, self.head)]
 
-    def set_floors(self, floors: dict[tuple[int, int], int]) -> None:
-        """Each projection's row floor by its weight's shape (N, K)."""
-        floor = lambda p: dataclasses.replace(p, floor=floors[tuple(p.weight.shape)])  # noqa: E731
-        self.layers = [dataclasses.replace(w, qkv=floor(w.qkv), o=floor(w.o),
-                                           gate_up=floor(w.gate_up), down=floor(w.down))
+    def set_padding(self, padding: dict[tuple[int, int], RowPadding]) -> None:
+        """Each projection's row floor and chunk by its weight's shape (N, K)."""
+        def pad(p: Projection) -> Projection:
+            rule = padding[(int(p.weight.shape[0]), int(p.weight.shape[1]))]
+            return dataclasses.replace(p, floor=rule.floor, chunk=rule.chunk)
+        self.layers = [dataclasses.replace(w, qkv=pad(w.qkv), o=pad(w.o),
+                                           gate_up=pad(w.gate_up), down=pad(w.down))
                        for w in self.layers]
-        self.head = floor(self.head)
+        self.head = pad(self.head)
 
     def unpack(self) -> None:
         """Drop the packed layouts (the dense weights stay): what torch.compile is given, its

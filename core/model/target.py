@@ -21,7 +21,6 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -211,7 +210,8 @@ class Target:
 
     def use_canonical_numerics(self) -> str | None:
         """Batched passes attend in each query's canonical key order (core/model/canonical.py)
-        and pad linear calls to their probed row floors: a token's logits are bit-identical
+        and pad linear calls to their probed row floors, or compute them in fixed-size calls
+        where no cheap floor holds (canonical.RowPadding): a token's logits are bit-identical
         whatever tree, batch and padding verify it, in bf16 as in fp32. Returns None once on,
         else why it cannot be here (then nothing changed): it needs the lean forward on a CPU
         and a C++ compiler."""
@@ -221,17 +221,17 @@ class Target:
         problem = canonical.available()
         if problem is not None:
             return problem
-        floors: dict[tuple[int, int], int] = {}
+        padding: dict[tuple[int, int], canonical.RowPadding] = {}
         for name, _, proj in self.lean.projections():
             shape = (int(proj.weight.shape[0]), int(proj.weight.shape[1]))
-            if shape in floors:
-                continue
-            floor = canonical.row_floor(shape, self.dtype, partial(_with_floor, proj))
-            if floor is None:
-                return (f"the {name} projection {shape} is not row-invariant at any floor of "
-                        f"{canonical.FLOORS} rows on this machine")
-            floors[shape] = floor
-        self.lean.set_floors(floors)
+            if shape not in padding:
+                rule = _row_padding(proj, shape, self.dtype)
+                if rule is None:
+                    return (f"the {name} projection {shape} is row-invariant at no floor of "
+                            f"{canonical.FLOORS} rows and no call size of {canonical.CHUNKS} "
+                            "on this machine")
+                padding[shape] = rule
+        self.lean.set_padding(padding)
         self.deterministic = True
         return None
 
@@ -456,8 +456,26 @@ class Target:
                 else windowed)
 
 
-def _with_floor(proj: Projection, floor: int) -> Projection:
-    return dataclasses.replace(proj, floor=floor)
+CHEAP_FLOOR = 16  # rows a one-row call may be padded to at little cost (memory-bound calls)
+
+
+def _row_padding(proj: Projection, shape: tuple[int, int],
+                 dtype: torch.dtype) -> canonical.RowPadding | None:
+    """The cheapest padding that makes `proj` row-invariant (None where none does): a floor
+    of at most CHEAP_FLOOR rows, else fixed-size calls, else any floor. Why chunks before a
+    high floor: a floor of 64 makes each one-row decode call compute 64 rows (the LM head
+    3.6 ms against 1.4 ms a call on a 2-core AMX Xeon), a chunk of 16 computes 16 (2.1 ms); a
+    long call (a prefill) is split into chunks and pays more instead. Measured end to end on
+    that machine (bench/results/deterministic.md): plain decoding 0.93x / 1.07x / 1.13x the
+    library's kernels at 1 / 4 / 16 streams with chunks, 0.73x / 0.88x / 1.06x with the
+    floors of 64."""
+    floor = canonical.row_floor(shape, dtype, lambda f: dataclasses.replace(proj, floor=f))
+    if floor is not None and floor <= CHEAP_FLOOR:
+        return canonical.RowPadding(floor=floor)
+    chunk = canonical.row_chunk(shape, dtype, lambda c: dataclasses.replace(proj, chunk=c))
+    if chunk is not None:
+        return canonical.RowPadding(chunk=chunk)
+    return None if floor is None else canonical.RowPadding(floor=floor)
 
 
 def _store_input(captured: dict[int, Tensor], idx: int) -> Any:
