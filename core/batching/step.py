@@ -45,8 +45,9 @@ from core.decoding.request_round import (
 from core.model.kv_cache import SlotCache
 from core.model.target import Target, TargetOutput, fill_rows
 from core.selection.arm_costs import FREE, NEURAL, PLAIN, PlannedRow, StepCosts, StepSample
-from core.speculation.drafter_pool import Candidates, sync_many
-from core.speculation.members import DraftOrder, MemberGroup
+from core.speculation.drafter_pool import Candidates, PoolSnapshot
+from core.speculation.eagle3_members import Eagle3Members
+from core.speculation.members import DraftOrder, MemberGroup, MemberStates
 from core.speculation.tree import DraftTree, chain_tree
 from core.stats import RoundStats
 
@@ -322,16 +323,19 @@ def _wake(r: _Row) -> None:
 def _restart(rows: list[_Row], config: EngineConfig) -> None:
     """The woken drafters' catch-up on the pairs they restart from, batched over requests;
     only the last pair's top-k is needed: the next evaluation's first root."""
-    curs = sync_many([(r.state.dstate, r.state.snapshot, None) for r in rows],  # type: ignore[misc]
-                     config.tree.top_k, scored=1)
+    curs = Eagle3Members.catch_up_requests(_member_states(rows), config.tree.top_k, scored=1)
     for r, cur in zip(rows, curs, strict=True):
         r.state.pending = cur
 
 
 def _sync_all(rows: list[_Row], config: EngineConfig) -> None:
-    curs = sync_many([(r.state.dstate, r.state.snapshot, None) for r in rows], config.tree.top_k)  # type: ignore[misc]
+    curs = Eagle3Members.catch_up_requests(_member_states(rows), config.tree.top_k)
     for r, cur in zip(rows, curs, strict=True):
         r.cur = cur
+
+
+def _member_states(rows: list[_Row]) -> list[tuple[MemberStates, PoolSnapshot]]:
+    return [(r.state.member_states(), r.state.snapshot) for r in rows]
 
 
 def _result(r: _Row, times: tuple[float, float, float], head_s: float,

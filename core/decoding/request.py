@@ -224,12 +224,14 @@ class RequestState:
 
     @property
     def drafters_asleep(self) -> bool:
-        return self.dstate is not None and self.dstate.asleep
+        """The fed members (MemberGroup.fed: the EAGLE-3 drafters) are paused."""
+        states = self.member_states()
+        return any(g.paused(states) for g in self.members.groups if g.fed)
 
     @property
     def drafters_fed(self) -> bool:
-        """Every EAGLE-3 drafter is awake and caught up on every pair (full evaluation)."""
-        return self.dstate is not None and self.dstate.full and not self.dstate.asleep
+        """Every fed member is awake and caught up on every pair (full evaluation)."""
+        return self.dstate is not None and self.evaluate and not self.drafters_asleep
 
     def start_members(self, start: MemberStart) -> None:
         """Start the members that start once the first token is committed (MemberGroup.start:

@@ -66,8 +66,20 @@ class Eagle3Members(MemberGroup):
         drafters.sleep()
         return True
 
+    def paused(self, states: MemberStates) -> bool:
+        return states.drafters is not None and states.drafters.asleep
+
     def resume(self, states: MemberStates, committed: Sequence[int]) -> None:
         _drafters(states).wake()
+
+    @staticmethod
+    def catch_up_requests(requests: Sequence[tuple[MemberStates, PoolSnapshot]], top_k: int,
+                          scored: int | None = None) -> list[Candidates | None]:
+        """Every drafter of each request caught up on the pairs it took, batched over the
+        requests (one pass per stacked group: core/batching/step.py's evaluation and wakes);
+        each request's top-k over its last `scored` pairs (None: all of them)."""
+        return sync_many([(_drafters(states), snapshot, None) for states, snapshot in requests],
+                         top_k, scored=scored)
 
     def batch_key(self, order: DraftOrder) -> object:
         return id(order.snapshot.drafters[order.snapshot.ids[order.chosen]])

@@ -174,6 +174,10 @@ class MemberGroup(ABC):
         sleeping pool); True when they were not paused already."""
 
     @abstractmethod
+    def paused(self, states: MemberStates) -> bool:
+        """Whether the request has paused this group (`pause`) and not resumed it."""
+
+    @abstractmethod
     def resume(self, states: MemberStates, committed: Sequence[int]) -> None:
         """End a pause, given every committed token: a fed group restarts from the pairs it
         kept (its catch-up comes with the next sync), a lookup indexes what was committed

@@ -65,6 +65,9 @@ class ModelFreeMembers(MemberGroup):
         states.lookups.pause()
         return True
 
+    def paused(self, states: MemberStates) -> bool:
+        return states.lookups is not None and states.lookups.paused
+
     def resume(self, states: MemberStates, committed: Sequence[int]) -> None:
         """The tokens committed while paused are indexed, then guesses recorded again."""
         if states.lookups is not None:
