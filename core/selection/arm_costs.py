@@ -76,6 +76,13 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
+# The tuning constants below, swept one at a time against these values in process at one and two
+# streams with a control engine (bench/results/arm_costs_sweep.md, 2026-12-08, 12 held-out
+# prompts a pass, two passes): every alternative of WINDOW (64, 256), PROBE_STEPS (4, 16),
+# PROBE_EVERY (16, 64), MIN_SPREAD (1.25, 2), ENDINGS (4, 16), PROBE_REQUESTS (4, 16) and
+# MAX_PROBE_GAP (32, 128) read 0.96-1.07x these, inside the control's own 0.94-1.08x: none
+# earns a change (ENDINGS 16, 1.01x at one stream, 1.06x at two, is the closest), so they stay.
+# STALL and MAX_BUCKET are not tuning: an outlier rule and the largest bucket.
 WINDOW = 128  # steps per bucket the fit reads (the load drifts)
 PROBE_STEPS = 8  # a bucket's first steps, every second one plain
 PROBE_EVERY = 32  # then one plain step in this many
@@ -202,9 +209,12 @@ class CostModel:
 class StepCosts:
     """The engine's measurements (one per engine, shared by its requests)."""
 
-    def __init__(self, window: int = WINDOW, probe_steps: int = PROBE_STEPS,
-                 probe_every: int = PROBE_EVERY) -> None:
-        self.window, self.probe_steps, self.probe_every = window, probe_steps, probe_every
+    def __init__(self, window: int | None = None, probe_steps: int | None = None,
+                 probe_every: int | None = None) -> None:
+        # The module's constants read when the engine is built (a sweep sets them then).
+        self.window = WINDOW if window is None else window
+        self.probe_steps = PROBE_STEPS if probe_steps is None else probe_steps
+        self.probe_every = PROBE_EVERY if probe_every is None else probe_every
         self.reset()
 
     def reset(self) -> None:

@@ -55,7 +55,11 @@ BoolArray = npt.NDArray[np.bool_]
 # passes, per-pass ratios): every alternative lost or was within noise at two streams
 # (PROBE_ROUNDS 16 / 32: 0.83x / 0.90x; PROBE_LENGTH 8 / 32: 0.85x / 0.90x; SLEEP_SHARE
 # 0.02 / 0.15: 1.00x / 0.96x); at one stream PROBE_LENGTH 32 and SLEEP_SHARE 0.15 read 1.06x and
-# 1.04x (two passes each) but not at two streams (0.90x, 0.96x), so the values below stay.
+# 1.04x (two passes each) but not at two streams (0.90x, 0.96x), so the values below stay. That
+# sweep had no control engine; the later one of the cost model's constants
+# (bench/results/arm_costs_sweep.md) showed why one is needed: run without it, 14 of its 16
+# alternatives "lost" by 1-6% at one stream, and with it every one was inside the control's
+# 0.94-1.08x, so the losses above within a few percent may be the engines' order, not the value.
 SLEEP_SHARE = 0.05
 PROBE_ROUNDS = 64
 # Rounds after a wake before the learner may put the drafters back to sleep: long enough for
@@ -63,6 +67,8 @@ PROBE_ROUNDS = 64
 # reach the learner.
 PROBE_LENGTH = 16
 # Weight of a new window in a member's running ÂL (ArmPolicy.expected): about the last ten.
+# Swept (bench/results/arm_costs_sweep.md): 0.05 and 0.3 read 0.99-1.00x, inside the control's
+# noise.
 EXPECTED_DECAY = 0.1
 
 

@@ -32,7 +32,8 @@ def test_a_sweep_names_a_constant_of_the_arm_policy() -> None:
 def test_configurations_move_one_constant_at_a_time_and_skip_its_default() -> None:
     default = float(arm_policy.PROBE_ROUNDS)
     got = configs([("PROBE_ROUNDS", [16.0, default]), ("SLEEP_SHARE", [0.2])])
-    assert [c.name for c in got] == ["defaults", "PROBE_ROUNDS=16", "SLEEP_SHARE=0.2"]
+    assert [c.name for c in got] == ["defaults", "defaults (control)", "PROBE_ROUNDS=16",
+                                     "SLEEP_SHARE=0.2"]
 
 
 def test_a_value_is_set_only_while_its_configuration_runs() -> None:
@@ -55,6 +56,13 @@ def test_values_are_judged_against_the_defaults_pass_by_pass() -> None:
     assert by["PROBE_LENGTH=8"]["verdict"] == "loses"
     assert by["defaults"]["verdict"] == "-" and by["defaults"]["median"] == 35.0
     assert verdict([]) == "-" and verdict([1.2, 0.99, 1.3]) == "within noise"
+    # beyond 1 is not enough: a value must beat the control (the defaults on another engine)
+    assert verdict([1.05, 1.06], control=[1.08, 0.97]) == "within noise"
+    assert verdict([0.95, 0.96], control=[1.02, 0.955]) == "within noise"
+    assert verdict([0.95, 0.96], control=[1.02, 0.98]) == "loses"
+    control = level_rows(1, {"defaults": [30.0, 40.0], "defaults (control)": [33.0, 38.0],
+                             "X=1": [32.0, 44.0]})
+    assert [r["verdict"] for r in control] == ["-", "-", "within noise"]
     text = render(rows, META)
     assert "| 1 | PROBE_ROUNDS=16 | 33.0, 44.0 | 38.5 | 1.10 (1.10, 1.10) | wins |" in text
 
