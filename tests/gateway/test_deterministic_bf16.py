@@ -37,11 +37,12 @@ MAX_TOKENS = 40
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    # two torch threads, as a default server on this machine kind runs (the harness pins one):
-    # oneDNN splits a call's rows over its threads, which changes the reduction with the row
-    # count where one thread would not
+    # one torch thread (the harness's): a two-thread server beside the suite's other worker
+    # oversubscribed the two cores in CI (these tests 8 minutes, a neighbour's past its 10-minute
+    # timeout). Two threads, as a default server runs on this machine kind, are what
+    # tests/core/model/test_row_padding.py computes the chunked linears with.
     srv = ServerProcess.start(DEMO_POOL, Path(tmp_path_factory.mktemp("bf16")),
-                              "--dtype", "bfloat16", "--torch-threads", "2")
+                              "--dtype", "bfloat16")
     yield srv
     srv.stop()
 
@@ -63,10 +64,10 @@ def plain(server: ServerProcess) -> list[str]:
 
 
 def test_the_default_server_verifies_with_canonical_numerics(server: ServerProcess) -> None:
-    # where the library's kernels are not row-invariant at any cheap floor (oneDNN's AMX GEMM),
-    # the server must still turn them on (fixed-size calls), not fall back and pass the tests
-    # below by luck: with the library's kernels 12 of 12 greedy outputs changed under 4 streams
-    # there (bench/results/deterministic.md)
+    # where the library's kernels are not row-invariant at any cheap floor (oneDNN's AMX GEMM
+    # at two threads), the server must still turn them on (fixed-size calls), not fall back and
+    # pass the tests below by luck: with the library's kernels 12 of 12 greedy outputs changed
+    # under 4 streams there (bench/results/deterministic.md)
     metrics = httpx.get(f"{server.base_url}/metrics").text
     assert "hedgespec_deterministic_numerics 1.0" in metrics
 
