@@ -3,8 +3,8 @@
 One typed answer in place of attribute probes: whether policy `router` can be served, the
 sampling defaults a request that leaves them out gets, each drafter's kind, the target's
 feature layers that downloaded drafters are checked against, and whether its numerics are
-canonical. Torch-free, so a front end and its
-engine doubles build and read it without the engine's imports.
+canonical. Torch-free, so a front end and its engine doubles build and read it without the
+engine's imports.
 """
 
 from __future__ import annotations

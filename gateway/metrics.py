@@ -197,7 +197,7 @@ class GatewayMetrics:
             "hedgespec_deterministic_numerics",
             "1 where the engine verifies with canonical numerics (--deterministic: a token's "
             "logits bit-identical whatever tree, batch and padding verify it), 0 where it uses "
-            "the library's kernels (off, or auto where they cost: the server logs why).",
+            "the library's kernels (off, or auto where they cannot run: the server logs why).",
             registry=r,
         )
         self.plain_rounds = Counter(

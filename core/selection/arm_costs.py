@@ -209,12 +209,9 @@ class CostModel:
 class StepCosts:
     """The engine's measurements (one per engine, shared by its requests)."""
 
-    def __init__(self, window: int | None = None, probe_steps: int | None = None,
-                 probe_every: int | None = None) -> None:
-        # The module's constants read when the engine is built (a sweep sets them then).
-        self.window = WINDOW if window is None else window
-        self.probe_steps = PROBE_STEPS if probe_steps is None else probe_steps
-        self.probe_every = PROBE_EVERY if probe_every is None else probe_every
+    def __init__(self) -> None:
+        # The module's constants, read when the engine is built (a sweep sets them then).
+        self.window, self.probe_steps, self.probe_every = WINDOW, PROBE_STEPS, PROBE_EVERY
         self.reset()
 
     def reset(self) -> None:

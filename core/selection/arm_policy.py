@@ -177,8 +177,9 @@ class ArmPolicy:
 
     def arm_losses(self, w: WindowLoss) -> WindowLoss:
         """A window's losses over the learner's arms: as the queue judged them, or under the
-        time loss with plain decoding appended (ÂL 1, always awake) and every arm's loss its
-        net seconds at the costs of the step its round ran in, rescaled to [0, 1]
+        time loss with plain decoding appended (ÂL 1, awake in every round's window, asleep in
+        the prompt's) and every arm's loss its net seconds at the costs of the step its round
+        ran in, rescaled to [0, 1]
         (core/selection/arm_costs.py)."""
         if not self.plain_arm:
             return w

@@ -264,8 +264,7 @@ def measured_time_arms() -> ArmPolicy | None:
     state = RequestState.create("r", [3, 1, 4], SamplingParams(max_new_tokens=8),
                                 parse_policy("normalhedge", "normalhedge", base.snapshot.ids),
                                 base.snapshot, config, costs=costs)
-    arms = state.arms
-    return arms
+    return state.arms
 
 
 def test_a_requests_losses_value_tokens_at_its_running_best_rate() -> None:
